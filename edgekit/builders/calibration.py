@@ -1,0 +1,190 @@
+"""Calibration and evaluation images, preprocessed by the device's own code (edgekit.image).
+
+int8 calibration must cover what the camera will really send: a model calibrated only on
+clean in-distribution images can disagree with the float model on every real frame. So
+``--calib`` may be given several times, mixing the labelled-style set with recorded
+camera frames (an image folder or a video file, sampled evenly).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.builders.log import BuildLog, progress
+from edgekit.errors import CalibrationError
+from edgekit.image import IMAGE_SUFFIXES, ImageReadError, Preprocessor, read_image
+
+VIDEO_SUFFIXES = (".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v")
+MIN_RECOMMENDED = 300
+
+
+@dataclass
+class ImageSet:
+    """Shaped uint8 images (crop/colour/resize done, not yet normalised) and their origin."""
+
+    images: list[np.ndarray]
+    sha256: str
+    found: int
+    skipped: int
+    sources: dict[str, int] = field(default_factory=dict)
+    labels: np.ndarray | None = None
+    class_names: list[str] | None = None
+
+    def tensors(self, prep: Preprocessor) -> np.ndarray:
+        """The images as one batch for ``prep``'s input spec (float or quantised)."""
+        if not self.images:
+            return np.zeros((0,) + tuple(prep.spec.shape[1:]), dtype=prep.spec.dtype)
+        return np.concatenate([prep.finish(img) for img in self.images], axis=0)
+
+    def subset(self, idx: np.ndarray) -> ImageSet:
+        labels = None if self.labels is None else self.labels[idx]
+        return ImageSet([self.images[i] for i in idx], self.sha256, len(idx), 0, {}, labels, self.class_names)
+
+
+def _image_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+
+
+def _video_frames(path: Path, limit: int) -> list[np.ndarray]:
+    import cv2
+
+    cap = cv2.VideoCapture(str(path))
+    if not cap.isOpened():
+        raise CalibrationError(f"cannot open video {path}", "give an image folder or a video OpenCV can read")
+    total = int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) or limit
+    wanted = set(np.linspace(0, max(total - 1, 0), num=min(limit, total)).astype(int).tolist())
+    frames, i = [], 0
+    while True:
+        ok, frame = cap.read()
+        if not ok:
+            break
+        if i in wanted:
+            frames.append(frame)
+        i += 1
+    cap.release()
+    return frames
+
+
+def load_calibration(
+    sources: list[str | Path],
+    prep: Preprocessor,
+    count: int | None,
+    seed: int,
+    log: BuildLog,
+    video_frames: int = 100,
+) -> ImageSet:
+    """Read calibration images from folders and/or videos, deterministically sampled.
+
+    Every readable image of every source is listed (sorted), then ``count`` are drawn with
+    ``seed`` (all of them when ``count`` is None). Unreadable and non-image files are
+    skipped and counted. The returned sha256 covers the chosen files' bytes in order.
+    """
+    if not sources:
+        raise CalibrationError("no calibration images given", "pass --calib DIR (a folder of png/jpg images)")
+    entries: list[tuple[str, Path, int | None]] = []  # (source, file, video frame index)
+    skipped_names = 0
+    for src in sources:
+        src = Path(src)
+        if src.is_dir():
+            files = _image_files(src)
+            images = [f for f in files if f.suffix.lower() in IMAGE_SUFFIXES]
+            skipped_names += len(files) - len(images)
+            entries += [(str(src), f, None) for f in images]
+        elif src.is_file() and src.suffix.lower() in VIDEO_SUFFIXES:
+            entries += [(str(src), src, i) for i in range(video_frames)]
+        elif src.is_file():
+            raise CalibrationError(f"calibration source {src} is a file", "give a folder of images or a video")
+        else:
+            raise CalibrationError(f"calibration folder {src} does not exist", "pass --calib DIR with images")
+    if not entries:
+        raise CalibrationError(
+            f"no images in {', '.join(map(str, sources))}", "put png/jpg files in the calibration folder"
+        )
+    order = np.random.default_rng(seed).permutation(len(entries))
+    chosen = [entries[i] for i in order]
+    digest = hashlib.sha256()
+    images: list[np.ndarray] = []
+    per_source: dict[str, int] = {}
+    unreadable = 0
+    videos: dict[Path, list[np.ndarray]] = {}
+    for src, path, frame_no in progress(chosen, "calibration images"):
+        if count is not None and len(images) >= count:
+            break
+        if frame_no is None:
+            try:
+                img = read_image(path)
+            except ImageReadError:
+                unreadable += 1
+                continue
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+        else:
+            if path not in videos:
+                videos[path] = _video_frames(path, video_frames)
+            if frame_no >= len(videos[path]):
+                continue
+            img = videos[path][frame_no]
+            digest.update(f"{path.name}#{frame_no}".encode())
+            digest.update(img.tobytes())
+        images.append(prep.shaped(img))
+        per_source[src] = per_source.get(src, 0) + 1
+    if not images:
+        raise CalibrationError(
+            f"none of the {len(entries)} files in {', '.join(map(str, sources))} is a readable image",
+            "check the files are real png/jpg images",
+        )
+    skipped = unreadable + skipped_names
+    if skipped:
+        log.warn(f"skipped {skipped} calibration file(s): {unreadable} unreadable/truncated, "
+                 f"{skipped_names} not images")
+    if len(images) < MIN_RECOMMENDED:
+        log.warn(f"only {len(images)} calibration images; {MIN_RECOMMENDED}+ are recommended for int8")
+    mix = ", ".join(f"{Path(k).name}: {v}" for k, v in per_source.items())
+    log.info(f"calibration set: {len(images)} images ({mix}), sha256 {digest.hexdigest()[:12]}")
+    return ImageSet(images, digest.hexdigest(), len(entries), skipped, per_source)
+
+
+def load_eval(root: str | Path, prep: Preprocessor, class_names: list[str] | None, log: BuildLog) -> ImageSet:
+    """An ImageFolder evaluation set: ``root/<class>/*.png``. Classes match the model's labels by name."""
+    root = Path(root)
+    if not root.is_dir():
+        raise CalibrationError(f"evaluation folder {root} does not exist",
+                               "pass --eval DIR with one subfolder per class")
+    folders = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not folders:
+        raise CalibrationError(
+            f"evaluation folder {root} has no class subfolders", "use the ImageFolder layout: DIR/<class>/*.png"
+        )
+    classes = class_names or folders
+    unknown = [f for f in folders if f not in classes]
+    if unknown:
+        raise CalibrationError(
+            f"evaluation classes {unknown[:5]} are not among the model's labels",
+            "name the subfolders after the labels (labels.txt)",
+        )
+    images, labels, skipped = [], [], 0
+    digest = hashlib.sha256()
+    files = [(f, classes.index(name)) for name in folders for f in _image_files(root / name)]
+    for path, label in progress(files, "evaluation images"):
+        if path.suffix.lower() not in IMAGE_SUFFIXES:
+            skipped += 1
+            continue
+        try:
+            img = read_image(path)
+        except ImageReadError:
+            skipped += 1
+            continue
+        digest.update(path.read_bytes())
+        images.append(prep.shaped(img))
+        labels.append(label)
+    if not images:
+        raise CalibrationError(f"evaluation folder {root} has no readable images")
+    if skipped:
+        log.warn(f"skipped {skipped} unreadable or non-image evaluation file(s)")
+    log.info(f"evaluation set: {len(images)} images in {len(folders)} classes")
+    return ImageSet(images, digest.hexdigest(), len(files), skipped, {str(root): len(images)},
+                    np.asarray(labels, dtype=np.int64), classes)

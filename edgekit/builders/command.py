@@ -1,0 +1,131 @@
+"""The ``edgekit build`` verb (argument parsing and the summary table; the work is in pipeline)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    """Add build's arguments to ``p``."""
+    p.add_argument("--model", required=True, help=".keras, .h5, SavedModel dir, or .onnx (jetson)")
+    p.add_argument("--target", required=True, help="edgetpu, rpi, cpu, jetson (comma-separated for several)")
+    p.add_argument("--calib", action="append", required=True, metavar="DIR_OR_VIDEO",
+                   help="calibration images; repeat to mix in real camera frames (folder or video)")
+    p.add_argument("--eval", dest="eval_dir", metavar="DIR", help="labelled ImageFolder: enables the accuracy gate")
+    p.add_argument("--out", default="dist", help="output directory (default: dist)")
+    p.add_argument("--name", help="bundle name prefix (default: the model's file name)")
+    p.add_argument("--labels", help="labels.txt (default: <model>.labels.txt or the --eval classes)")
+    p.add_argument("--min-accuracy-ratio", type=float, default=0.99,
+                   help="fail when converted/original top-1 is below this (default 0.99, the MLPerf bar)")
+    p.add_argument("--calib-count", type=int, default=500, help="calibration images to draw (default 500)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--variants", help="override the target's variants, e.g. fp32,int8")
+    p.add_argument("--io-dtype", choices=["uint8", "int8"], help="int8 model input/output type (default uint8)")
+    p.add_argument("--colour", choices=["gray", "rgb", "bgr"], help="override the model's input colour")
+    p.add_argument("--crop", help="'square', 'none' or HxW centre crop in pixels, e.g. 200x200")
+    p.add_argument("--mean", help="per-channel mean in pixel units, e.g. 127.5 or 123.7,116.3,103.5")
+    p.add_argument("--std", help="per-channel std in pixel units, e.g. 127.5")
+    p.add_argument("--compiler", help="edgetpu_compiler executable (default: search PATH)")
+    p.add_argument("--min-runtime-version", type=int, help="edgetpu_compiler -m (minimum Edge TPU runtime)")
+    p.add_argument("--min-tpu-ops", type=float, help="warn when the share of ops on the Edge TPU is below this")
+    p.add_argument("--strict-tpu-ops", action="store_true", help="fail instead of warn for --min-tpu-ops")
+    p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def _preprocess_overrides(args: argparse.Namespace) -> dict:
+    from edgekit.errors import UsageError
+
+    pre: dict = {}
+    if args.colour:
+        pre["colour"] = args.colour
+    if args.crop:
+        if args.crop in ("square", "none"):
+            pre["crop"] = None if args.crop == "none" else "square"
+        else:
+            try:
+                pre["crop"] = [int(v) for v in args.crop.lower().split("x")]
+            except ValueError as exc:
+                raise UsageError(f"bad --crop {args.crop!r}", "use square, none or HxW like 200x200") from exc
+    for key in ("mean", "std"):
+        value = getattr(args, key)
+        if value:
+            try:
+                pre[key] = [float(v) for v in value.split(",")]
+            except ValueError as exc:
+                raise UsageError(f"bad --{key} {value!r}", "use numbers like 127.5 or 123.7,116.3,103.5") from exc
+    return pre
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the build and print the summary table."""
+    from edgekit.builders.pipeline import build
+    from edgekit.errors import VerificationFailed
+
+    options = {k: getattr(args, k) for k in ("io_dtype", "compiler", "min_runtime_version", "min_tpu_ops",
+                                             "strict_tpu_ops") if getattr(args, k)}
+    if args.variants:
+        options["variants"] = [v.strip() for v in args.variants.split(",") if v.strip()]
+    try:
+        results = build(args.model, args.target, args.calib, out=args.out, eval_dir=args.eval_dir,
+                        name=args.name, labels=args.labels, preprocess=_preprocess_overrides(args),
+                        min_accuracy_ratio=args.min_accuracy_ratio, calib_count=args.calib_count,
+                        seed=args.seed, quiet=args.quiet, **options)
+    except VerificationFailed as exc:
+        print(format_table(exc.results), file=sys.stderr)
+        raise
+    if args.json:
+        print(json.dumps([{"target": r.target, "bundle": str(r.bundle), "passed": r.passed,
+                           "seconds": r.seconds, "verification": r.manifest.get("verification")}
+                          for r in results], indent=2))
+    else:
+        print(format_table(results))
+    return 0
+
+
+def _size(n: int) -> str:
+    return f"{n / 1024:.0f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
+
+
+def format_table(results) -> str:
+    """One row per model in every bundle: files, sizes, accuracy, ratio, gate, delegation, time."""
+    header = ("target", "model file", "size", "orig top-1", "conv top-1", "ratio", "agree", "gate",
+              "delegated", "build s")
+    rows = [header]
+    for r in results:
+        m = r.manifest
+        ver = m.get("verification", {})
+        for model in m.get("models", []):
+            v = ver.get("models", {}).get(model["name"], {})
+            ev = v.get("eval") or {}
+            agree = ev.get("agreement", (v.get("holdout") or {}).get("agreement"))
+            cov = (m.get("delegation") or {}).get(model["name"])
+            if cov:
+                deleg = f"{cov['delegated_nodes']}/{cov['total_nodes']} XNNPACK"
+            elif m.get("edgetpu"):
+                et = m["edgetpu"]
+                deleg = f"{et.get('predicted_tpu_share', 0):.0%} TPU ({et.get('status', '?')})"
+            elif model["format"] == "onnx":
+                deleg = "TensorRT on device"
+            else:
+                deleg = "-"
+            gate = "PASS" if ev.get("passed") else ("FAIL" if ev else "n/a")
+            rows.append((r.target, model["file"], _size(model.get("bytes", 0)),
+                         f"{ev['original']:.4f}" if ev else "-", f"{ev['converted']:.4f}" if ev else "-",
+                         f"{ev['ratio']:.4f}" if ev and ev.get("ratio") is not None else "-",
+                         f"{agree:.4f}" if agree is not None else "-", gate, deleg, f"{r.seconds:.1f}"))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for r in results:
+        if r.bundle:
+            lines.append(f"{r.target}: {r.bundle}")
+        else:
+            lines.append(f"{r.target}: REJECTED ({r.error})")
+    return "\n".join(lines)
+
+
+__all__ = ["configure", "main", "format_table", "Path"]

@@ -1,0 +1,382 @@
+"""Run ``edgetpu_compiler`` and turn its output into a structured, honest report.
+
+The compiler exists only for x86-64 Linux (Coral's apt repository, package
+``edgetpu-compiler``). When it is absent nothing pretends: the result says
+"not compiled" with the reason, and the offline prediction of
+:mod:`edgekit.edgetpu_rules` stays the only report.
+
+The compiler is run with an argument list (no shell), in its own process group so a
+timeout also kills the child process it compiles in, and its exit code is checked. A
+failure, a timeout or a compile that maps 0 ops raises :class:`CompilerError` carrying
+the compiler's own message.
+
+>>> result = compile_model("dist/model_int8.tflite", "dist/")     # doctest: +SKIP
+>>> result.status, result.report["tpu_ops"], result.report["total_ops"]  # doctest: +SKIP
+('compiled', 11, 11)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgekit.errors import CompilerError, UsageError
+
+COMPILER = "edgetpu_compiler"
+ABSENT_REASON = (
+    "edgetpu_compiler not found (it runs only on x86-64 Linux and comes from Coral's apt repository, "
+    "package edgetpu-compiler); the plain int8 model and the offline report are kept"
+)
+MAPPED = "Mapped to Edge TPU"
+_KILL_GRACE_S = 5
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """What happened to one model.
+
+    ``status`` is ``"compiled"`` (``compiled_path`` is the ``*_edgetpu.tflite``) or
+    ``"not compiled"`` (``compiled_path`` is None, ``reason`` says why in one line).
+    ``report`` is :func:`parse_compiler_output`'s dict (empty when not compiled).
+    """
+
+    compiled_path: Path | None
+    status: str
+    reason: str
+    report: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "compiled_file": self.compiled_path.name if self.compiled_path else None,
+            "report": dict(self.report),
+        }
+
+
+def find_compiler(explicit: str | None = None) -> str | None:
+    """The path of ``edgetpu_compiler``: ``explicit`` if given, else the one on PATH, else None.
+
+    Raises:
+        CompilerError: ``explicit`` was given but is not an executable file (asking for
+            a compiler and silently building without one would hide the mistake).
+    """
+    if explicit:
+        path = Path(explicit).expanduser()
+        if path.is_dir():
+            path = path / COMPILER
+        found = shutil.which(str(path)) if path.is_file() else None
+        if not found:
+            raise CompilerError(
+                f"{explicit} is not an executable edgetpu_compiler",
+                "give the path of edgetpu_compiler (x86-64 Linux, Coral's apt package edgetpu-compiler)",
+            )
+        return str(Path(found).resolve())
+    return shutil.which(COMPILER)
+
+
+def compile_model(
+    tflite_path: str | Path,
+    out_dir: str | Path,
+    compiler: str | None = None,
+    timeout_s: float = 180,
+    min_runtime_version: int | None = None,
+) -> CompileResult:
+    """Compile a full-integer int8 ``.tflite`` for the Edge TPU.
+
+    Args:
+        tflite_path: the plain int8 model (kept; the compiled one is written beside it).
+        out_dir: where ``<name>_edgetpu.tflite`` and ``<name>_edgetpu.log`` go.
+        compiler: path of ``edgetpu_compiler``; None looks it up on PATH.
+        timeout_s: wall-clock limit; the compiler and its child process are killed after it.
+        min_runtime_version: the oldest Edge TPU runtime that must run the model
+            (compiler ``--min_runtime_version``); None keeps the compiler's default.
+
+    Returns:
+        A :class:`CompileResult`; status "not compiled" when no compiler is installed.
+
+    Raises:
+        CompilerError: the compiler failed, timed out, wrote no model, or mapped 0 ops.
+    """
+    tflite_path = Path(tflite_path)
+    out_dir = Path(out_dir)
+    exe = find_compiler(compiler)
+    if exe is None:
+        return CompileResult(None, "not compiled", ABSENT_REASON, {})
+    if not tflite_path.is_file():
+        raise CompilerError(f"model {tflite_path} does not exist", "build the int8 model first")
+    if min_runtime_version is not None and (not str(min_runtime_version).isdigit() or int(min_runtime_version) < 1):
+        raise UsageError(f"bad --min-runtime-version {min_runtime_version!r}", "give an integer such as 13 or 14")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    args = [exe, "--out_dir", str(out_dir), "--show_operations"]
+    if min_runtime_version is not None:
+        args += ["--min_runtime_version", str(int(min_runtime_version))]
+    args.append(str(tflite_path))
+
+    rc, stdout, stderr = _run(args, timeout_s)
+    output = stdout + ("\n" + stderr if stderr.strip() else "")
+    if rc is None:
+        raise CompilerError(
+            f"edgetpu_compiler timed out after {timeout_s:g} s (killed): {_compiler_message(output) or 'no output'}",
+            "raise the timeout, or compile a smaller model; the compiler's own limit is 180 s",
+        )
+    if rc != 0 or re.search(r"^Compilation failed", output, re.M):
+        raise CompilerError(
+            f"edgetpu_compiler failed (exit {rc}): {_compiler_message(output) or 'no output'}",
+            "make sure the model is full-integer int8 with static shapes: edgekit inspect MODEL --target edgetpu",
+        )
+
+    stem = tflite_path.stem
+    compiled = out_dir / f"{stem}_edgetpu.tflite"
+    log_path = out_dir / f"{stem}_edgetpu.log"
+    log_text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.is_file() else None
+    report = parse_compiler_output(stdout, log_text)
+    report.update(
+        command=[Path(exe).name, *args[1:-1], tflite_path.name],  # no host paths in the manifest
+        min_runtime_version=int(min_runtime_version) if min_runtime_version is not None else None,
+        log_file=log_path.name if log_text is not None else None,
+    )
+    if not compiled.is_file():
+        raise CompilerError(
+            f"edgetpu_compiler exited 0 but wrote no {compiled.name}: {_compiler_message(output) or 'no output'}",
+            "run the compiler by hand to see what it did",
+        )
+    if report.get("tpu_ops") == 0:
+        statuses = "; ".join(f"{r['op']} x{r['count']}: {r['status']}" for r in report.get("operations", []))
+        compiled.unlink(missing_ok=True)  # a model with nothing on the TPU must not be shipped as compiled
+        raise CompilerError(
+            f"edgetpu_compiler mapped 0 of {report.get('total_ops', '?')} operations to the Edge TPU"
+            + (f" ({statuses})" if statuses else ""),
+            "see which ops fail: edgekit inspect MODEL --target edgetpu",
+        )
+    return CompileResult(compiled, "compiled", "", report)
+
+
+def _run(args: list[str], timeout_s: float) -> tuple[int | None, str, str]:
+    """Run without a shell; on timeout kill the whole process group. rc None = timed out."""
+    try:
+        proc = subprocess.Popen(
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            start_new_session=True,  # the compiler forks a child: kill both on timeout
+        )
+    except OSError as exc:
+        raise CompilerError(f"cannot start {args[0]}: {exc}", "check the compiler path and permissions") from exc
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        return proc.returncode, out or "", err or ""
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, AttributeError):
+            proc.kill()
+        try:
+            out, err = proc.communicate(timeout=_KILL_GRACE_S)
+        except subprocess.TimeoutExpired:  # a grandchild escaped the group and holds the pipes
+            out, err = "", ""
+        return None, out or "", err or ""
+
+
+_BANNER = re.compile(
+    r"^(Edge TPU Compiler version|Started a compilation timeout timer|Compilation child process completed)"
+)
+
+
+def _compiler_message(output: str, limit: int = 500) -> str:
+    """The compiler's own words, minus its banner lines, on one line."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip() and not _BANNER.match(ln.strip())]
+    text = "; ".join(lines)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_SIZE = re.compile(r"([\d.]+)\s*(B|KiB|MiB|GiB)\b")
+_UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
+_FIELDS = {
+    "input_model": r"^Input model: (.+)$",
+    "output_model": r"^Output model: (.+)$",
+    "operation_log": r"^Operation log: (.+)$",
+}
+_SIZES = {
+    "input_size_bytes": r"^Input size: (.+)$",
+    "output_size_bytes": r"^Output size: (.+)$",
+    "on_chip_memory_used_bytes": r"^On-chip memory used for caching model parameters: (.+)$",
+    "on_chip_memory_remaining_bytes": r"^On-chip memory remaining for caching model parameters: (.+)$",
+    "off_chip_memory_used_bytes": r"^Off-chip memory used for streaming uncached model parameters: (.+)$",
+}
+_COUNTS = {
+    "subgraphs": r"^Number of Edge TPU subgraphs: (\d+)",
+    "total_ops": r"^Total number of operations: (\d+)",
+    "reported_tpu_ops": r"^Number of operations that will run on Edge TPU: (\d+)",
+    "reported_cpu_ops": r"^Number of operations that will run on CPU: (\d+)",
+    "compile_ms": r"^Model compiled successfully in (\d+) ms",
+}
+_TABLE_HEADER = re.compile(r"^Operator\s+Count\s+Status\s*$")
+_TABLE_ROW = re.compile(r"^([A-Za-z0-9_\-]+)\s+(\d+)\s+(\S.*?)\s*$")
+
+
+def parse_size(text: str) -> int | None:
+    """``"5.90MiB"`` -> bytes (the compiler's unit style); None if unparseable."""
+    m = _SIZE.search(text)
+    return int(round(float(m.group(1)) * _UNITS[m.group(2)])) if m else None
+
+
+def parse_operation_table(text: str) -> list[dict[str, Any]]:
+    """Rows of the compiler's ``Operator  Count  Status`` table (stdout with -s, or the .log)."""
+    rows: list[dict[str, Any]] = []
+    in_table = False
+    for line in text.splitlines():
+        if _TABLE_HEADER.match(line.strip()):
+            in_table, rows = True, []  # the last table wins (stdout may repeat the log's)
+            continue
+        if not in_table or not line.strip():
+            continue
+        m = _TABLE_ROW.match(line.strip())
+        if not m:
+            in_table = False
+            continue
+        status = m.group(3)
+        rows.append({"op": m.group(1), "count": int(m.group(2)), "status": status, "on_tpu": status == MAPPED})
+    return rows
+
+
+def parse_compiler_output(stdout: str, log_text: str | None = None) -> dict[str, Any]:
+    """Structure the compiler's stdout (and its ``.log``) into a report dict.
+
+    Keys: ``compiler_version``, ``input_model``, ``output_model``, ``*_size_bytes``,
+    ``on_chip_memory_used_bytes``, ``on_chip_memory_remaining_bytes``,
+    ``off_chip_memory_used_bytes``, ``subgraphs``, ``total_ops``, ``tpu_ops``,
+    ``cpu_ops``, ``operations`` (rows of the Operator/Count/Status table), ``all_mapped``.
+
+    The compiler prints the "will run on Edge TPU/CPU" counts only when some ops fall
+    back; otherwise the counts come from the table, or (no table) all ops are mapped.
+    """
+    report: dict[str, Any] = {}
+    m = re.search(r"Edge TPU Compiler version (\S+)", stdout) or (
+        re.search(r"Edge TPU Compiler version (\S+)", log_text) if log_text else None
+    )
+    report["compiler_version"] = m.group(1) if m else None
+    for key, pattern in _FIELDS.items():
+        m = re.search(pattern, stdout, re.M)
+        report[key] = m.group(1).strip() if m else None
+    for key, pattern in _SIZES.items():
+        m = re.search(pattern, stdout, re.M)
+        report[key] = parse_size(m.group(1)) if m else None
+    for key, pattern in _COUNTS.items():
+        m = re.search(pattern, stdout, re.M)
+        report[key] = int(m.group(1)) if m else None
+    rows = parse_operation_table(log_text or "") or parse_operation_table(stdout)
+    report["operations"] = rows
+    table_tpu = sum(r["count"] for r in rows if r["on_tpu"])
+    table_total = sum(r["count"] for r in rows)
+    total = report["total_ops"] if report["total_ops"] is not None else (table_total or None)
+    reported = report.pop("reported_tpu_ops")
+    report.pop("reported_cpu_ops")
+    if reported is not None:
+        tpu = reported
+    elif rows:
+        tpu = table_tpu
+    else:
+        tpu = total  # the compiler is silent about fallback only when everything maps
+    report["total_ops"] = total
+    report["tpu_ops"] = tpu
+    report["cpu_ops"] = (total - tpu) if total is not None and tpu is not None else None
+    report["all_mapped"] = bool(total) and tpu == total
+    return report
+
+
+def tpu_share(report: Any) -> tuple[int, int]:
+    """``(tpu_ops, total_ops)`` of a compiler report dict or an offline CompatReport."""
+    if hasattr(report, "tpu_ops") and hasattr(report, "total_ops"):
+        return int(report.tpu_ops), int(report.total_ops)
+    return int(report.get("tpu_ops") or 0), int(report.get("total_ops") or 0)
+
+
+def tpu_op_threshold(report: Any, min_share: float, fail: bool = False) -> str | None:
+    """Compare the share of ops on the Edge TPU with ``--min-tpu-ops``.
+
+    Args:
+        report: the compiler's report dict (after compiling) or the offline
+            :class:`~edgekit.edgetpu_rules.CompatReport` (no compiler).
+        min_share: 0..1, e.g. 0.95.
+        fail: raise instead of returning a warning (``--strict-tpu-ops``).
+
+    Returns:
+        None when the share is met, else a one-line warning.
+
+    Raises:
+        UsageError: ``min_share`` outside 0..1.
+        CompilerError: below the threshold and ``fail`` is set.
+    """
+    if not 0.0 <= float(min_share) <= 1.0:
+        raise UsageError(f"--min-tpu-ops {min_share} is not a share", "give a number from 0 to 1, e.g. 0.95")
+    tpu, total = tpu_share(report)
+    share = tpu / total if total else 0.0
+    if share >= float(min_share):
+        return None
+    what = "are predicted to run" if hasattr(report, "cut") else "run"
+    message = (
+        f"only {tpu} of {total} ops ({share:.0%}) {what} on the Edge TPU, below --min-tpu-ops {float(min_share):g}"
+    )
+    if fail:
+        raise CompilerError(message, "see which ops fall back: edgekit inspect MODEL --target edgetpu")
+    return message
+
+
+def compile_for_edgetpu(
+    int8_model: str | Path,
+    out_dir: str | Path,
+    *,
+    compiler: str | None = None,
+    min_runtime_version: int | None = None,
+    min_tpu_ops: float | None = None,
+    strict_tpu_ops: bool = False,
+    timeout_s: float = 180,
+) -> dict[str, Any]:
+    """The whole Edge TPU step of ``edgekit build``: offline check, compile, threshold.
+
+    Returns a JSON-ready dict for the bundle manifest: ``status`` ("compiled" /
+    "not compiled"), ``reason``, ``compiled_file`` (name in ``out_dir`` or None),
+    ``min_runtime_version``, ``offline`` (the CompatReport dict), ``compiler`` (the
+    compiler report or None) and ``warnings`` (lines for build.log / the console).
+
+    Raises:
+        CompilerError: compile failure/timeout/0 ops mapped, or the threshold with
+            ``strict_tpu_ops``.
+    """
+    from edgekit.edgetpu_rules import check_model
+
+    offline = check_model(int8_model, min_runtime_version)
+    warnings = list(offline.warnings)
+    result = compile_model(int8_model, out_dir, compiler, timeout_s, min_runtime_version)
+    if result.status != "compiled":
+        warnings.append(result.reason)
+    judged = result.report if result.status == "compiled" else offline
+    if min_tpu_ops is not None:
+        message = tpu_op_threshold(judged, min_tpu_ops, fail=strict_tpu_ops)
+        if message:
+            warnings.append(message)
+    if result.status == "compiled":
+        off_chip = result.report.get("off_chip_memory_used_bytes") or 0
+        if off_chip:
+            warnings.append(
+                f"{off_chip / 1024**2:.2f} MiB of parameters stream from the host on every inference "
+                "(they do not fit the on-chip cache)"
+            )
+    return {
+        "status": result.status,
+        "reason": result.reason,
+        "compiled_file": result.compiled_path.name if result.compiled_path else None,
+        "min_runtime_version": min_runtime_version,
+        "offline": offline.to_dict(),
+        "compiler": result.report or None,
+        "warnings": warnings,
+    }

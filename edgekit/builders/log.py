@@ -1,0 +1,53 @@
+"""Build logging: every step timed, written to the console and to the bundle's build.log."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class BuildLog:
+    """Collects timestamped lines; echoes them to stderr unless ``quiet``."""
+
+    def __init__(self, quiet: bool = False):
+        self.lines: list[str] = []
+        self.quiet = quiet
+        self.t0 = time.perf_counter()
+
+    def info(self, msg: str) -> None:
+        """Record a line and show it."""
+        line = f"[{time.perf_counter() - self.t0:7.2f}s] {msg}"
+        self.lines.append(line)
+        if not self.quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    def warn(self, msg: str) -> None:
+        """Record and show a warning."""
+        self.info(f"WARNING: {msg}")
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[dict]:
+        """Time a step: ``with log.step("convert fp32") as s: ...``; ``s["seconds"]`` afterwards."""
+        info: dict = {}
+        t = time.perf_counter()
+        self.info(f"{name} ...")
+        try:
+            yield info
+        finally:
+            info["seconds"] = round(time.perf_counter() - t, 3)
+        self.info(f"{name}: done in {info['seconds']:.2f}s")
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def progress(iterable, desc: str, total: int | None = None):
+    """A tqdm progress bar on stderr when tqdm is installed (it is in the build extra)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        return iterable
+    return tqdm(iterable, desc=desc, total=total, file=sys.stderr, leave=False, mininterval=0.2,
+                disable=None, dynamic_ncols=True)

@@ -1,0 +1,99 @@
+"""TFLite builder for the edgetpu, rpi and cpu targets (TensorFlow's own converter).
+
+Variants: ``fp32``; ``fp16`` (float16 weights, float32 compute on XNNPACK); ``int8``
+(full-integer: int8 weights and activations, uint8 or int8 I/O, calibrated with the
+representative dataset). Conversion goes SavedModel -> ``TFLiteConverter.from_saved_model``;
+``from_concrete_functions`` is avoided because it can write a weightless model that outputs
+NaN without any error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.builders.log import progress
+from edgekit.errors import ModelError
+
+PRECISION = {"fp32": "float32", "fp16": "float16-weights", "int8": "int8"}
+
+
+def convert(saved_model: Path, variant: str, representative: np.ndarray | None = None,
+            io_dtype: str = "uint8") -> bytes:
+    """Convert a static-shape SavedModel to a TFLite flatbuffer of the given variant."""
+    import tensorflow as tf
+
+    conv = tf.lite.TFLiteConverter.from_saved_model(str(saved_model))
+    if variant == "fp16":
+        conv.optimizations = [tf.lite.Optimize.DEFAULT]
+        conv.target_spec.supported_types = [tf.float16]
+    elif variant == "int8":
+        if representative is None or not len(representative):
+            raise ModelError("int8 conversion needs calibration images", "pass --calib DIR")
+        conv.optimizations = [tf.lite.Optimize.DEFAULT]
+
+        def rep():
+            for x in progress(representative, "int8 calibration"):
+                yield [x[None].astype(np.float32)]
+
+        conv.representative_dataset = rep
+        conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        conv.inference_input_type = {"uint8": tf.uint8, "int8": tf.int8}[io_dtype]
+        conv.inference_output_type = conv.inference_input_type
+    elif variant != "fp32":
+        raise ModelError(f"unknown TFLite variant {variant!r}", "use fp32, fp16 or int8")
+    try:
+        return conv.convert()
+    except Exception as exc:  # the converter raises ConverterError and friends
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"TFLite conversion ({variant}) failed: {first}",
+                         "the model uses ops TFLite cannot convert; see build.log with --debug") from exc
+
+
+def build(ctx, target, out_dir: Path) -> dict:
+    """Convert, write and verify every variant the target asks for; returns manifest parts."""
+    from edgekit.runtime.litert import LiteRTRuntime, spec_from_details
+
+    variants = list(ctx.options.get("variants") or target.build.get("variants", ["fp32"]))
+    io_dtype = ctx.options.get("io_dtype") or target.build.get("io_dtype", "uint8")
+    saved = ctx.saved_model()
+    models, verification, coverage = [], {}, {}
+    for variant in variants:
+        with ctx.log.step(f"[{target.name}] convert {variant}") as step:
+            rep = ctx.representative() if variant == "int8" else None
+            blob = convert(saved, variant, rep, io_dtype)
+        fname = f"{ctx.name}_{variant}.tflite"
+        (out_dir / fname).write_bytes(blob)
+        with LiteRTRuntime(out_dir / fname, delegate="xnnpack") as rt:
+            spec = spec_from_details(rt._interp.get_input_details()[0], ctx.float_spec)
+            outputs = [_output_dict(d) for d in rt.output_details]
+            desc = rt.describe()
+        coverage[variant] = {k: desc[k] for k in ("total_nodes", "delegated_nodes", "cpu_nodes")}
+        coverage[variant]["delegate"] = "XNNPACK"
+        models.append({"name": variant, "file": fname, "format": "tflite", "precision": PRECISION[variant],
+                       "input": spec.to_dict(), "outputs": outputs, "convert_seconds": step["seconds"],
+                       "bytes": len(blob)})
+        verification[variant] = ctx.verify(
+            variant, lambda tensors, f=out_dir / fname: _run_checked(f, tensors), spec
+        )
+    return {"models": models, "verification": verification, "delegation": coverage,
+            "default_model": target.build.get("default", variants[0]) if target.build.get("default") in variants
+            else variants[0]}
+
+
+def _run_checked(path: Path, tensors: np.ndarray) -> np.ndarray:
+    from edgekit.builders.verify import run_litert
+
+    out = run_litert(path, tensors)
+    if not np.all(np.isfinite(out)):
+        raise ModelError(f"{path.name} produces NaN/Inf outputs: the conversion is broken",
+                         "report it with build.log; try another TensorFlow version")
+    return out
+
+
+def _output_dict(detail: dict) -> dict:
+    scale, zero_point = detail.get("quantization", (0.0, 0))
+    return {"name": detail["name"], "shape": [int(s) for s in detail["shape"]],
+            "dtype": np.dtype(detail["dtype"]).name,
+            "scale": float(scale) if scale else None, "zero_point": int(zero_point) if scale else None}

@@ -1,0 +1,210 @@
+"""Bundles: the directory ``edgekit build`` hands to a device.
+
+A bundle holds model file(s), ``labels.txt``, ``build.log`` and ``edgekit.json``, a public
+versioned manifest (stdlib json only, so any tool can read it). Model files are never
+modified to carry metadata. Bundles are written to a temporary sibling directory and
+renamed into place, so a reader never sees a half-written one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgekit.errors import BundleError
+from edgekit.image import InputSpec
+
+FORMAT_VERSION = 1
+MANIFEST = "edgekit.json"
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model file in a bundle (a bundle may carry several precisions)."""
+
+    name: str
+    file: str
+    format: str
+    precision: str
+    input: InputSpec
+    outputs: list[dict]
+    extra: dict
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ModelEntry:
+        known = {"name", "file", "format", "precision", "input", "outputs"}
+        return cls(
+            name=d["name"],
+            file=d["file"],
+            format=d["format"],
+            precision=d["precision"],
+            input=InputSpec.from_dict(d["input"]),
+            outputs=list(d.get("outputs", [])),
+            extra={k: v for k, v in d.items() if k not in known},
+        )
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A loaded, checked bundle. ``manifest`` is the raw edgekit.json dict."""
+
+    path: Path
+    manifest: dict
+
+    @property
+    def target(self) -> str:
+        return self.manifest["target"]
+
+    @property
+    def models(self) -> list[ModelEntry]:
+        return [ModelEntry.from_dict(m) for m in self.manifest["models"]]
+
+    def model(self, name: str | None = None) -> ModelEntry:
+        """The model called ``name``, or the bundle's default model."""
+        name = name or self.manifest.get("default_model")
+        for m in self.models:
+            if m.name == name:
+                return m
+        names = ", ".join(m.name for m in self.models)
+        raise BundleError(f"bundle {self.path} has no model {name!r}", f"choose one of: {names}")
+
+    def model_path(self, name: str | None = None) -> Path:
+        return self.path / self.model(name).file
+
+    @property
+    def input_spec(self) -> InputSpec:
+        return self.model().input
+
+    @property
+    def labels(self) -> list[str]:
+        name = self.manifest.get("labels")
+        if not name:
+            return []
+        return (self.path / name).read_text(encoding="utf-8").splitlines()
+
+    @property
+    def runtime(self) -> dict:
+        return self.manifest.get("runtime", {})
+
+
+def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
+    """Read and check a bundle directory.
+
+    Raises BundleError when the directory or manifest is missing or corrupt, the manifest
+    comes from a newer edgekit, or (with ``check_hashes``) a file's sha256 differs.
+    """
+    path = Path(path)
+    mpath = path / MANIFEST
+    if not path.is_dir():
+        raise BundleError(f"bundle {path} does not exist", "build one with: edgekit build ...")
+    if not mpath.is_file():
+        raise BundleError(f"{path} is not an edgekit bundle (no {MANIFEST})", "build one with: edgekit build ...")
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{mpath} is corrupt: {exc}", "rebuild the bundle") from exc
+    if not isinstance(manifest, dict) or "format_version" not in manifest:
+        raise BundleError(f"{mpath} is not an edgekit manifest (no format_version)", "rebuild the bundle")
+    version = manifest["format_version"]
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise BundleError(
+            f"{path} uses bundle format {version}; this edgekit reads up to {FORMAT_VERSION}",
+            "upgrade edgekit on this device",
+        )
+    for key in ("target", "models", "files"):
+        if key not in manifest:
+            raise BundleError(f"{mpath} lacks {key!r}", "rebuild the bundle")
+    if check_hashes:
+        for name, digest in manifest["files"].items():
+            fpath = path / name
+            if not fpath.is_file():
+                raise BundleError(f"bundle {path} is missing {name}", "copy the whole bundle directory again")
+            if sha256_file(fpath) != digest:
+                raise BundleError(
+                    f"{fpath} does not match its sha256 in {MANIFEST} (corrupt or modified)",
+                    "copy the bundle again or rebuild it",
+                )
+    try:
+        bundle = Bundle(path=path, manifest=manifest)
+        bundle.model()
+    except (KeyError, TypeError) as exc:
+        raise BundleError(f"{mpath} has a malformed model entry: {exc}", "rebuild the bundle") from exc
+    return bundle
+
+
+class BundleWriter:
+    """Write a bundle into a temporary directory, then rename it into place.
+
+    Use as a context manager: on an exception (Ctrl-C included) the temporary directory is
+    removed and any existing bundle at ``dest`` is left untouched.
+
+    >>> with BundleWriter("dist/demo-cpu") as w:          # doctest: +SKIP
+    ...     shutil.copy(model, w.dir / "model.tflite")
+    ...     w.commit(manifest)
+    """
+
+    def __init__(self, dest: str | Path):
+        self.dest = Path(dest)
+        self.dir: Path | None = None
+        self._committed = False
+
+    def __enter__(self) -> BundleWriter:
+        self.dest.parent.mkdir(parents=True, exist_ok=True)
+        self.dir = Path(tempfile.mkdtemp(prefix=f".{self.dest.name}.tmp-", dir=self.dest.parent))
+        return self
+
+    def commit(self, manifest: dict[str, Any]) -> Path:
+        """Hash every file, write edgekit.json last, and rename the bundle into place."""
+        assert self.dir is not None, "use BundleWriter as a context manager"
+        files = {}
+        for f in sorted(self.dir.rglob("*")):
+            if f.is_file() and f.name != MANIFEST:
+                files[f.relative_to(self.dir).as_posix()] = sha256_file(f)
+        manifest = {"format_version": FORMAT_VERSION, **manifest, "files": files}
+        tmp = self.dir / (MANIFEST + ".part")
+        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=False, default=_json_default) + "\n")
+        os.replace(tmp, self.dir / MANIFEST)
+        os.chmod(self.dir, 0o755)  # noqa: S103 - mkdtemp makes 0700; bundles are meant to be shared
+        old = None
+        if self.dest.exists():
+            old = self.dest.with_name(f".{self.dest.name}.old-{os.getpid()}")
+            os.replace(self.dest, old)
+        os.replace(self.dir, self.dest)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        self._committed = True
+        return self.dest
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if not self._committed and self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _json_default(obj: Any) -> Any:
+    try:
+        import numpy as np
+
+        if isinstance(obj, np.generic):
+            return obj.item()
+        if isinstance(obj, np.ndarray):
+            return obj.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")

@@ -1,0 +1,78 @@
+"""The ``edgekit`` command: a thin layer over the Python API.
+
+Each verb lives in its own module exposing ``configure(parser)`` and ``main(args) -> int``;
+those modules import heavy libraries (TensorFlow, ONNX) only inside ``main``, so
+``edgekit run`` on a device never pays for the build side. Errors raised as
+:class:`~edgekit.errors.EdgekitError` become one line on stderr and a non-zero exit code;
+``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import traceback
+
+from edgekit.errors import EdgekitError
+
+VERBS = {
+    "build": ("edgekit.builders.command", "convert a model into verified bundles for one or more targets"),
+    "inspect": ("edgekit.inspect", "show which ops of a .tflite run where (Edge TPU, XNNPACK)"),
+    "run": ("edgekit.run", "run a bundle on a camera and print results and stage latencies"),
+    "bench": ("edgekit.bench", "benchmark bundles/models side by side with honest statistics"),
+    "serve": ("edgekit.daemon", "on-device service: camera -> model -> MQTT/HTTP metrics"),
+    "doctor": ("edgekit.doctor", "report what this machine can build and run, and what is missing"),
+    "targets": ("edgekit.targets_command", "list targets and whether this machine can build/run each"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (verbs whose module is missing are left out)."""
+    from edgekit import __version__
+
+    parser = argparse.ArgumentParser(prog="edgekit", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"edgekit {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    for verb, (module_name, help_text) in VERBS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue  # verb not shipped in this build
+            raise
+        p = sub.add_parser(verb, help=help_text, description=help_text)
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+        module.configure(p)
+        p.set_defaults(_main=module.main)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``edgekit`` console script."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ logs off the user's screen
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "verb", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._main(args) or 0)
+    except EdgekitError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"edgekit {args.verb}: error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"  fix: {exc.hint}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        if args.debug:
+            traceback.print_exc()
+        print(f"edgekit {args.verb}: interrupted; nothing half-written was left behind", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

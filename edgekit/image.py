@@ -1,0 +1,228 @@
+"""Preprocessing: frame -> model input tensor. The ONE copy of this code.
+
+Calibration on the host and inference on the device both call :class:`Preprocessor`, so
+an int8 model is calibrated on exactly the tensors it will later be fed.
+
+Frames follow OpenCV's convention: ``uint8`` arrays, 2-D for gray, ``HxWx3`` in B,G,R
+order for colour (``HxWx4`` BGRA is accepted and its alpha dropped).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+_INTERPOLATION = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR, "nearest": cv2.INTER_NEAREST}
+_INT_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-32768, 32767)}
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """Everything needed to turn a camera frame into the model's input tensor.
+
+    ``shape`` includes the batch dimension. ``mean``/``std`` are in pixel units (0-255):
+    ``x = (pixel - mean) / std``; for a quantised input ``q = round(x / scale) + zero_point``.
+    ``crop`` is ``None`` (whole frame), ``"square"`` (largest centred square) or
+    ``[h, w]`` (a centred window of that many pixels, clamped to the frame).
+    """
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    layout: str = "NHWC"
+    scale: float | None = None
+    zero_point: int | None = None
+    colour: str = "rgb"
+    crop: Any = None
+    resize: str = "stretch"
+    interpolation: str = "area"
+    mean: tuple[float, ...] = (0.0,)
+    std: tuple[float, ...] = (255.0,)
+    name: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def height(self) -> int:
+        return self.shape[1] if self.layout == "NHWC" else self.shape[2]
+
+    @property
+    def width(self) -> int:
+        return self.shape[2] if self.layout == "NHWC" else self.shape[3]
+
+    @property
+    def channels(self) -> int:
+        return self.shape[3] if self.layout == "NHWC" else self.shape[1]
+
+    @property
+    def quantized(self) -> bool:
+        return self.dtype in _INT_RANGES
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict (the ``input`` section of edgekit.json)."""
+        d = asdict(self)
+        d["shape"] = list(self.shape)
+        d["mean"], d["std"] = list(self.mean), list(self.std)
+        d["crop"] = list(self.crop) if isinstance(self.crop, (list, tuple)) else self.crop
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> InputSpec:
+        """Inverse of :meth:`to_dict`; unknown keys are kept in ``extra``."""
+        known = {f for f in cls.__dataclass_fields__}
+        kw = {k: v for k, v in d.items() if k in known and k != "extra"}
+        kw["shape"] = tuple(int(s) for s in kw["shape"])
+        for key in ("mean", "std"):
+            if key in kw:
+                kw[key] = tuple(float(v) for v in kw[key])
+        if isinstance(kw.get("crop"), list):
+            kw["crop"] = tuple(kw["crop"])
+        extra = dict(d.get("extra", {}))
+        extra.update({k: v for k, v in d.items() if k not in known})
+        return cls(**kw, extra=extra)
+
+    def with_quantization(self, dtype: str, scale: float | None, zero_point: int | None) -> InputSpec:
+        """The same preprocessing feeding a tensor of another dtype/quantisation."""
+        d = self.to_dict()
+        d.update(dtype=dtype, scale=scale, zero_point=zero_point)
+        return InputSpec.from_dict(d)
+
+
+def crop_center(frame: np.ndarray, crop: Any) -> np.ndarray:
+    """Return a centred view of ``frame`` (no copy). See :class:`InputSpec` for ``crop``."""
+    h, w = frame.shape[:2]
+    if crop is None or crop == "none":
+        return frame
+    if crop == "square":
+        ch = cw = min(h, w)
+    else:
+        ch, cw = min(int(crop[0]), h), min(int(crop[1]), w)
+    top, left = (h - ch) // 2, (w - cw) // 2
+    return frame[top : top + ch, left : left + cw]
+
+
+def convert_colour(frame: np.ndarray, colour: str) -> np.ndarray:
+    """Convert an OpenCV-convention frame (gray, BGR or BGRA) to ``gray``, ``rgb`` or ``bgr``."""
+    if frame.ndim == 3 and frame.shape[2] == 1:
+        frame = frame[:, :, 0]
+    if frame.ndim == 2:
+        if colour == "gray":
+            return frame
+        return cv2.cvtColor(frame, cv2.COLOR_GRAY2RGB if colour == "rgb" else cv2.COLOR_GRAY2BGR)
+    if frame.shape[2] == 4:
+        code = {"gray": cv2.COLOR_BGRA2GRAY, "rgb": cv2.COLOR_BGRA2RGB, "bgr": cv2.COLOR_BGRA2BGR}[colour]
+        return cv2.cvtColor(frame, code)
+    if colour == "bgr":
+        return frame
+    return cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY if colour == "gray" else cv2.COLOR_BGR2RGB)
+
+
+def resize(frame: np.ndarray, height: int, width: int, mode: str = "stretch", interpolation: str = "area"):
+    """Resize to ``height x width``; ``letterbox`` keeps the aspect ratio and pads with black."""
+    inter = _INTERPOLATION[interpolation]
+    h, w = frame.shape[:2]
+    if (h, w) == (height, width):
+        return frame
+    if mode == "stretch":
+        return cv2.resize(frame, (width, height), interpolation=inter)
+    scale = min(height / h, width / w)
+    nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
+    inner = cv2.resize(frame, (nw, nh), interpolation=inter)
+    out = np.zeros((height, width) + frame.shape[2:], dtype=frame.dtype)
+    top, left = (height - nh) // 2, (width - nw) // 2
+    out[top : top + nh, left : left + nw] = inner
+    return out
+
+
+def pixel_lut(spec: InputSpec) -> np.ndarray:
+    """A ``(channels, 256)`` table mapping a uint8 pixel straight to the input value.
+
+    Normalisation and quantisation are per-pixel functions of an 8-bit value, so they
+    fold into one table lookup: this is what makes preprocessing cheap on a Pi.
+    """
+    pixels = np.arange(256, dtype=np.float64)
+    channels = spec.channels
+    mean = np.broadcast_to(np.asarray(spec.mean, dtype=np.float64), (channels,))
+    std = np.broadcast_to(np.asarray(spec.std, dtype=np.float64), (channels,))
+    x = (pixels[None, :] - mean[:, None]) / std[:, None]
+    if spec.quantized:
+        if not spec.scale:
+            raise ValueError(f"input dtype {spec.dtype} needs a quantisation scale")
+        lo, hi = _INT_RANGES[spec.dtype]
+        q = np.round(x / spec.scale) + (spec.zero_point or 0)
+        return np.clip(q, lo, hi).astype(spec.dtype)
+    return x.astype(spec.dtype)
+
+
+class Preprocessor:
+    """Turns frames into input tensors for one :class:`InputSpec`.
+
+    Build it once per model: it precomputes the pixel lookup table. Calling it returns a
+    new array with the batch dimension, owned by the caller. It holds no mutable state, so
+    one instance may be shared between threads.
+    """
+
+    def __init__(self, spec: InputSpec):
+        self.spec = spec
+        self._lut = pixel_lut(spec)
+        self._lut_1d = self._lut[0] if spec.channels == 1 or np.all(self._lut == self._lut[0]) else None
+
+    def shaped(self, frame: np.ndarray) -> np.ndarray:
+        """Crop, colour-convert and resize a frame to ``H x W (x C)`` uint8 (no normalisation)."""
+        s = self.spec
+        if frame.dtype != np.uint8:
+            raise ValueError(f"frames must be uint8, got {frame.dtype}")
+        img = crop_center(frame, s.crop)
+        img = convert_colour(img, "gray" if s.channels == 1 else s.colour)
+        return resize(img, s.height, s.width, s.resize, s.interpolation)
+
+    def __call__(self, frame: np.ndarray) -> np.ndarray:
+        return self.finish(self.shaped(frame))
+
+    def finish(self, img: np.ndarray) -> np.ndarray:
+        """Normalise/quantise an image already returned by :meth:`shaped` into a batch of one."""
+        if self._lut_1d is not None:
+            out = self._lut_1d[img]  # one gather for every channel
+        else:
+            out = np.stack([self._lut[c][img[..., c]] for c in range(self.spec.channels)], axis=-1)
+        if out.ndim == 2:
+            out = out[:, :, None]
+        if self.spec.layout == "NCHW":
+            out = out.transpose(2, 0, 1)
+        return np.ascontiguousarray(out[None])
+
+
+def preprocess(frame: np.ndarray, spec: InputSpec) -> np.ndarray:
+    """One-off convenience: ``Preprocessor(spec)(frame)``. Build a Preprocessor in loops."""
+    return Preprocessor(spec)(frame)
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
+
+
+class ImageReadError(ValueError):
+    """A file that is not a readable image (wrong format or truncated)."""
+
+
+def read_image(path: str | Path) -> np.ndarray:
+    """Read an image file as an OpenCV-convention uint8 frame (gray, BGR).
+
+    Raises ImageReadError for files OpenCV cannot decode, including truncated ones.
+    16-bit images are scaled to 8 bits; alpha is dropped.
+    """
+    data = np.fromfile(str(path), dtype=np.uint8)
+    img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+    if img is None:
+        raise ImageReadError(f"{path}: not a readable image")
+    if data[:2].tobytes() == b"\xff\xd8" and b"\xff\xd9" not in data[-64:].tobytes():
+        # libjpeg decodes a cut-off JPEG with only a warning and grey fill: refuse it.
+        raise ImageReadError(f"{path}: truncated JPEG")
+    if img.dtype == np.uint16:
+        img = (img >> 8).astype(np.uint8)
+    elif img.dtype != np.uint8:
+        img = cv2.normalize(img, None, 0, 255, cv2.NORM_MINMAX).astype(np.uint8)
+    if img.ndim == 3 and img.shape[2] == 4:
+        img = cv2.cvtColor(img, cv2.COLOR_BGRA2BGR)
+    return img

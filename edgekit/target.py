@@ -1,0 +1,108 @@
+"""Targets: one flat TOML file each, read into a frozen dataclass.
+
+A target says how an artifact is made (builder + build options) and how it is run
+(runtime adapter + options). The files ship inside the package (edgekit/targets/) so an
+installed edgekit knows them; ``--target path/to/file.toml`` loads a custom one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgekit.errors import TargetError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 devices only
+    import tomli as tomllib
+
+TARGETS_DIR = Path(__file__).parent / "targets"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A deployment target as declared in ``targets/<name>.toml``."""
+
+    name: str
+    summary: str
+    builder: str
+    adapter: str
+    build_requires: tuple[str, ...]
+    run_requires: tuple[str, ...]
+    build_hint: str
+    run_hint: str
+    build: dict[str, Any] = field(default_factory=dict)
+    runtime_options: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+    def can_build(self) -> tuple[bool, str]:
+        """Whether this machine has the Python modules the builder needs, and why not."""
+        return _have_modules(self.build_requires, self.build_hint)
+
+    def can_run(self) -> tuple[bool, str]:
+        """Whether this machine has what the runtime adapter needs, and why not."""
+        ok, why = _have_modules(self.run_requires, self.run_hint)
+        if not ok:
+            return ok, why
+        needs_lib = self.runtime_options.get("delegate") == "edgetpu"
+        if needs_lib and not _have_shared_library("libedgetpu.so.1"):
+            return False, "libedgetpu.so.1 not found (install libedgetpu1-std from Coral's apt repository)"
+        return True, "ok"
+
+
+def _have_modules(names: tuple[str, ...], hint: str) -> tuple[bool, str]:
+    missing = [n for n in names if importlib.util.find_spec(n) is None]
+    if missing:
+        return False, f"missing {', '.join(missing)} ({hint})"
+    return True, "ok"
+
+
+def _have_shared_library(name: str) -> bool:
+    import ctypes.util
+
+    if ctypes.util.find_library(name.split(".so")[0].removeprefix("lib")):
+        return True
+    for d in ("/usr/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/local/lib"):
+        if (Path(d) / name).exists():
+            return True
+    return shutil.which(name) is not None
+
+
+def available_targets() -> list[str]:
+    """Names of the targets shipped with edgekit, sorted."""
+    return sorted(p.stem for p in TARGETS_DIR.glob("*.toml"))
+
+
+def load_target(name_or_path: str) -> Target:
+    """Load a shipped target by name, or a custom target from a ``.toml`` path."""
+    path = Path(name_or_path)
+    if path.suffix != ".toml":
+        path = TARGETS_DIR / f"{name_or_path}.toml"
+    if not path.is_file():
+        known = ", ".join(available_targets())
+        raise TargetError(f"unknown target {name_or_path!r}", f"choose one of: {known}, or give a .toml path")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise TargetError(f"target file {path} is not valid TOML: {exc}") from exc
+    try:
+        return Target(
+            name=raw["name"],
+            summary=raw["summary"],
+            builder=raw["builder"],
+            adapter=raw["adapter"],
+            build_requires=tuple(raw.get("build_requires", ())),
+            run_requires=tuple(raw.get("run_requires", ())),
+            build_hint=raw.get("build_hint", "pip install 'edgekit[build]'"),
+            run_hint=raw.get("run_hint", "pip install 'edgekit[litert]'"),
+            build=dict(raw.get("build", {})),
+            runtime_options=dict(raw.get("runtime", {}).get("options", {})),
+            source=str(path),
+        )
+    except KeyError as exc:
+        raise TargetError(f"target file {path} lacks the required key {exc.args[0]!r}") from exc

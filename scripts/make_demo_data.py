@@ -1,0 +1,91 @@
+"""Make the bundled demo's image sets (run by ``make data``; the outputs are committed).
+
+- calib/fashion/: 400 Fashion-MNIST training images (28x28 gray png), seed 0.
+- eval/fashion/<class>/: 50 Fashion-MNIST test (t10k) images per class, disjoint from calib.
+- calib/frames/: 64 camera-like 640x360 frames made from scikit-image's bundled photos, some
+  with a demo object in the centre window, so int8 calibration also sees what a camera sends.
+
+Sources: Fashion-MNIST (Zalando, MIT licence) from Debian's dataset-fashion-mnist; photos from
+scikit-image's data module (public domain / CC0, see skimage.data docs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from robot.datasets import FASHION_CLASSES, load_fashion
+
+PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "camera", "coins", "moon", "page", "text", "brick",
+          "grass", "gravel", "cell", "clock", "hubble_deep_field", "immunohistochemistry")
+
+
+def photo_frames(n: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``n`` 640x360 BGR frames cut and scaled from scikit-image's bundled photos."""
+    from skimage import data
+
+    photos = []
+    for name in PHOTOS:
+        try:
+            img = getattr(data, name)()
+        except Exception:  # noqa: S112 - some images need optional downloads: skip them
+            continue
+        code = cv2.COLOR_GRAY2BGR if img.ndim == 2 else cv2.COLOR_RGB2BGR
+        img = cv2.cvtColor(img if img.ndim == 2 else img[..., :3], code)
+        photos.append(img.astype(np.uint8))
+    frames = []
+    for i in range(n):
+        img = photos[i % len(photos)]
+        h, w = img.shape[:2]
+        scale = rng.uniform(0.6, 1.0)
+        ch, cw = int(h * scale), int(min(w, h * scale * 16 / 9))
+        top, left = rng.integers(0, h - ch + 1), rng.integers(0, w - cw + 1)
+        frames.append(cv2.resize(img[top : top + ch, left : left + cw], (640, 360), interpolation=cv2.INTER_AREA))
+    return frames
+
+
+def paste_object(frame: np.ndarray, item: np.ndarray, size: int = 200) -> np.ndarray:
+    """Put a Fashion-MNIST item (light on black) into the centre window, as if held up to the camera."""
+    out = frame.copy()
+    h, w = out.shape[:2]
+    top, left = (h - size) // 2, (w - size) // 2
+    big = cv2.resize(item, (size, size), interpolation=cv2.INTER_LINEAR)
+    out[top : top + size, left : left + size] = cv2.cvtColor(big, cv2.COLOR_GRAY2BGR)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", default=".", help="repository root")
+    args = ap.parse_args()
+    root = Path(args.root)
+    rng = np.random.default_rng(0)
+    train_x, train_y, _ = load_fashion("train")
+    test_x, test_y, _ = load_fashion("t10k")
+    calib = root / "calib" / "fashion"
+    shutil.rmtree(calib, ignore_errors=True)
+    calib.mkdir(parents=True)
+    for i in rng.permutation(len(train_x))[:400]:
+        cv2.imwrite(str(calib / f"train_{i:05d}.png"), train_x[i])
+    ev = root / "eval" / "fashion"
+    shutil.rmtree(ev, ignore_errors=True)
+    for c, name in enumerate(FASHION_CLASSES):
+        (ev / name).mkdir(parents=True)
+        for i in np.flatnonzero(test_y == c)[:50]:
+            cv2.imwrite(str(ev / name / f"t10k_{i:05d}.png"), test_x[i])
+    frames_dir = root / "calib" / "frames"
+    shutil.rmtree(frames_dir, ignore_errors=True)
+    frames_dir.mkdir(parents=True)
+    for i, frame in enumerate(photo_frames(64, rng)):
+        if i % 2:  # half the frames show an object in the crop window, half only the scene
+            frame = paste_object(frame, train_x[rng.integers(len(train_x))])
+        cv2.imwrite(str(frames_dir / f"frame_{i:03d}.jpg"), frame, [cv2.IMWRITE_JPEG_QUALITY, 80])
+    print(f"wrote {calib}, {ev}, {frames_dir}")
+
+
+if __name__ == "__main__":
+    main()

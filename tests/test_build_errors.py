@@ -1,0 +1,145 @@
+"""Bad input to edgekit build: one clear line, non-zero exit, no traceback, no bundle that looks good."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from edgekit.cli import main
+from tests.conftest import CALIB, DEMO_MODEL, EVAL, FRAMES
+
+
+def run_cli(capsys, *argv):
+    code = main(["build", *argv])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return code, err
+
+
+def base(tmp_path, model=DEMO_MODEL, calib=CALIB, target="cpu", extra=()):
+    return ["--model", str(model), "--target", target, "--calib", str(calib), "--out", str(tmp_path / "dist"),
+            "--quiet", "--variants", "fp32", *extra]
+
+
+def error_line(err):
+    lines = [line for line in err.splitlines() if "error:" in line]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_missing_model(tmp_path, capsys):
+    code, err = run_cli(capsys, *base(tmp_path, model=tmp_path / "nope.keras"))
+    assert code == 2 and "does not exist" in error_line(err)
+
+
+@pytest.mark.parametrize("name,content,message", [
+    ("bad.keras", b"garbage" * 100, "must be a zip archive"),
+    ("bad.h5", b"garbage" * 100, "not an HDF5 file"),
+    ("model.pt", b"\x80\x02", "unsupported model format"),
+    ("bad.onnx", b"garbage", "not a valid ONNX model"),
+])
+def test_corrupt_or_unsupported_model(tmp_path, capsys, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    target = "jetson" if name.endswith(".onnx") else "cpu"
+    code, err = run_cli(capsys, *base(tmp_path, model=path, target=target))
+    assert code == 2 and message in error_line(err)
+    assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())
+
+
+def test_truncated_keras_zip(tmp_path, capsys):
+    path = tmp_path / "cut.keras"
+    path.write_bytes(DEMO_MODEL.read_bytes()[:-2000])
+    code, err = run_cli(capsys, *base(tmp_path, model=path))
+    assert code == 2 and "cut.keras" in error_line(err)
+
+
+def test_unknown_target(tmp_path, capsys):
+    code, err = run_cli(capsys, *base(tmp_path, target="coral-dev-99"))
+    assert code == 2 and "unknown target" in error_line(err) and "edgetpu" in err
+
+
+def test_empty_and_unreadable_calibration(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, err = run_cli(capsys, *base(tmp_path, calib=empty))
+    assert code == 2 and "no images" in error_line(err)
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    for i in range(3):
+        (junk / f"{i}.png").write_text("not a png")
+    code, err = run_cli(capsys, *base(tmp_path, calib=junk))
+    assert code == 2 and "readable image" in error_line(err)
+    code, err = run_cli(capsys, *base(tmp_path, calib=tmp_path / "missing"))
+    assert code == 2 and "does not exist" in error_line(err)
+
+
+def test_broken_files_are_skipped_and_counted(tmp_path, capsys):
+    mixed = tmp_path / "mixed"
+    shutil.copytree(CALIB, mixed)
+    (mixed / "notes.txt").write_text("hello")
+    (mixed / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 20)
+    jpg = next(FRAMES.glob("*.jpg")).read_bytes()
+    (mixed / "cut.jpg").write_bytes(jpg[: len(jpg) // 3])
+    main(["build", *base(tmp_path, calib=mixed)[:-3], "--variants", "fp32"])
+    err = capsys.readouterr().err
+    assert "skipped 3 calibration file(s): 2 unreadable/truncated, 1 not images" in err
+    assert (tmp_path / "dist" / "demo-cpu" / "edgekit.json").is_file()
+
+
+def test_eval_folder_without_classes(tmp_path, capsys):
+    flat = tmp_path / "flat"
+    shutil.copytree(CALIB, flat)
+    code, err = run_cli(capsys, *base(tmp_path, extra=("--eval", str(flat))))
+    assert code == 2 and "no class subfolders" in error_line(err)
+
+
+def test_output_not_writable(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    argv = base(tmp_path)
+    argv[argv.index("--out") + 1] = str(blocker / "dist")
+    code, err = run_cli(capsys, *argv)
+    assert code == 2 and "cannot write" in error_line(err)
+
+
+def test_accuracy_gate_failure_leaves_no_good_looking_bundle(tmp_path, capsys):
+    dist = tmp_path / "dist"
+    stale = dist / "demo-cpu"
+    stale.mkdir(parents=True)
+    (stale / "edgekit.json").write_text("{}")  # an older bundle that no longer matches this model
+    code, err = run_cli(capsys, *base(tmp_path, extra=("--eval", str(EVAL), "--min-accuracy-ratio", "1.5")))
+    assert code == 3 and "ratio" in error_line(err)
+    assert not stale.exists()
+    import json
+
+    rejected = json.loads((dist / "demo-cpu.rejected" / "edgekit.json").read_text())
+    assert rejected["verification"]["passed"] is False
+
+
+def test_ctrl_c_during_conversion_leaves_nothing(tmp_path, capsys, monkeypatch):
+    import edgekit.builders.tflite as tflite
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tflite, "convert", interrupted)
+    code, err = run_cli(capsys, *base(tmp_path))
+    assert code == 130 and "interrupted" in err
+    assert list((tmp_path / "dist").iterdir()) == []  # no temp dir, no bundle
+
+
+def test_debug_shows_traceback(tmp_path, capsys):
+    main(["build", "--debug", *base(tmp_path, model=tmp_path / "nope.keras")])
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_targets_lists_all_with_capabilities(capsys):
+    assert main(["targets"]) == 0
+    out = capsys.readouterr().out
+    for name in ("edgetpu", "rpi", "cpu", "jetson"):
+        assert name in out
+    assert "libedgetpu" in out  # the Edge TPU runtime is not on this machine: says why
+
+

@@ -1,0 +1,68 @@
+"""Bundle manifest: atomic writes and the checks a device makes before trusting a bundle."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edgekit.bundle import FORMAT_VERSION, BundleWriter, load_bundle
+from edgekit.errors import BundleError
+from edgekit.image import InputSpec
+
+SPEC = InputSpec(shape=(1, 4, 4, 1), colour="gray").to_dict()
+
+
+def _manifest():
+    return {"target": "cpu", "default_model": "fp32",
+            "models": [{"name": "fp32", "file": "m.tflite", "format": "tflite", "precision": "float32",
+                        "input": SPEC, "outputs": []}]}
+
+
+def _write(dest):
+    with BundleWriter(dest) as w:
+        (w.dir / "m.tflite").write_bytes(b"model-bytes")
+        w.commit(_manifest())
+    return dest
+
+
+def test_writer_hashes_every_file_and_loads(tmp_path):
+    b = load_bundle(_write(tmp_path / "b"))
+    assert b.manifest["format_version"] == FORMAT_VERSION
+    assert set(b.manifest["files"]) == {"m.tflite"}
+    assert b.input_spec.shape == (1, 4, 4, 1)
+    assert [p.name for p in tmp_path.iterdir()] == ["b"]  # no temp dirs left
+
+
+def test_interrupted_write_leaves_nothing_and_keeps_old(tmp_path):
+    dest = _write(tmp_path / "b")
+    with pytest.raises(KeyboardInterrupt), BundleWriter(dest) as w:
+        (w.dir / "m.tflite").write_bytes(b"half")
+        raise KeyboardInterrupt
+    assert [p.name for p in tmp_path.iterdir()] == ["b"]
+    assert (dest / "m.tflite").read_bytes() == b"model-bytes"
+
+
+def test_tampered_file_is_refused(tmp_path):
+    dest = _write(tmp_path / "b")
+    (dest / "m.tflite").write_bytes(b"evil")
+    with pytest.raises(BundleError, match="sha256"):
+        load_bundle(dest)
+
+
+def test_missing_corrupt_and_newer_manifest(tmp_path):
+    with pytest.raises(BundleError, match="does not exist"):
+        load_bundle(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BundleError, match="not an edgekit bundle"):
+        load_bundle(tmp_path / "empty")
+    dest = _write(tmp_path / "b")
+    (dest / "edgekit.json").write_text("{ not json")
+    with pytest.raises(BundleError, match="corrupt"):
+        load_bundle(dest)
+    dest = _write(tmp_path / "c")
+    m = json.loads((dest / "edgekit.json").read_text())
+    m["format_version"] = FORMAT_VERSION + 1
+    (dest / "edgekit.json").write_text(json.dumps(m))
+    with pytest.raises(BundleError, match="upgrade edgekit"):
+        load_bundle(dest)
