@@ -67,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         if exc.hint:
             print(f"  fix: {exc.hint}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:
+        # `edgekit inspect --json | head`: the reader left; that is not an error worth a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         if args.debug:
             traceback.print_exc()

@@ -38,7 +38,7 @@ def test_int8_bundle_is_full_integer_with_uint8_io(demo_bundles):
     assert model["input"]["dtype"] == "uint8" and model["input"]["scale"] > 0
     assert model["input"]["shape"] == [1, 32, 32, 1]
     assert model["outputs"][0]["dtype"] == "uint8"
-    assert m["runtime"]["options"]["delegate"] == "edgetpu"
+    assert m["runtime"]["options"]["delegate"] == "edgetpu"  # on a device; the plain int8 model says xnnpack
 
 
 def test_cpu_bundles_record_measured_xnnpack_coverage(demo_bundles):
@@ -120,3 +120,55 @@ def test_build_side_imports_tensorflow_only_inside_functions():
             "print(sorted(m for m in ('tensorflow', 'keras', 'torch', 'tf2onnx') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out.strip().replace("'", '"')) == []
+
+
+@pytest.fixture()
+def fake_compiler(tmp_path, monkeypatch):
+    """The stand-in edgetpu_compiler (a test double of the process boundary) on PATH."""
+    import os
+    import shutil
+
+    from tests.conftest import ROOT
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "edgetpu_compiler"
+    body = (ROOT / "tests" / "fixtures" / "edgetpu" / "edgetpu_compiler").read_text().split("\n", 1)[1]
+    script.write_text(f"#!{sys.executable}\n{body}")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert shutil.which("edgetpu_compiler") == str(script)
+    return monkeypatch
+
+
+def test_edgetpu_build_compiles_and_keeps_plain_int8(tmp_path, fake_compiler):
+    from edgekit.builders.pipeline import build
+
+    [r] = build(DEMO_MODEL, "edgetpu", [CALIB, FRAMES], out=tmp_path / "out", quiet=True)
+    m = load_bundle(r.bundle).manifest
+    names = {x["name"]: x for x in m["models"]}
+    assert set(names) == {"int8", "int8_edgetpu"} and m["default_model"] == "int8_edgetpu"
+    assert names["int8_edgetpu"]["file"] == "demo_int8_edgetpu.tflite"
+    assert names["int8_edgetpu"]["runtime_options"] == {"delegate": "edgetpu"}
+    assert names["int8"]["runtime_options"] == {"delegate": "xnnpack"}
+    assert m["edgetpu"]["status"] == "compiled" and m["edgetpu"]["offline"]["op_share"] == 1.0
+    assert "demo_int8_edgetpu.tflite" in m["files"]
+
+
+def test_edgetpu_compiler_failure_fails_the_build(tmp_path, fake_compiler, capsys):
+    from edgekit.cli import main
+
+    fake_compiler.setenv("EDGEKIT_FAKE_EDGETPU_MODE", "fail")
+    code = main(["build", "--model", str(DEMO_MODEL), "--target", "edgetpu", "--calib", str(CALIB),
+                 "--out", str(tmp_path / "out"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and "edgetpu_compiler" in err
+    assert not (tmp_path / "out" / "demo-edgetpu").exists()
+
+
+def test_edgetpu_bundle_without_compiler_says_not_compiled(demo_bundles):
+    m = load_bundle(demo_bundles["edgetpu"].bundle).manifest
+    if m["edgetpu"]["status"] == "compiled":
+        pytest.skip("a real edgetpu_compiler is installed here")
+    assert m["edgetpu"]["status"] == "not compiled" and "apt" in m["edgetpu"]["reason"]
+    assert m["default_model"] == "int8" and m["edgetpu"]["offline"]["cache_status"] == "fits"

@@ -107,7 +107,8 @@ def format_table(results) -> str:
                 deleg = f"{cov['delegated_nodes']}/{cov['total_nodes']} XNNPACK"
             elif m.get("edgetpu"):
                 et = m["edgetpu"]
-                deleg = f"{et.get('predicted_tpu_share', 0):.0%} TPU ({et.get('status', '?')})"
+                off = et.get("offline", {})
+                deleg = f"TPU {off.get('tpu_ops', '?')}/{off.get('total_ops', '?')} predicted, {et.get('status')}"
             elif model["format"] == "onnx":
                 deleg = "TensorRT on device"
             else:

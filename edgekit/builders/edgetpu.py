@@ -106,24 +106,26 @@ def compile_model(
     """
     tflite_path = Path(tflite_path)
     out_dir = Path(out_dir)
+    if min_runtime_version is not None and (not str(min_runtime_version).isdigit() or int(min_runtime_version) < 1):
+        raise UsageError(f"bad --min-runtime-version {min_runtime_version!r}", "give an integer such as 13 or 14")
     exe = find_compiler(compiler)
     if exe is None:
         return CompileResult(None, "not compiled", ABSENT_REASON, {})
     if not tflite_path.is_file():
         raise CompilerError(f"model {tflite_path} does not exist", "build the int8 model first")
-    if min_runtime_version is not None and (not str(min_runtime_version).isdigit() or int(min_runtime_version) < 1):
-        raise UsageError(f"bad --min-runtime-version {min_runtime_version!r}", "give an integer such as 13 or 14")
     out_dir.mkdir(parents=True, exist_ok=True)
-    args = [exe, "--out_dir", str(out_dir), "--show_operations"]
+    # Absolute paths: a relative name starting with "-" would read as a flag.
+    args = [exe, "--out_dir", str(out_dir.resolve()), "--show_operations"]
     if min_runtime_version is not None:
         args += ["--min_runtime_version", str(int(min_runtime_version))]
-    args.append(str(tflite_path))
+    args.append(str(tflite_path.resolve()))
 
     rc, stdout, stderr = _run(args, timeout_s)
     output = stdout + ("\n" + stderr if stderr.strip() else "")
     if rc is None:
         raise CompilerError(
-            f"edgetpu_compiler timed out after {timeout_s:g} s (killed): {_compiler_message(output) or 'no output'}",
+            f"edgetpu_compiler timed out after {timeout_s:g} s (killed); its output: "
+            f"{_compiler_message(output, banner=True) or 'none'}",
             "raise the timeout, or compile a smaller model; the compiler's own limit is 180 s",
         )
     if rc != 0 or re.search(r"^Compilation failed", output, re.M):
@@ -138,7 +140,7 @@ def compile_model(
     log_text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.is_file() else None
     report = parse_compiler_output(stdout, log_text)
     report.update(
-        command=[Path(exe).name, *args[1:-1], tflite_path.name],  # no host paths in the manifest
+        command=[Path(exe).name, "--out_dir", out_dir.name, *args[3:-1], tflite_path.name],  # no host paths
         min_runtime_version=int(min_runtime_version) if min_runtime_version is not None else None,
         log_file=log_path.name if log_text is not None else None,
     )
@@ -175,15 +177,22 @@ def _run(args: list[str], timeout_s: float) -> tuple[int | None, str, str]:
         out, err = proc.communicate(timeout=timeout_s)
         return proc.returncode, out or "", err or ""
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, AttributeError):
-            proc.kill()
+        _kill_group(proc)
         try:
             out, err = proc.communicate(timeout=_KILL_GRACE_S)
         except subprocess.TimeoutExpired:  # a grandchild escaped the group and holds the pipes
             out, err = "", ""
         return None, out or "", err or ""
+    except BaseException:
+        _kill_group(proc)  # Ctrl-C: in its own session the compiler would not get the SIGINT
+        raise
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, AttributeError):
+        proc.kill()
 
 
 _BANNER = re.compile(
@@ -191,9 +200,11 @@ _BANNER = re.compile(
 )
 
 
-def _compiler_message(output: str, limit: int = 500) -> str:
-    """The compiler's own words, minus its banner lines, on one line."""
-    lines = [ln.strip() for ln in output.splitlines() if ln.strip() and not _BANNER.match(ln.strip())]
+def _compiler_message(output: str, limit: int = 500, banner: bool = False) -> str:
+    """The compiler's own words on one line (banner lines dropped unless ``banner``)."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    if not banner:
+        lines = [ln for ln in lines if not _BANNER.match(ln)]
     text = "; ".join(lines)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -355,10 +366,11 @@ def compile_for_edgetpu(
     from edgekit.edgetpu_rules import check_model
 
     offline = check_model(int8_model, min_runtime_version)
-    warnings = list(offline.warnings)
     result = compile_model(int8_model, out_dir, compiler, timeout_s, min_runtime_version)
+    warnings: list[str] = []
     if result.status != "compiled":
-        warnings.append(result.reason)
+        # Without the compiler the prediction is all there is; with it, its report wins.
+        warnings += [*offline.warnings, result.reason]
     judged = result.report if result.status == "compiled" else offline
     if min_tpu_ops is not None:
         message = tpu_op_threshold(judged, min_tpu_ops, fail=strict_tpu_ops)

@@ -77,9 +77,45 @@ def build(ctx, target, out_dir: Path) -> dict:
         verification[variant] = ctx.verify(
             variant, lambda tensors, f=out_dir / fname: _run_checked(f, tensors), spec
         )
-    return {"models": models, "verification": verification, "delegation": coverage,
-            "default_model": target.build.get("default", variants[0]) if target.build.get("default") in variants
-            else variants[0]}
+    default = target.build.get("default") if target.build.get("default") in variants else variants[0]
+    parts = {"models": models, "verification": verification, "default_model": default}
+    if target.build.get("compile") and "int8" in variants:
+        parts.update(_edgetpu(ctx, out_dir, models, verification))
+    else:
+        parts["delegation"] = coverage
+    return parts
+
+
+def _edgetpu(ctx, out_dir: Path, models: list[dict], verification: dict) -> dict:
+    """Offline Edge TPU report, then edgetpu_compiler when installed (see builders/edgetpu.py)."""
+    from edgekit.builders.edgetpu import compile_for_edgetpu
+
+    int8 = next(m for m in models if m["name"] == "int8")
+    with ctx.log.step("[edgetpu] compatibility check and edgetpu_compiler"):
+        report = compile_for_edgetpu(
+            out_dir / int8["file"], out_dir, compiler=ctx.options.get("compiler"),
+            min_runtime_version=ctx.options.get("min_runtime_version"), min_tpu_ops=ctx.options.get("min_tpu_ops"),
+            strict_tpu_ops=bool(ctx.options.get("strict_tpu_ops")),
+        )
+    report["offline"]["model"] = int8["file"]  # not the temporary build path
+    for warning in report.get("warnings", []):
+        ctx.log.warn(warning)
+    off = report["offline"]
+    ctx.log.info(f"[edgetpu] predicted on the TPU: {off['tpu_ops']}/{off['total_ops']} ops, "
+                 f"{off['parameter_share']:.0%} of parameters; cache {off['cache_status']}; {report['status']}")
+    # The plain int8 model runs on the CPU (XNNPACK) wherever it goes: the Edge TPU delegate
+    # would take none of its ops, so never pretend it is an Edge TPU model.
+    int8["runtime_options"] = {"delegate": "xnnpack"}
+    default = "int8"
+    if report["status"] == "compiled":
+        compiled = dict(int8, name="int8_edgetpu", file=report["compiled_file"],
+                        bytes=(out_dir / report["compiled_file"]).stat().st_size,
+                        runtime_options={"delegate": "edgetpu"})
+        models.append(compiled)
+        # Same graph and weights; only the TPU can run it, so it is verified through the int8 model.
+        verification["int8_edgetpu"] = dict(verification["int8"], note="verified through the plain int8 model")
+        default = "int8_edgetpu"
+    return {"edgetpu": report, "default_model": default}
 
 
 def _run_checked(path: Path, tensors: np.ndarray) -> np.ndarray:

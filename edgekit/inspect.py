@@ -1,0 +1,260 @@
+"""``edgekit inspect MODEL --target T``: what will run where, op by op.
+
+- ``--target edgetpu``: the offline Edge TPU prediction (:mod:`edgekit.edgetpu_rules`):
+  every op with its dtypes, whether the Edge TPU runs it and why not, where the graph is
+  cut, the share of ops and parameters on the TPU and the parameter cache estimate.
+- ``--target rpi`` / ``cpu`` (any LiteRT target): *measured* XNNPACK delegation -- the
+  model is loaded with the LiteRT runtime the device uses and the interpreter's plan
+  says which nodes XNNPACK took and which stay on LiteRT's built-in kernels.
+
+MODEL is a ``.tflite`` file or a bundle directory (its default model). No TensorFlow
+is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from edgekit.errors import ModelError, UsageError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``inspect`` arguments."""
+    parser.add_argument("model", metavar="MODEL", help="a .tflite file or a bundle directory")
+    parser.add_argument(
+        "--target",
+        help="edgetpu, rpi, cpu or a target .toml (default: the bundle's target, else edgetpu)",
+    )
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    parser.add_argument("--model-name", help="which model of a bundle (default: its default model)")
+    parser.add_argument(
+        "--min-runtime-version",
+        type=int,
+        help="edgetpu: oldest Edge TPU runtime to support (ops newer than it count as unsupported)",
+    )
+    parser.add_argument("--threads", type=int, help="rpi/cpu: interpreter threads (default: the target's)")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the verb; returns the exit code (0: report printed)."""
+    from edgekit.target import load_target
+
+    path, bundle_target = _resolve_model(Path(args.model), args.model_name)
+    target = load_target(args.target or bundle_target or "edgetpu")
+    if target.runtime_options.get("delegate") == "edgetpu":
+        result = inspect_edgetpu(path, args.min_runtime_version)
+        text = format_edgetpu(result)
+    elif target.adapter.startswith("edgekit.runtime.litert:"):
+        options = dict(target.runtime_options)
+        if args.threads:
+            options["num_threads"] = args.threads
+        result = inspect_litert(path, delegate=options.get("delegate", "xnnpack"),
+                                num_threads=options.get("num_threads"))  # fmt: skip
+        text = format_litert(result)
+    else:
+        raise UsageError(
+            f"inspect reads TFLite targets; {target.name} runs through {target.adapter}",
+            "use --target edgetpu, rpi or cpu",
+        )
+    result = {"target": target.name, **result}
+    if args.json:
+        json.dump(result, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        print(f"target {target.name}: {text}")
+    return 0
+
+
+def _resolve_model(path: Path, name: str | None) -> tuple[Path, str | None]:
+    if path.is_dir():
+        from edgekit.bundle import load_bundle
+
+        bundle = load_bundle(path)
+        return bundle.model_path(name), bundle.target
+    if not path.is_file():
+        raise ModelError(f"model {path} does not exist", "give a .tflite file or a bundle directory")
+    if path.suffix != ".tflite":
+        raise ModelError(f"{path} is not a .tflite model", "inspect reads .tflite files and bundles")
+    return path, None
+
+
+# ---------------------------------------------------------------------------------------
+# Edge TPU: offline prediction
+
+
+def inspect_edgetpu(path: Path, runtime_version: int | None = None) -> dict[str, Any]:
+    """The offline Edge TPU report as a dict, plus whether a compiler is installed."""
+    from edgekit.builders.edgetpu import ABSENT_REASON, find_compiler
+    from edgekit.edgetpu_rules import check_model
+
+    report = check_model(path, runtime_version)
+    compiler = find_compiler(None)
+    return {
+        "mode": "edgetpu-offline",
+        "model": str(path),
+        "report": report.to_dict(),
+        "compiler": compiler,
+        "compiler_note": (
+            f"edgetpu_compiler found ({compiler}): edgekit build --target edgetpu compiles and reports the real mapping"
+            if compiler
+            else ABSENT_REASON.split(";")[0]
+        ),
+    }
+
+
+def format_edgetpu(result: dict[str, Any]) -> str:
+    """Human-readable text for :func:`inspect_edgetpu`'s dict."""
+    from edgekit.edgetpu_rules import format_bytes
+
+    r = result["report"]
+    lines = [
+        f"{result['model']} (offline prediction for Edge TPU runtime {r['runtime_version']}+; "
+        "edgetpu_compiler has the last word)",
+        "",
+    ]
+    rows = [(row["opcode"], str(row["count"]), row["dtypes"], "yes" if row["on_tpu"] else "no",
+             "" if row["reason"] == "mapped" else row["reason"]) for row in r["rows"]]  # fmt: skip
+    lines += _table(("OP", "COUNT", "DTYPE", "EDGE TPU", "REASON"), rows)
+    lines.append("")
+    cut = r["cut"]
+    if r["compiled"]:
+        lines.append("already compiled: ops inside edgetpu-custom-op run on the Edge TPU")
+    elif cut is None:
+        lines.append("cut: none (the whole graph maps to one Edge TPU segment)")
+    else:
+        lines.append(f"cut: op {cut['index']} {cut['opcode']} ({cut['reason']}); it and every later op run on the CPU")
+    lines.append(f"ops on the Edge TPU: {r['tpu_ops']} of {r['total_ops']} ({r['op_share']:.0%})")
+    lines.append(
+        f"parameters on the Edge TPU: {format_bytes(r['tpu_parameter_bytes'])} of {format_bytes(r['parameter_bytes'])} "
+        f"({r['parameter_share']:.0%})"
+    )
+    lines.append(f"cache ({r['cache_status']}): {r['cache_message']}")
+    notes = sorted({f"{op['opcode']}: {n}" for op in r["ops"] for n in op["notes"]})
+    lines += [f"note: {n}" for n in notes]
+    shown = (r["cache_message"], "graph cut at", "no op is predicted")  # already printed above
+    lines += [f"warning: {w}" for w in r["warnings"] if not w.startswith(shown)]
+    lines.append(result["compiler_note"])
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# LiteRT/XNNPACK: measured delegation
+
+
+def delegated_nodes(ops: list[dict]) -> set[int]:
+    """Indices of original nodes that delegate kernels replaced.
+
+    Same walk as :func:`edgekit.runtime.litert.delegation_coverage`: the interpreter
+    lists the original nodes, then one ``DELEGATE`` node per partition; a partition is
+    every node between the kernel's input tensors and its output tensors.
+    """
+    original = [o for o in ops if o.get("op_name") != "DELEGATE"]
+    producer = {int(t): o["index"] for o in original for t in o["outputs"]}
+    by_index = {o["index"]: o for o in original}
+    delegated: set[int] = set()
+    for kernel in (o for o in ops if o.get("op_name") == "DELEGATE"):
+        boundary = {int(t) for t in kernel["inputs"]}
+        stack = [int(t) for t in kernel["outputs"]]
+        while stack:
+            tensor = stack.pop()
+            node = producer.get(tensor)
+            if tensor in boundary or node is None or node in delegated:
+                continue
+            delegated.add(node)
+            stack.extend(int(t) for t in by_index[node]["inputs"] if t >= 0)
+    return delegated
+
+
+def inspect_litert(path: Path, delegate: str = "xnnpack", num_threads: int | None = None) -> dict[str, Any]:
+    """Load the model with LiteRT and report which nodes the delegate took (measured).
+
+    Needs only the LiteRT runtime (no ``tflite`` schema package), so it runs on a device.
+    """
+    from edgekit.runtime.litert import LiteRTRuntime
+
+    with LiteRTRuntime(path, delegate=delegate, num_threads=num_threads) as rt:
+        info = rt.describe()
+        # No public API exposes the execution plan; the adapter's delegation() reads it too.
+        ops = rt._interp._get_ops_details()
+        dtypes = {int(t["index"]): t["dtype"].__name__ for t in rt._interp.get_tensor_details()}
+        graph_inputs = {int(d["index"]) for d in rt._interp.get_input_details()}
+    taken = delegated_nodes(ops)
+    original = [o for o in ops if o.get("op_name") != "DELEGATE"]
+    # Activations are graph inputs or produced by a node; every other input is a constant.
+    activations = graph_inputs | {int(t) for o in original for t in o["outputs"]}
+    per_op = [
+        {
+            "index": o["index"],
+            "opcode": o["op_name"],
+            "dtypes": _dtype_label([dtypes.get(int(t), "?") for t in o["inputs"] if int(t) in activations],
+                                   [dtypes.get(int(t), "?") for t in o["outputs"]]),
+            "delegated": o["index"] in taken,
+        }
+        for o in original
+    ]  # fmt: skip
+    counts: dict[tuple, int] = {}
+    for p in per_op:
+        key = (p["opcode"], p["dtypes"], p["delegated"])
+        counts[key] = counts.get(key, 0) + 1
+    rows = [{"opcode": k[0], "count": n, "dtypes": k[1], "delegated": k[2]} for k, n in counts.items()]
+    return {
+        "mode": "litert-measured",
+        "model": str(path),
+        "runtime": {k: info[k] for k in ("backend", "version", "delegate_requested", "num_threads")},
+        "delegate_applied": info["delegate_applied"],
+        "total_nodes": info["total_nodes"],
+        "delegated_nodes": info["delegated_nodes"],
+        "cpu_nodes": info["cpu_nodes"],
+        "delegate_kernels": info["delegate_kernels"],
+        "rows": rows,
+        "ops": per_op,
+    }
+
+
+def _dtype_label(ins: list[str], outs: list[str]) -> str:
+    """Same style as :meth:`edgekit.tflite_graph.Graph.dtype_label`: ``int8`` or ``uint8->int8``."""
+    ins, outs = list(dict.fromkeys(ins)), list(dict.fromkeys(outs))
+    if not ins or ins == outs:
+        return ",".join(outs or ins) or "-"
+    return f"{','.join(ins)}->{','.join(outs)}"
+
+
+def format_litert(result: dict[str, Any]) -> str:
+    """Human-readable text for :func:`inspect_litert`'s dict."""
+    rt = result["runtime"]
+    delegate = rt["delegate_requested"]
+    header = "XNNPACK" if delegate == "xnnpack" else delegate.upper()
+    lines = [
+        f"{result['model']} (measured: {rt['backend']} {rt['version']}, delegate {delegate}, "
+        f"threads {rt['num_threads'] or 'default'})",
+        "",
+    ]
+    rows = [(r["opcode"], str(r["count"]), r["dtypes"], "yes" if r["delegated"] else "no",
+             "" if r["delegated"] else "LiteRT built-in CPU kernel") for r in result["rows"]]  # fmt: skip
+    lines += _table(("OP", "COUNT", "DTYPE", header, "RUNS ON"), rows)
+    lines.append("")
+    lines.append(
+        f"delegated: {result['delegated_nodes']} of {result['total_nodes']} nodes in "
+        f"{result['delegate_kernels']} {header} partition(s); {result['cpu_nodes']} on LiteRT's built-in kernels"
+    )
+    if delegate != "none" and not result["delegate_applied"]:
+        lines.append(f"warning: the {delegate} delegate took no node; everything runs on built-in kernels")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    right = {1}  # counts right-aligned
+
+    def fmt(cells: tuple[str, ...]) -> str:
+        parts = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
+        return "  ".join(parts).rstrip()
+
+    return [fmt(header), *(fmt(r) for r in rows)]

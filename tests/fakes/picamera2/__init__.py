@@ -1,0 +1,170 @@
+"""A fake ``picamera2`` package for tests (the real one needs a Raspberry Pi's libcamera).
+
+It checks the calls a caller makes the way the real library would reject them (configure
+before start, start before capture, lores no larger than main and YUV420 before the Pi 5,
+known formats only) and records them in ``CALLS``. ``capture_array`` returns ``SCENE`` (a
+BGR image, settable) resized to the stream size and packed in the byte order picamera2
+uses for that format: "RGB888" -> B,G,R; "BGR888" -> R,G,B; "XRGB8888" -> B,G,R,255;
+"XBGR8888" -> R,G,B,255; "YUV420" -> I420 planes with rows padded to a 64-byte stride.
+
+Knobs (module attributes, reset with ``reset()``): ``CAMERAS`` (attached cameras),
+``PI5`` (lores may be RGB), ``HANG_AFTER`` (capture_array blocks after that many frames,
+like a camera whose cable came loose, until ``close()``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import TimeoutError as FutureTimeoutError
+
+import cv2
+import numpy as np
+
+FORMATS = ("RGB888", "BGR888", "XRGB8888", "XBGR8888", "YUV420")
+DEFAULT_SIZE = (640, 480)
+
+
+def _default_scene() -> np.ndarray:
+    y, x = np.mgrid[0:120, 0:160]
+    return np.stack([x * 255 // 159, y * 255 // 119, (x + y) % 256], -1).astype(np.uint8)
+
+
+def reset() -> None:
+    """Restore the default knobs and clear the call log."""
+    global CAMERAS, PI5, HANG_AFTER, SCENE
+    CAMERAS = [{"Model": "imx708", "Num": 0}]
+    PI5 = False
+    HANG_AFTER = None
+    SCENE = _default_scene()
+    CALLS.clear()
+    INSTANCES.clear()
+
+
+CALLS: list[tuple] = []
+INSTANCES: list = []
+CAMERAS: list[dict] = []
+PI5 = False
+HANG_AFTER: int | None = None
+SCENE: np.ndarray = _default_scene()
+reset()
+
+
+def pack(bgr: np.ndarray, fmt: str) -> np.ndarray:
+    """``bgr`` laid out as picamera2 returns format ``fmt``."""
+    h, w = bgr.shape[:2]
+    pad = np.full((h, w, 1), 255, np.uint8)
+    if fmt == "RGB888":
+        return bgr.copy()
+    if fmt == "BGR888":
+        return np.ascontiguousarray(bgr[..., ::-1])
+    if fmt == "XRGB8888":
+        return np.concatenate([bgr, pad], -1)
+    if fmt == "XBGR8888":
+        return np.concatenate([bgr[..., ::-1], pad], -1)
+    if fmt == "YUV420":
+        i420 = cv2.cvtColor(bgr, cv2.COLOR_BGR2YUV_I420)  # (h*3/2, w)
+        stride = -(-w // 64) * 64
+        y, chroma = i420[:h], i420[h:].reshape(-1, w // 2)  # U rows then V rows, w/2 each
+        out = np.zeros((h * 3 // 2, stride), np.uint8)
+        out[:h, :w] = y
+        halves = out.reshape(-1, stride // 2)  # chroma rows are half a stride
+        halves[2 * h : 2 * h + chroma.shape[0], : w // 2] = chroma
+        return out
+    raise ValueError(fmt)
+
+
+class Picamera2:
+    """Just enough of picamera2.Picamera2 for edgekit's source."""
+
+    def __init__(self, camera_num: int = 0):
+        CALLS.append(("__init__", camera_num))
+        if camera_num >= len(CAMERAS):
+            raise IndexError("list index out of range")  # what picamera2 raises with no camera
+        self.camera_num = camera_num
+        self.config: dict | None = None
+        self.started = False
+        self.closed = False
+        self.frames = 0
+        self.first_capture_logged = False
+        self._released = threading.Event()
+        INSTANCES.append(self)
+
+    @staticmethod
+    def global_camera_info() -> list[dict]:
+        return list(CAMERAS)
+
+    def create_video_configuration(self, main=None, lores=None, raw=None, transform=None, colour_space=None,
+                                   buffer_count=6, controls=None, display="main", encode="main", queue=True,
+                                   sensor=None, use_case="video"):  # fmt: skip
+        CALLS.append(("create_video_configuration", {"main": main, "lores": lores, "controls": controls,
+                                                     "buffer_count": buffer_count, "queue": queue}))  # fmt: skip
+        main = {"format": "XBGR8888", "size": DEFAULT_SIZE, **(main or {})}
+        for stream in (main, lores):
+            if stream is not None and stream.get("format") not in FORMATS:
+                raise RuntimeError(f"Format {stream.get('format')} not supported")
+        if lores is not None:
+            lores = {"format": "YUV420", **lores}
+            if "size" not in lores:
+                raise RuntimeError("lores stream needs a size")
+            if lores["size"][0] > main["size"][0] or lores["size"][1] > main["size"][1]:
+                raise RuntimeError("lores stream dimensions may not exceed main stream")
+            if not PI5 and lores["format"] != "YUV420":
+                raise RuntimeError("lores stream must be YUV")
+        return {"main": main, "lores": lores, "controls": dict(controls or {}), "queue": queue,
+                "buffer_count": buffer_count}  # fmt: skip
+
+    def configure(self, config: dict) -> None:
+        CALLS.append(("configure", config))
+        if self.started:
+            raise RuntimeError("Camera must be stopped before configuring")
+        self.config = config
+
+    def camera_configuration(self) -> dict:
+        return self.config
+
+    def start(self) -> None:
+        CALLS.append(("start",))
+        if self.config is None:
+            raise RuntimeError("Camera has not been configured")
+        self.started = True
+
+    def stop(self) -> None:
+        CALLS.append(("stop",))
+        self.started = False
+
+    def close(self) -> None:
+        CALLS.append(("close",))
+        self.closed = True
+        self.started = False
+        self._released.set()
+
+    def capture_array(self, name: str = "main", wait=None, signal_function=None):
+        """Blocking by default; ``wait=False`` returns a job for :meth:`wait`, as picamera2 does."""
+        if not self.started:
+            raise RuntimeError("Camera is not running")
+        if not (self.config and self.config.get(name)):
+            raise KeyError(f"stream {name!r} is not configured")
+        job = _Job(name)
+        if not self.first_capture_logged:
+            self.first_capture_logged = True  # the grabber captures continuously: log once
+            CALLS.append(("capture_array", name, wait))
+        return job if wait is False else self.wait(job)
+
+    def wait(self, job: _Job, timeout: float | None = None) -> np.ndarray:
+        """The job's array once its frame completes; concurrent.futures.TimeoutError after
+        ``timeout`` seconds, like picamera2's Job.get_result."""
+        if HANG_AFTER is not None and self.frames >= HANG_AFTER:
+            if not self._released.wait(timeout):  # a dead camera: the request never completes
+                raise FutureTimeoutError()
+            raise RuntimeError("Camera closed")
+        time.sleep(1.0 / float(self.config["controls"].get("FrameRate", 100.0)))
+        self.frames += 1
+        stream = self.config[job.name]
+        w, h = stream["size"]
+        return pack(cv2.resize(SCENE, (w, h), interpolation=cv2.INTER_AREA), stream["format"])
+
+
+class _Job:
+    def __init__(self, name: str):
+        self.name = name

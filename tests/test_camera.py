@@ -1,0 +1,764 @@
+"""Camera sources: URIs, newest-frame semantics, pacing, and every way a camera fails.
+
+Real OpenCV reads real video files (made here from scikit-image's bundled photos) and a
+real HTTP MJPEG stream on 127.0.0.1; picamera2 is a fake module (tests/fakes/picamera2)
+because the real one only imports on a Raspberry Pi.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import types
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from skimage import data
+
+from edgekit.camera import (
+    PICAMERA2_TO_BGR,
+    Frame,
+    FrameSource,
+    ImageFolderSource,
+    LatestFrameSource,
+    OpenCVSource,
+    Picamera2Source,
+    SyntheticSource,
+    VideoFileSource,
+    open_camera,
+    synthetic_frame,
+)
+from edgekit.errors import BackendUnavailable, CameraError
+
+FAKES = Path(__file__).parent / "fakes"
+W, H, FPS, N = 160, 120, 30, 60
+
+
+def _scene() -> np.ndarray:
+    return cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR)
+
+
+def _clip_frames(n: int = N) -> list[np.ndarray]:
+    """A camera panning across the astronaut photo."""
+    img = _scene()
+    return [cv2.resize(img[i * 2 : i * 2 + 360, i * 3 : i * 3 + 480], (W, H), interpolation=cv2.INTER_AREA)
+            for i in range(n)]  # fmt: skip
+
+
+def _write(path: Path, frames: list[np.ndarray], fourcc: str, fps: float) -> Path:
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*fourcc), fps, (W, H))
+    assert writer.isOpened()
+    for f in frames:
+        writer.write(f)
+    writer.release()
+    return path
+
+
+def _decode_all(path: Path) -> list[np.ndarray]:
+    cap = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
+    out = []
+    while True:
+        ok, f = cap.read()
+        if not ok:
+            break
+        out.append(f)
+    cap.release()
+    return out
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory) -> Path:
+    return _write(tmp_path_factory.mktemp("clip") / "clip.avi", _clip_frames(), "MJPG", FPS)
+
+
+@pytest.fixture(scope="module")
+def clip_frames(clip) -> list[np.ndarray]:
+    frames = _decode_all(clip)
+    assert len(frames) == N
+    return frames
+
+
+# ----------------------------------------------------------------------------------------------
+# open_camera: URIs and options
+# ----------------------------------------------------------------------------------------------
+
+
+def test_uris_pick_the_right_source(clip, tmp_path):
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    cv2.imwrite(str(folder / "a.png"), _clip_frames(1)[0])
+    cases = {
+        f"file:{clip}": VideoFileSource,
+        str(clip): VideoFileSource,
+        f"folder:{folder}": ImageFolderSource,
+        str(folder): ImageFolderSource,
+        "synthetic": SyntheticSource,
+        "synthetic:64x48@10": SyntheticSource,
+    }
+    for uri, cls in cases.items():
+        with open_camera(uri) as cam:
+            assert type(cam) is cls, uri
+            assert isinstance(cam, FrameSource)
+            frame = next(cam)
+            assert isinstance(frame, Frame) and frame.array.dtype == np.uint8 and frame.index == 0
+        assert cam.closed
+    with open_camera("synthetic:64x48@10") as cam:
+        assert next(cam).array.shape == (48, 64, 3)
+        assert cam.stats()["nominal_fps"] == 10
+
+
+@pytest.mark.parametrize(
+    "uri, words",
+    [
+        ("foo:bar", "unknown camera"),
+        ("missing.mp4", "no such video file"),
+        ("file:missing.avi", "no such video file"),
+        ("folder:/definitely/not/here", "no such folder"),
+        ("v4l2:abc", "bad camera URI"),
+        ("synthetic:big", "bad camera URI"),
+        ("picamera2:x", "bad camera URI"),
+        ("vector:", "bad camera URI"),
+    ],
+)
+def test_bad_uris_raise_camera_error(uri, words):
+    with pytest.raises(CameraError, match=words) as info:
+        open_camera(uri)
+    assert info.value.hint
+
+
+def test_unknown_option_is_named(clip):
+    with pytest.raises(CameraError, match="looop") as info:
+        open_camera(str(clip), looop=True)
+    assert "loop" in info.value.hint
+
+
+def test_existing_non_video_file_and_undecodable_video(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    with pytest.raises(CameraError, match="not a video file"):
+        open_camera(str(text))
+    junk = tmp_path / "junk.mp4"
+    junk.write_bytes(b"not a video" * 100)
+    with pytest.raises(CameraError, match="not a video OpenCV can read"):
+        open_camera(str(junk))
+
+
+# ----------------------------------------------------------------------------------------------
+# Video files
+# ----------------------------------------------------------------------------------------------
+
+
+def test_unpaced_file_delivers_every_frame_in_order_then_ends(clip, clip_frames):
+    with open_camera(f"file:{clip}", pace=False) as cam:
+        frames = list(cam)
+        stats = cam.stats()
+    assert [f.index for f in frames] == list(range(N))
+    for got, want in zip(frames, clip_frames):
+        np.testing.assert_array_equal(got.array, want)
+    assert stats["captured"] == stats["delivered"] == N
+    assert stats["skipped"] == stats["read_errors"] == 0
+    assert stats["size"] == (W, H) and stats["frame_count"] == N
+    # capture timestamps are real perf_counter_ns readings, increasing
+    ts = [f.t_capture_ns for f in frames]
+    assert ts == sorted(ts) and ts[-1] <= time.perf_counter_ns()
+
+
+def test_paced_file_runs_at_the_file_rate(clip):
+    t0 = time.perf_counter()
+    with open_camera(str(clip)) as cam:
+        frames = [next(cam) for _ in range(10)]
+        stats = cam.stats()
+    elapsed = time.perf_counter() - t0
+    assert elapsed >= 9 / FPS - 0.005  # never ahead of the clock
+    assert [f.index for f in frames] == list(range(10))  # a fast consumer misses nothing
+    gaps = np.diff([f.t_capture_ns for f in frames])
+    assert np.all(np.abs(gaps - 1e9 / FPS) <= 1)  # capture time = each frame's due time
+    assert stats["capture_fps"] == pytest.approx(FPS, rel=1e-6)
+    assert stats["paced"] is True and stats["skipped"] == 0
+
+
+def test_paced_file_gives_a_slow_consumer_the_newest_frame(clip, clip_frames):
+    """The consumer needs 3.5 frame periods per frame: it must get the newest due frame
+    (index jumps of 3-4), never an old queued one, and the skips are counted."""
+    work_s = 3.5 / FPS
+    delivered = []
+    with open_camera(str(clip)) as cam:
+        for frame in cam:
+            age_s = (time.perf_counter_ns() - frame.t_capture_ns) / 1e9
+            delivered.append((frame, age_s))
+            time.sleep(work_s)
+        stats = cam.stats()
+    indices = [f.index for f, _ in delivered]
+    assert indices[0] == 0 and indices[-1] >= N - 4
+    steps = np.diff(indices)
+    assert np.all(steps >= 1)
+    assert np.median(steps) >= 3
+    # the frame was due less than one period (+ decode and scheduling slack) before it was
+    # handed over: the newest frame, not a queued one
+    ages = [age for _, age in delivered]
+    assert np.median(ages) < 1 / FPS + 0.01 and max(ages) < 1 / FPS + 0.1
+    # skipped = the index gaps + the frames passed over at the end when the clip ran out
+    assert stats["skipped"] == int(np.sum(steps - 1)) + (N - 1 - indices[-1]) > 0
+    assert stats["captured"] == stats["delivered"] + stats["skipped"] == N
+    # skipping without decoding must still land on the right frame
+    for frame, _ in delivered:
+        np.testing.assert_array_equal(frame.array, clip_frames[frame.index])
+
+
+def test_close_from_another_thread_ends_a_paced_wait(clip):
+    cam = open_camera(str(clip), fps=0.5)  # next frame due in 2 s
+    next(cam)
+    threading.Timer(0.1, cam.close).start()
+    t0 = time.monotonic()
+    with pytest.raises(StopIteration):
+        next(cam)
+    assert time.monotonic() - t0 < 1
+
+
+def test_file_loop_keeps_counting(clip, clip_frames):
+    with open_camera(str(clip), pace=False, loop=True) as cam:
+        frames = [next(cam) for _ in range(2 * N + 5)]
+    assert [f.index for f in frames] == list(range(2 * N + 5))
+    np.testing.assert_array_equal(frames[N].array, clip_frames[0])
+    np.testing.assert_array_equal(frames[2 * N + 4].array, clip_frames[4])
+
+
+def test_fps_option_overrides_the_file_rate(clip):
+    t0 = time.perf_counter()
+    with open_camera(str(clip), fps=200) as cam:
+        frames = [next(cam) for _ in range(20)]
+    assert time.perf_counter() - t0 < 10 / FPS  # much faster than the file's 30 fps
+    assert np.all(np.abs(np.diff([f.t_capture_ns for f in frames]) - 5e6) <= 1)
+
+
+def test_mp4v_mp4_by_path(tmp_path):
+    path = _write(tmp_path / "clip.mp4", _clip_frames(20), "mp4v", 25)
+    with open_camera(str(path), pace=False) as cam:
+        frames = list(cam)
+        assert cam.stats()["nominal_fps"] == 25
+    assert len(frames) == 20 and frames[0].array.shape == (H, W, 3)
+
+
+def test_truncated_file_ends_normally_and_counts_the_missing_frames(clip, tmp_path):
+    raw = clip.read_bytes()
+    cut = tmp_path / "cut.avi"
+    cut.write_bytes(raw[: int(len(raw) * 0.6)])  # the index still claims 60 frames
+    with open_camera(str(cut), pace=False) as cam:
+        frames = list(cam)
+        stats = cam.stats()
+    assert 20 < len(frames) < N
+    assert 0 < stats["read_errors"] <= 3
+    assert [f.index for f in frames] == list(range(len(frames)))
+
+
+def test_damaged_frames_in_a_file_do_not_crash(clip, tmp_path):
+    """FFMPEG conceals damaged JPEG payloads (it decodes garbage and logs): the source must
+    keep going and deliver every frame."""
+    raw = bytearray(clip.read_bytes())
+    starts = [i for i in range(len(raw) - 1) if raw[i] == 0xFF and raw[i + 1] == 0xD8]
+    for k in (10, 11, 30):
+        raw[starts[k] : starts[k] + 200] = bytes(200)
+    bad = tmp_path / "bad.avi"
+    bad.write_bytes(bytes(raw))
+    with open_camera(str(bad), pace=False) as cam:
+        frames = list(cam)
+    assert len(frames) == N
+
+
+def test_file_with_no_readable_frame_is_an_error(tmp_path, clip):
+    raw = clip.read_bytes()
+    head = tmp_path / "head.avi"
+    head.write_bytes(raw[: raw.index(b"\xff\xd8") + 100])  # headers and a sliver of frame 0
+    cam = open_camera(str(head), pace=False)
+    with pytest.raises(CameraError, match="no readable frame"):
+        list(cam)
+    assert cam.closed
+
+
+# ----------------------------------------------------------------------------------------------
+# Image folders
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def folder(tmp_path) -> Path:
+    d = tmp_path / "frames"
+    d.mkdir()
+    for i, f in enumerate(_clip_frames(12)):
+        cv2.imwrite(str(d / f"frame_{i}.png"), f)  # frame_10 must come after frame_9
+    (d / "frame_3.png").write_bytes(b"\x89PNG broken")
+    jpg = cv2.imencode(".jpg", _clip_frames(1)[0])[1].tobytes()
+    (d / "frame_5.jpg").write_bytes(jpg[: len(jpg) // 2])  # truncated JPEG
+    (d / "frame_5.png").unlink()
+    (d / "readme.txt").write_text("not an image")
+    return d
+
+
+def test_folder_natural_order_skips_corrupt_images(folder):
+    frames_ref = _clip_frames(12)
+    with open_camera(f"folder:{folder}") as cam:
+        frames = list(cam)
+        stats = cam.stats()
+    assert [f.index for f in frames] == [0, 1, 2, 4, 6, 7, 8, 9, 10, 11]  # gaps where files are bad
+    for f in frames:
+        np.testing.assert_array_equal(f.array, frames_ref[f.index])
+    assert stats["read_errors"] == 2 and stats["delivered"] == 10 and stats["frame_count"] == 12
+
+
+def test_folder_paced_and_looped(folder):
+    t0 = time.perf_counter()
+    with open_camera(str(folder), fps=100, loop=True) as cam:
+        frames = [next(cam) for _ in range(20)]
+    assert time.perf_counter() - t0 >= 0.19
+    assert frames[-1].index > 12  # looped, index keeps counting
+
+
+def test_empty_or_all_corrupt_folder(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(CameraError, match="no images"):
+        open_camera(str(empty))
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for i in range(3):
+        (bad / f"{i}.png").write_bytes(b"garbage")
+    with pytest.raises(CameraError, match="no readable frame"), open_camera(str(bad), loop=True) as cam:
+        next(cam)  # loops over nothing but errors: must stop, not spin
+
+
+# ----------------------------------------------------------------------------------------------
+# Synthetic pattern
+# ----------------------------------------------------------------------------------------------
+
+
+def test_synthetic_is_deterministic_and_moves():
+    with open_camera("synthetic:96x64", frames=30) as cam:
+        frames = list(cam)
+    assert len(frames) == 30
+    for f in frames[::7]:
+        np.testing.assert_array_equal(f.array, synthetic_frame(f.index, 96, 64))
+    assert np.abs(frames[0].array.astype(int) - frames[10].array).mean() > 5
+
+
+def test_synthetic_paced_slow_consumer_gets_newest():
+    with open_camera("synthetic:64x48@200") as cam:
+        frames = []
+        for _ in range(8):
+            frames.append(next(cam))
+            time.sleep(0.02)  # 4 frame periods
+        stats = cam.stats()
+    steps = np.diff([f.index for f in frames])
+    assert np.median(steps) >= 3 and stats["skipped"] == int(np.sum(steps - 1))
+    for f in frames:
+        np.testing.assert_array_equal(f.array, synthetic_frame(f.index, 64, 48))
+
+
+# ----------------------------------------------------------------------------------------------
+# Live sources: grabber thread, OpenCV
+# ----------------------------------------------------------------------------------------------
+
+
+class RateCapture:
+    """A real cv2.VideoCapture on a clip, looped and slowed to a camera's frame rate."""
+
+    def __init__(self, path, fps):
+        self.path, self.period = str(path), 1.0 / fps
+        self.cap = cv2.VideoCapture(self.path, cv2.CAP_FFMPEG)
+        self.next_t = time.perf_counter()
+        self.released = threading.Event()
+
+    def isOpened(self):
+        return self.cap.isOpened()
+
+    def read(self):
+        self.next_t += self.period
+        time.sleep(max(0.0, self.next_t - time.perf_counter()))
+        ok, frame = self.cap.read()
+        if not ok:
+            self.cap.release()
+            self.cap = cv2.VideoCapture(self.path, cv2.CAP_FFMPEG)
+            ok, frame = self.cap.read()
+        return ok, frame
+
+    def release(self):
+        self.cap.release()
+        self.released.set()
+
+
+def test_grabber_keeps_only_the_newest_frame(clip):
+    """Camera at 200 fps, consumer at ~40 fps: each frame handed over is at most about one
+    camera period old, the indices jump, the skips are counted, and nothing piles up."""
+    cap = RateCapture(clip, fps=200)
+    ages, indices = [], []
+    with OpenCVSource(cap, name="ratecam") as cam:
+        for frame in cam:
+            ages.append((time.perf_counter_ns() - frame.t_capture_ns) / 1e9)
+            indices.append(frame.index)
+            if len(indices) == 15:
+                break
+            time.sleep(0.025)
+        stats = cam.stats()
+    assert cap.released.wait(2)  # the grabber released the capture on its own thread
+    steps = np.diff(indices)
+    assert np.all(steps >= 1) and np.median(steps) >= 3
+    assert stats["skipped"] == int(np.sum(steps - 1))
+    assert stats["captured"] >= indices[-1] + 1
+    # newest, not queued: age stays around one camera period and does not grow
+    assert np.median(ages) < 0.01 and max(ages[-5:]) < 0.03
+    assert stats["capture_fps"] == pytest.approx(200, rel=0.3)
+
+
+def test_opencv_source_on_a_plain_file(clip, clip_frames):
+    """Any OpenCV-openable source goes through the same grabber; index = capture number."""
+    with OpenCVSource(str(clip), api=cv2.CAP_FFMPEG, timeout_s=0.3) as cam:
+        frame = next(cam)
+        np.testing.assert_array_equal(frame.array, clip_frames[frame.index])
+        assert cam.stats()["backend"] == "FFMPEG" and cam.stats()["nominal_fps"] == FPS
+        # the file ends: for a live source that is a camera that stopped
+        t0 = time.monotonic()
+        with pytest.raises(CameraError, match="stopped delivering"):
+            while True:
+                f = next(cam)
+                np.testing.assert_array_equal(f.array, clip_frames[f.index])
+        assert time.monotonic() - t0 < 2
+        assert cam.stats()["read_errors"] > 0
+
+
+class StopsAfter:
+    """Delivers n frames of a real clip, then reads fail (camera unplugged) or block (a hung
+    driver or network stream) until released."""
+
+    def __init__(self, path, n, mode):
+        self.cap = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
+        self.n, self.mode, self.count = n, mode, 0
+        self.unblock = threading.Event()
+        self.released = threading.Event()
+
+    def read(self):
+        if self.count >= self.n:
+            if self.mode == "block":
+                self.unblock.wait()
+            return False, None
+        self.count += 1
+        time.sleep(0.005)
+        return self.cap.read()
+
+    def release(self):
+        self.cap.release()
+        self.released.set()
+
+
+@pytest.mark.parametrize("mode", ["fail", "block"])
+def test_camera_that_stops_mid_run_raises_not_hangs(clip, mode):
+    cap = StopsAfter(clip, 5, mode)
+    cam = OpenCVSource(cap, name="usbcam", timeout_s=0.3)
+    got = 0
+    t0 = time.monotonic()
+    with pytest.raises(CameraError, match="usbcam: camera stopped delivering frames") as info:
+        for _ in cam:
+            got += 1
+    assert 1 <= got <= 5 and time.monotonic() - t0 < 2
+    assert info.value.hint
+    t1 = time.monotonic()
+    cam.close()
+    assert time.monotonic() - t1 < 1.5  # close never hangs, even with a read stuck inside
+    with pytest.raises(StopIteration):
+        next(cam)
+    if mode == "block":
+        assert not cap.released.is_set()  # still inside read(); released when it returns
+        cap.unblock.set()
+    assert cap.released.wait(2)
+
+
+def test_corrupt_reads_are_counted_and_skipped(clip_frames):
+    script = [(True, clip_frames[0]), (True, None), (False, None), "raise", (True, np.empty((0, 0, 3), np.uint8)),
+              (True, clip_frames[1])]  # fmt: skip
+    step = iter(range(10**6))
+
+    def read():
+        i = next(step)
+        time.sleep(0.002)
+        item = script[i] if i < len(script) else (True, clip_frames[2])
+        if item == "raise":
+            raise cv2.error("corrupt JPEG data")
+        return item
+
+    with LatestFrameSource(read, name="flaky") as cam:
+        seen = []
+        while len(seen) < 3:
+            f = next(cam)
+            seen.append(f.array)
+            time.sleep(0.01)
+        stats = cam.stats()
+    assert stats["read_errors"] == 4
+    np.testing.assert_array_equal(seen[-1], clip_frames[2])
+
+
+def test_a_crashing_grabber_is_reported_at_once():
+    """A bug in a read function (not a bad frame) must surface, not look like a slow camera."""
+
+    class Boom(BaseException):
+        pass
+
+    def read():
+        raise Boom("bug in read()")
+
+    cam = LatestFrameSource(read, name="buggy", open_timeout_s=5)
+    t0 = time.monotonic()
+    with pytest.raises(CameraError, match=r"buggy: frame grabber failed \(Boom: bug in read\(\)\)"):
+        next(cam)
+    assert time.monotonic() - t0 < 1
+    cam.close()
+
+
+def test_first_frame_timeout(clip):
+    cam = LatestFrameSource(lambda: (False, None), name="silent", open_timeout_s=0.2)
+    t0 = time.monotonic()
+    with pytest.raises(CameraError, match="silent: opened but delivered no frame within 0.2 s"):
+        next(cam)
+    assert time.monotonic() - t0 < 1
+    cam.close()
+
+
+def test_close_wakes_a_waiting_consumer():
+    gate = threading.Event()
+    cam = LatestFrameSource(lambda: (gate.wait(5), None), name="waiting", open_timeout_s=5)
+    threading.Timer(0.1, cam.close).start()
+    t0 = time.monotonic()
+    assert list(cam) == []
+    assert time.monotonic() - t0 < 1
+    gate.set()
+
+
+def test_missing_v4l2_device_fails_fast():
+    t0 = time.monotonic()
+    with pytest.raises(CameraError, match="v4l2:99: cannot open") as info:
+        open_camera("v4l2:99")
+    assert time.monotonic() - t0 < 1
+    assert "/dev/video" in info.value.hint
+    with pytest.raises(CameraError, match="v4l2:98"):
+        open_camera(98)
+
+
+@pytest.mark.hardware
+@pytest.mark.skipif(not Path("/dev/video0").exists(), reason="needs a USB/V4L2 camera at /dev/video0")
+def test_real_usb_camera():
+    with open_camera("v4l2:0", size=(640, 480), fps=30) as cam:
+        frames = [next(cam) for _ in range(30)]
+        stats = cam.stats()
+    assert frames[0].array.ndim == 3 and stats["delivered"] == 30 and stats["capture_fps"] > 5
+
+
+# ----------------------------------------------------------------------------------------------
+# Network streams: a real MJPEG-over-HTTP server on 127.0.0.1 (what IP cameras serve)
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def mjpeg_server():
+    jpeg = cv2.imencode(".jpg", _clip_frames(1)[0], [cv2.IMWRITE_JPEG_QUALITY, 95])[1].tobytes()
+    stall = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
+            self.end_headers()
+            try:
+                for i in range(400):
+                    if i == 25:
+                        stall.wait(10)  # the camera freezes with the connection still open
+                        return
+                    head = b"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: %d\r\n\r\n" % len(jpeg)
+                    self.wfile.write(head + jpeg + b"\r\n")
+                    time.sleep(0.01)
+            except OSError:
+                pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1], jpeg
+    stall.set()
+    server.shutdown()
+    server.server_close()
+
+
+def test_http_mjpeg_stream_then_stall(mjpeg_server):
+    port, jpeg = mjpeg_server
+    want = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
+    uri = f"http://user:secret@127.0.0.1:{port}/stream.mjpg"
+    with open_camera(uri, timeout_s=0.5) as cam:
+        assert "secret" not in cam.name and "secret" not in str(cam.stats())
+        frames = [next(cam) for _ in range(5)]
+        # FFMPEG's JPEG decoder rounds differently from libjpeg: near-equal, not equal
+        assert np.abs(frames[-1].array.astype(int) - want).mean() < 3
+        t0 = time.monotonic()
+        with pytest.raises(CameraError, match="stopped delivering"):
+            for _ in cam:
+                pass
+        assert time.monotonic() - t0 < 3
+
+
+def test_unreachable_streams_fail_fast():
+    for uri in ("http://127.0.0.1:1/stream.mjpg", "rtsp://127.0.0.1:1/live"):
+        t0 = time.monotonic()
+        with pytest.raises(CameraError, match="cannot open"):
+            open_camera(uri, open_timeout_s=1)
+        assert time.monotonic() - t0 < 2
+
+
+# ----------------------------------------------------------------------------------------------
+# picamera2 (fake module at the import boundary)
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_picamera2(monkeypatch):
+    monkeypatch.syspath_prepend(str(FAKES))
+    monkeypatch.delitem(sys.modules, "picamera2", raising=False)
+    import picamera2
+
+    picamera2.reset()
+    picamera2.SCENE = cv2.cvtColor(data.coffee(), cv2.COLOR_RGB2BGR)
+    yield picamera2
+    picamera2.reset()
+    sys.modules.pop("picamera2", None)
+
+
+def _calls(fake, name):
+    return [c for c in fake.CALLS if c[0] == name]
+
+
+@pytest.mark.parametrize("fmt", ["RGB888", "BGR888", "XRGB8888", "XBGR8888"])
+def test_picamera2_channel_order_gives_opencv_bgr(fake_picamera2, fmt):
+    want = cv2.resize(fake_picamera2.SCENE, (224, 160), interpolation=cv2.INTER_AREA)
+    with open_camera("picamera2", size=(224, 160), format=fmt) as cam:
+        frame = next(cam)
+    np.testing.assert_array_equal(frame.array, want)  # exactly BGR, whatever the byte order
+    (config,) = _calls(fake_picamera2, "create_video_configuration")
+    assert config[1]["main"] == {"format": fmt, "size": (224, 160)} and config[1]["lores"] is None
+    assert config[1]["queue"] is False
+    assert ("capture_array", "main", False) in fake_picamera2.CALLS
+
+
+def test_picamera2_table_covers_the_documented_orders():
+    bgr = np.array([[[10, 20, 30]]], np.uint8)  # B=10 G=20 R=30
+    assert PICAMERA2_TO_BGR["RGB888"](bgr).tolist() == [[[10, 20, 30]]]
+    assert PICAMERA2_TO_BGR["BGR888"](bgr[..., ::-1].copy()).tolist() == [[[10, 20, 30]]]
+    assert PICAMERA2_TO_BGR["XRGB8888"](np.array([[[10, 20, 30, 255]]], np.uint8)).tolist() == [[[10, 20, 30]]]
+    assert PICAMERA2_TO_BGR["XBGR8888"](np.array([[[30, 20, 10, 255]]], np.uint8)).tolist() == [[[10, 20, 30]]]
+
+
+def test_picamera2_lores_stream_at_model_size(fake_picamera2):
+    """main at 1280x720 for the user, lores YUV420 at the model size (200 is not a multiple
+    of 64: the stride padding must be stripped) delivered as BGR."""
+    want = cv2.resize(fake_picamera2.SCENE, (200, 150), interpolation=cv2.INTER_AREA)
+    with open_camera("picamera2:0", size="200x150", main_size=(1280, 720), fps=50) as cam:
+        frames = [next(cam) for _ in range(3)]
+        stats = cam.stats()
+    assert frames[-1].array.shape == (150, 200, 3)
+    assert np.abs(frames[-1].array.astype(int) - want).mean() < 3  # YUV 4:2:0 round trip
+    (config,) = _calls(fake_picamera2, "create_video_configuration")
+    assert config[1]["main"] == {"size": (1280, 720), "format": "RGB888"}
+    assert config[1]["lores"] == {"size": (200, 150), "format": "YUV420"}
+    assert config[1]["controls"] == {"FrameRate": 50.0}
+    assert ("capture_array", "lores", False) in fake_picamera2.CALLS
+    assert stats["stream"] == "lores" and stats["size"] == (200, 150)
+    order = [c[0] for c in fake_picamera2.CALLS if c[0] != "capture_array"]
+    assert order == ["__init__", "create_video_configuration", "configure", "start", "stop", "close"]
+
+
+def test_picamera2_default_size_comes_from_the_configuration(fake_picamera2):
+    with open_camera("picamera2") as cam:
+        assert next(cam).array.shape == (480, 640, 3)
+    with open_camera("picamera2", main_size=(320, 240)) as cam:  # main_size alone: main at that size
+        assert next(cam).array.shape == (240, 320, 3)
+
+
+def test_picamera2_errors(fake_picamera2):
+    with pytest.raises(CameraError, match=r"picamera2:3: cannot open \(IndexError") as info:
+        open_camera("picamera2:3")
+    assert "rpicam-hello" in info.value.hint
+    with pytest.raises(CameraError, match="unsupported format"):
+        open_camera("picamera2", format="NV12")
+    with pytest.raises(CameraError, match="cannot configure"):
+        open_camera("picamera2", size=(1920, 1080), main_size=(640, 480))  # lores larger than main
+    assert fake_picamera2.INSTANCES[-1].closed  # a failed configure still closes the camera
+
+
+def test_picamera2_that_stops_mid_run(fake_picamera2):
+    fake_picamera2.HANG_AFTER = 3
+    cam = Picamera2Source(0, size=(64, 48), timeout_s=0.3)
+    with pytest.raises(CameraError, match="stopped delivering"):
+        for _ in cam:
+            pass
+    t0 = time.monotonic()
+    cam.close()
+    assert time.monotonic() - t0 < 1.5
+    cam._thread.join(2)
+    assert fake_picamera2.INSTANCES[0].closed
+
+
+def test_picamera2_missing_gives_install_hint(monkeypatch):
+    monkeypatch.setitem(sys.modules, "picamera2", None)  # import fails like on a non-Pi
+    with pytest.raises(BackendUnavailable) as info:
+        open_camera("picamera2")
+    assert "apt install python3-picamera2" in info.value.hint
+
+
+# ----------------------------------------------------------------------------------------------
+# Vector: resolved lazily, constructed as VectorSource(serial, **options)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_vector_source_is_resolved_lazily(monkeypatch):
+    made = {}
+
+    class VectorSource:
+        def __init__(self, serial, **options):
+            made.update(serial=serial, options=options)
+
+        def __iter__(self):
+            return iter(())
+
+        def close(self):
+            pass
+
+    module = types.ModuleType("edgekit.vector.camera")
+    module.VectorSource = VectorSource
+    monkeypatch.setitem(sys.modules, "edgekit.vector.camera", module)
+    cam = open_camera("vector:00e20100", timeout_s=2)
+    assert isinstance(cam, VectorSource) and isinstance(cam, FrameSource)
+    assert made == {"serial": "00e20100", "options": {"timeout_s": 2}}
+
+
+def test_vector_missing_gives_install_hint(monkeypatch):
+    monkeypatch.setitem(sys.modules, "edgekit.vector.camera", None)
+    with pytest.raises(BackendUnavailable) as info:
+        open_camera("vector:00e20100")
+    assert "edgekit[vector]" in info.value.hint
+
+
+# ----------------------------------------------------------------------------------------------
+# Boundaries
+# ----------------------------------------------------------------------------------------------
+
+
+def test_camera_module_stays_light():
+    code = (
+        "import sys; from edgekit.camera import open_camera\n"
+        "with open_camera('synthetic:32x32') as c: next(c)\n"
+        "bad = [m for m in ('tensorflow', 'keras', 'torch', 'edgekit.build', 'edgekit.builders') if m in sys.modules]\n"
+        "print(bad)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
