@@ -168,6 +168,10 @@ class Preprocessor:
         self.spec = spec
         self._lut = pixel_lut(spec)
         self._lut_1d = self._lut[0] if spec.channels == 1 or np.all(self._lut == self._lut[0]) else None
+        # cv2.LUT maps uint8 images through a 256-entry table of most dtypes (not float16);
+        # a 3-channel table is passed as 1x256x3.
+        lut_for_cv = self._lut_1d if self._lut_1d is not None else self._lut.T.reshape(1, 256, spec.channels)
+        self._cv_lut = np.ascontiguousarray(lut_for_cv) if self._lut.dtype != np.float16 else None
 
     def shaped(self, frame: np.ndarray) -> np.ndarray:
         """Crop, colour-convert and resize a frame to ``H x W (x C)`` uint8 (no normalisation)."""
@@ -183,8 +187,10 @@ class Preprocessor:
 
     def finish(self, img: np.ndarray) -> np.ndarray:
         """Normalise/quantise an image already returned by :meth:`shaped` into a batch of one."""
-        if self._lut_1d is not None:
-            out = self._lut_1d[img]  # one gather for every channel
+        if self._cv_lut is not None:
+            out = cv2.LUT(img, self._cv_lut)  # ~4x faster than numpy fancy indexing (bench/preprocess.py)
+        elif self._lut_1d is not None:
+            out = self._lut_1d[img]
         else:
             out = np.stack([self._lut[c][img[..., c]] for c in range(self.spec.channels)], axis=-1)
         if out.ndim == 2:

@@ -87,3 +87,20 @@ def test_read_image_16bit_and_alpha(tmp_path):
 def test_spec_round_trips_through_dict():
     spec = InputSpec(shape=(1, 32, 32, 1), dtype="uint8", scale=0.0039, zero_point=0, colour="gray", crop=(200, 200))
     assert InputSpec.from_dict(spec.to_dict()) == spec
+
+
+@pytest.mark.parametrize("spec", [
+    InputSpec(shape=(1, 16, 16, 3), mean=(123.7, 116.3, 103.5), std=(58.4, 57.1, 57.4)),
+    InputSpec(shape=(1, 16, 16, 3), dtype="int8", scale=0.02, zero_point=-3, mean=(1.0, 2.0, 3.0)),
+    InputSpec(shape=(1, 16, 16, 3), dtype="float16"),
+    InputSpec(shape=(1, 16, 16, 1), dtype="uint8", scale=1 / 255, zero_point=0, colour="gray"),
+])
+def test_fast_lookup_equals_per_channel_table(spec):
+    frame = np.random.default_rng(3).integers(0, 256, (90, 160, 3), dtype=np.uint8)
+    prep = Preprocessor(spec)
+    img = prep.shaped(frame).reshape(16, 16, spec.channels)
+    lut = pixel_lut(spec)
+    expected = np.stack([lut[c][img[..., c]] for c in range(spec.channels)], axis=-1)
+    out = prep(frame)
+    assert out.dtype == np.dtype(spec.dtype)
+    np.testing.assert_array_equal(out[0], expected)

@@ -1,0 +1,148 @@
+"""Decode model outputs: dequantise, turn scores into probabilities, top-k with labels.
+
+Results are small frozen types (as pycoral's ``classify.get_classes`` returns tiny
+immutable ``Class`` tuples), cheap to pass to a daemon, a robot or a JSON line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One class: its index in the output vector, its label and its score (a probability
+    when the output was a probability distribution or softmax was applied)."""
+
+    index: int
+    label: str
+    score: float
+
+
+@dataclass(frozen=True)
+class Classification:
+    """The top-k classes of one output, best first.
+
+    ``softmax_applied`` says whether edgekit applied a softmax (the model emitted logits).
+    """
+
+    predictions: tuple[Prediction, ...]
+    softmax_applied: bool = False
+
+    @property
+    def top(self) -> Prediction:
+        return self.predictions[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "top": [{"index": p.index, "label": p.label, "score": round(p.score, 6)} for p in self.predictions],
+            "softmax_applied": self.softmax_applied,
+        }
+
+    def __str__(self) -> str:
+        return "  ".join(f"{p.label} {p.score:.3f}" for p in self.predictions)
+
+
+def dequantize(values: np.ndarray, scale: float | None, zero_point: int | None) -> np.ndarray:
+    """Real values of a quantised tensor: ``(q - zero_point) * scale`` as float32.
+
+    The tensor is cast to int32 *before* subtracting: in uint8 arithmetic ``3 - 128``
+    wraps around to 131 and silently corrupts every score below the zero point.
+    A tensor without quantisation (scale None or 0) is only cast to float32.
+    """
+    if not scale:
+        return np.asarray(values, dtype=np.float32)
+    q = np.asarray(values).astype(np.int32) - int(zero_point or 0)
+    return q.astype(np.float32) * np.float32(scale)
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Numerically stable softmax over the last axis."""
+    z = np.asarray(logits, dtype=np.float64)
+    z = np.exp(z - z.max(axis=-1, keepdims=True))
+    return (z / z.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+def looks_like_probabilities(scores: np.ndarray, tolerance: float = 0.05) -> bool:
+    """True when scores are in [0, 1] and sum to 1 within ``tolerance``.
+
+    The tolerance absorbs the rounding of a quantised softmax output (uint8 steps of 1/256
+    do not sum to exactly 1).
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    if s.size == 0 or s.min() < -1e-6 or s.max() > 1 + tolerance:
+        return False
+    return bool(abs(s.sum() - 1.0) <= tolerance)
+
+
+def label_for(index: int, labels: Sequence[str]) -> str:
+    """The label of a class index, or the index as text when there is no such label."""
+    return labels[index] if 0 <= index < len(labels) else str(index)
+
+
+def top_k(scores: np.ndarray, k: int = 5, labels: Sequence[str] = ()) -> tuple[Prediction, ...]:
+    """The ``k`` highest scores, best first; ties keep the lower index first."""
+    s = np.asarray(scores).reshape(-1)
+    k = max(1, min(int(k), s.size))
+    # A stable sort on the negated scores keeps ties in index order (argpartition would not).
+    order = np.argsort(-s, kind="stable")[:k]
+    return tuple(Prediction(int(i), label_for(int(i), labels), float(s[i])) for i in order)
+
+
+class Decoder:
+    """Turns a runtime's raw outputs into a :class:`Classification`.
+
+    Args:
+        labels: class names in output order (``labels.txt``).
+        k: how many classes to keep.
+        quantization: ``(scale, zero_point)`` of the output tensor, or None for a float output.
+        output_index: which output holds the class scores.
+        softmax: ``"auto"`` (apply only when the scores are not already probabilities),
+            ``"always"`` or ``"never"``.
+    """
+
+    def __init__(
+        self,
+        labels: Sequence[str] = (),
+        k: int = 5,
+        quantization: tuple[float, int] | None = None,
+        output_index: int = 0,
+        softmax: str = "auto",
+    ):
+        if softmax not in ("auto", "always", "never"):
+            raise ValueError(f"softmax must be auto, always or never, not {softmax!r}")
+        self.labels = list(labels)
+        self.k = k
+        self.quantization = quantization
+        self.output_index = output_index
+        self.softmax = softmax
+
+    def scores(self, outputs: Sequence[np.ndarray]) -> tuple[np.ndarray, bool]:
+        """Dequantised class scores of the first batch item, and whether softmax was applied."""
+        raw = np.asarray(outputs[self.output_index])
+        raw = raw[0] if raw.ndim > 1 else raw
+        scale, zero_point = self.quantization or (None, None)
+        values = dequantize(raw.reshape(-1), scale, zero_point)
+        if self.softmax == "always" or (self.softmax == "auto" and not looks_like_probabilities(values)):
+            return softmax(values), True
+        return values, False
+
+    def __call__(self, outputs: Sequence[np.ndarray]) -> Classification:
+        values, applied = self.scores(outputs)
+        return Classification(top_k(values, self.k, self.labels), applied)
+
+
+def output_quantization(runtime: Any, index: int = 0) -> tuple[float, int] | None:
+    """``(scale, zero_point)`` of a runtime's output ``index``, or None for a float output.
+
+    Uses the adapter's ``output_quantization`` list when it has one (LiteRT does); other
+    runtimes (ONNX Runtime, fakes) produce float outputs.
+    """
+    quant = getattr(runtime, "output_quantization", None)
+    if not quant or index >= len(quant):
+        return None
+    return quant[index]

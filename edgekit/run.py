@@ -1,0 +1,218 @@
+"""``edgekit run``: run a bundle (or bare model) on a camera, printing results and stage latencies.
+
+    edgekit run dist/demo-cpu --camera file:clip.mp4
+    edgekit run dist/demo-edgetpu --camera v4l2:0 --device usb:0
+    edgekit run model.tflite --camera synthetic --max-frames 200 --json
+
+Results are printed live (at most every ``--every`` seconds, or one JSON line per frame
+with ``--json``), a stats line every ``--stats-every`` seconds, and a summary at the end.
+Ctrl-C ends the run cleanly: the summary is still printed and the exit code is 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, TextIO
+
+from edgekit.errors import CameraError, UsageError
+
+
+def add_runtime_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared by run and bench that override a bundle's runtime options."""
+    g = parser.add_argument_group("runtime")
+    g.add_argument("--device", help="LiteRT Edge TPU device: usb, usb:N, pci, pci:N (default: the bundle's)")
+    g.add_argument("--threads", type=int, metavar="N", help="CPU threads (LiteRT interpreter; ONNX Runtime intra-op)")
+    g.add_argument(
+        "--delegate",
+        choices=["xnnpack", "none", "edgetpu"],
+        help="LiteRT delegate (default: the bundle's; 'none' = plain built-in kernels); ignored by ONNX Runtime",
+    )
+    g.add_argument(
+        "--providers", help="ONNX Runtime providers in order, comma-separated (cpu,cuda,tensorrt); ignored by LiteRT"
+    )
+    g.add_argument(
+        "--allow-fallback",
+        action="store_true",
+        default=None,
+        help="accept ONNX Runtime dropping a requested provider (refused by default)",
+    )
+    g.add_argument("--labels", metavar="FILE", help="labels file for a bare model (a bundle has its own)")
+
+
+def runtime_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The runtime keyword overrides given on the command line (None = keep the bundle's)."""
+    return {
+        "num_threads": args.threads,
+        "delegate": args.delegate,
+        "device": args.device,
+        "providers": args.providers,
+        "allow_fallback": args.allow_fallback,
+    }
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add ``edgekit run``'s arguments."""
+    parser.add_argument("model", metavar="BUNDLE_OR_MODEL", help="bundle dir (BUNDLE[:VARIANT]) or .tflite/.onnx")
+    parser.add_argument(
+        "--camera",
+        required=True,
+        metavar="URI",
+        help="file:clip.mp4, folder:DIR, synthetic[:WxH[@fps]], v4l2:N, rtsp://...",
+    )
+    parser.add_argument("--model", dest="variant", metavar="VARIANT", help="which model of the bundle (fp32, int8...)")
+    add_runtime_options(parser)
+    parser.add_argument("--max-frames", type=int, metavar="N", help="stop after N results")
+    parser.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    parser.add_argument("--top-k", type=int, default=3, help="classes shown per frame (default 3)")
+    parser.add_argument("--warmup", type=int, default=5, help="frames left out of the statistics (default 5)")
+    parser.add_argument(
+        "--every",
+        type=float,
+        default=0.5,
+        metavar="S",
+        help="print a result at most every S seconds (0: every frame; default 0.5)",
+    )
+    parser.add_argument(
+        "--stats-every", type=float, default=2.0, metavar="S", help="print a stats line every S seconds (default 2)"
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object per frame on stdout, summary last")
+
+
+def open_source(uri: str, **options: Any):
+    """Open a camera source by URI through ``edgekit.camera.open_camera`` (imported lazily)."""
+    from edgekit import camera
+
+    opener = getattr(camera, "open_camera", None)
+    if opener is None:
+        raise UsageError("this edgekit build has no camera sources", "install a full edgekit")
+    return opener(uri, **options)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the model on the camera until the source ends, a limit is reached or Ctrl-C."""
+    from edgekit.pipeline import Pipeline, open_model
+
+    if args.max_frames is not None and args.max_frames < 1:
+        raise UsageError("--max-frames must be at least 1")
+    out: TextIO = sys.stdout
+    log: TextIO = sys.stderr if args.json else sys.stdout  # keep stdout pure JSON with --json
+    with open_model(args.model, args.variant, args.labels, **runtime_options(args)) as model:
+        info = model.runtime.describe()
+        _print_header(model, info, args, out if args.json else log)
+        source = open_source(args.camera)
+        pipeline = Pipeline(model.runtime, model.labels, top_k=args.top_k, warmup=args.warmup)
+        interrupted = False
+        error: CameraError | None = None
+        try:
+            _loop(pipeline, source, args, out, log)
+        except KeyboardInterrupt:
+            interrupted = True
+        except CameraError as exc:
+            error = exc  # print what was measured before reporting the failure
+        finally:
+            source_stats = _source_stats(source)
+            source.close()
+        summary = pipeline.metrics.summary()
+        summary["source"] = source_stats
+        summary["interrupted"] = interrupted
+        _print_summary(summary, args, out, log)
+        if error is not None:
+            raise error
+        if pipeline.metrics.frames == 0:
+            raise CameraError(
+                f"camera {args.camera} delivered no usable frames", "check the URI and that the camera/file has frames"
+            )
+    return 0
+
+
+def _loop(pipeline, source, args, out: TextIO, log: TextIO) -> None:
+    """The live loop: results, throttled printing, periodic stats."""
+    now = time.monotonic
+    next_print = next_stats = now()
+    for result in pipeline.run(source, max_frames=args.max_frames, duration_s=args.duration):
+        t = now()
+        if args.json:
+            out.write(json.dumps(result.to_dict()) + "\n")
+            out.flush()  # a consumer piping the stream sees each frame as it happens
+        elif t >= next_print:
+            top = str(result.classification)
+            out.write(f"frame {result.index:6d}  {top}   e2e {result.timings_ms['end_to_end']:.2f} ms\n")
+            next_print = t + args.every
+            out.flush()
+        if args.stats_every and t >= next_stats + args.stats_every:
+            log.write(f"[stats] {pipeline.metrics.stats_line()}\n")
+            log.flush()
+            next_stats = t
+
+
+def _source_stats(source: Any) -> dict:
+    stats = getattr(source, "stats", None)
+    try:
+        return dict(stats()) if callable(stats) else {}
+    except Exception:  # a broken camera must not hide the measured numbers
+        return {}
+
+
+def _print_header(model, info: dict, args, out: TextIO) -> None:
+    if args.json:
+        out.write(json.dumps({"model": model.name, "camera": args.camera, "runtime": info}) + "\n")
+        return
+    out.write(f"edgekit run: {model.name} on {args.camera}: {describe_runtime(info)}\n")
+
+
+def describe_runtime(info: dict) -> str:
+    """One line saying what really runs (backend, delegate/providers, node coverage, threads)."""
+    parts = [f"{info.get('backend')} {info.get('version')}"]
+    if "delegate_requested" in info:
+        if info.get("delegate_applied"):
+            parts.append(
+                f"{info['delegate_requested']} ({info['delegated_nodes']}/{info['total_nodes']} nodes delegated)"
+            )
+        else:
+            parts.append(f"{info['delegate_requested']} (no delegate applied; built-in CPU kernels)")
+    if "providers_used" in info:
+        parts.append("providers " + ",".join(info["providers_used"]))
+    if info.get("num_threads"):
+        parts.append(f"{info['num_threads']} thread(s)")
+    if info.get("init_ms") is not None:
+        parts.append(f"init {info['init_ms']:.1f} ms")
+    return ", ".join(parts)
+
+
+def _print_summary(summary: dict, args, out: TextIO, log: TextIO) -> None:
+    if args.json:
+        out.write(json.dumps({"summary": summary}) + "\n")
+        out.flush()
+        return
+    log.write(format_summary(summary))
+    log.flush()
+
+
+def format_summary(summary: dict) -> str:
+    """The end-of-run summary as a small text table."""
+    lines = [
+        f"summary: {summary['frames']} frames ({summary['warmup']} warm-up), fps {summary['fps']:.1f}, "
+        f"skipped {summary['skipped']}, corrupt {summary['corrupt']}"
+        + (", interrupted" if summary.get("interrupted") else ""),
+        f"  init {_ms(summary.get('init_ms'))}, first inference {_ms(summary.get('first_inference_ms'))}",
+        f"  {'stage':<14}{'n':>7}{'p50':>9}{'p90':>9}{'p99':>9}{'mean':>9}{'max':>9}  (ms)",
+    ]
+    for stage, s in summary["stages"].items():
+        lines.append(
+            f"  {stage:<14}{s['count']:>7}{s['p50_ms']:>9.3f}{s['p90_ms']:>9.3f}{s['p99_ms']:>9.3f}"
+            f"{s['mean_ms']:>9.3f}{s['max_ms']:>9.3f}"
+        )
+    if summary.get("source"):
+        lines.append("  source: " + ", ".join(f"{k} {_short(v)}" for k, v in summary["source"].items()))
+    return "\n".join(lines) + "\n"
+
+
+def _short(value: Any) -> str:
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f} ms"

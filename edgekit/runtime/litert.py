@@ -1,0 +1,292 @@
+"""LiteRT adapter: ``ai_edge_litert`` with XNNPACK (default) or the Edge TPU delegate.
+
+Falls back to the frozen ``tflite_runtime`` package (older device images with numpy<2)
+and never to TensorFlow, which would cost ~500 MB and seconds of import on a device.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgekit.errors import BackendUnavailable, ModelError
+from edgekit.image import InputSpec
+
+EDGETPU_LIBRARY = "libedgetpu.so.1"
+EDGETPU_CUSTOM_OP = b"edgetpu-custom-op"
+
+
+def _interpreter_module():
+    try:
+        from ai_edge_litert import interpreter as mod
+
+        return mod, "ai_edge_litert"
+    except ImportError:
+        pass
+    try:
+        from tflite_runtime import interpreter as mod  # numpy<2 device images only
+
+        return mod, "tflite_runtime"
+    except ImportError as exc:
+        raise BackendUnavailable(
+            "no TFLite runtime installed (ai_edge_litert or tflite_runtime)", "pip install 'edgekit[litert]'"
+        ) from exc
+
+
+def edgetpu_device_string(device: str | None) -> str | None:
+    """Validate an Edge TPU device string: None/'' (first found), ':N', 'usb', 'usb:N', 'pci', 'pci:N'."""
+    if device in (None, "", "auto"):
+        return None
+    kind, _, index = str(device).partition(":")
+    if kind not in ("", "usb", "pci") or (index and not index.isdigit()) or (kind == "" and not index):
+        raise ModelError(f"bad Edge TPU device {device!r}", "use usb, usb:N, pci, pci:N or :N")
+    return str(device)
+
+
+def is_edgetpu_compiled(path: str | Path) -> bool:
+    """True when a .tflite holds the ``edgetpu-custom-op`` that edgetpu_compiler emits.
+
+    Such a model cannot run on the CPU ("unresolved custom op"); checking the bytes also
+    catches a compiled model that was renamed. The file is mapped, not read into memory.
+    """
+    with open(path, "rb") as f:
+        try:
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                return m.find(EDGETPU_CUSTOM_OP) >= 0
+        except ValueError:  # empty file: cannot be mapped, and is not a compiled model
+            return False
+
+
+def load_edgetpu_delegate(mod: Any, device: str | None) -> Any:
+    """Load ``libedgetpu.so.1`` for one device, telling a missing library from a missing TPU.
+
+    The library is opened with ctypes first: LiteRT's ``load_delegate`` reports both cases
+    the same way and prints a stray traceback from its destructor when the library is absent.
+    """
+    device = edgetpu_device_string(device)
+    try:
+        ctypes.CDLL(EDGETPU_LIBRARY)
+    except OSError as exc:
+        raise BackendUnavailable(
+            f"the Edge TPU runtime library {EDGETPU_LIBRARY} is not installed",
+            "install libedgetpu1-std from Coral's apt repository (built for this LiteRT version)",
+        ) from exc
+    try:
+        return mod.load_delegate(EDGETPU_LIBRARY, {"device": device} if device else {})
+    except (ValueError, OSError) as exc:
+        raise BackendUnavailable(
+            f"no Edge TPU found (device {device or 'any'}): {exc}".splitlines()[0],
+            "plug in the Coral, check `lsusb`/udev permissions, or pick another --device (usb:N, pci:N)",
+        ) from exc
+
+
+def spec_from_details(detail: dict, preprocess: InputSpec | None = None) -> InputSpec:
+    """An InputSpec for a tensor as the interpreter reports it, keeping known preprocessing."""
+    scale, zero_point = detail.get("quantization", (0.0, 0))
+    dtype = np.dtype(detail["dtype"]).name
+    quantised = dtype in ("uint8", "int8", "int16") and scale
+    base = preprocess or InputSpec(shape=tuple(int(s) for s in detail["shape"]))
+    d = base.to_dict()
+    d.update(
+        shape=[int(s) for s in detail["shape"]],
+        dtype=dtype,
+        scale=float(scale) if quantised else None,
+        zero_point=int(zero_point) if quantised else None,
+        name=detail.get("name", ""),
+    )
+    if len(d["shape"]) == 4 and not preprocess and d["shape"][3] == 1:
+        d["colour"] = "gray"
+    return InputSpec.from_dict(d)
+
+
+def delegation_coverage(ops: list[dict]) -> dict[str, int]:
+    """Count original nodes replaced by DELEGATE kernels.
+
+    The interpreter lists the original nodes followed by one ``DELEGATE`` node per
+    delegated partition; a partition is every original node between the delegate node's
+    input tensors and its output tensors, found by walking producers backwards.
+    """
+    original = [o for o in ops if o.get("op_name") != "DELEGATE"]
+    kernels = [o for o in ops if o.get("op_name") == "DELEGATE"]
+    delegated = _delegated_nodes(original, kernels)
+    return {
+        "total_nodes": len(original),
+        "delegated_nodes": len(delegated),
+        "cpu_nodes": len(original) - len(delegated),
+        "delegate_kernels": len(kernels),
+    }
+
+
+def _delegated_nodes(original: list[dict], kernels: list[dict]) -> set[int]:
+    producer = {int(t): o["index"] for o in original for t in o["outputs"]}
+    by_index = {o["index"]: o for o in original}
+    delegated: set[int] = set()
+    for kernel in kernels:
+        boundary = {int(t) for t in kernel["inputs"]}
+        stack = [int(t) for t in kernel["outputs"]]
+        while stack:
+            tensor = stack.pop()
+            node = producer.get(tensor)
+            if tensor in boundary or node is None or node in delegated:
+                continue
+            delegated.add(node)
+            stack.extend(int(t) for t in by_index[node]["inputs"] if t >= 0)
+    return delegated
+
+
+def _quantization(detail: dict) -> tuple[float, int] | None:
+    scale, zero_point = detail.get("quantization", (0.0, 0))
+    return (float(scale), int(zero_point)) if scale else None
+
+
+class LiteRTRuntime:
+    """Run a ``.tflite`` model.
+
+    Args:
+        model_path: the model file.
+        input_spec: preprocessing + input tensor description (from the bundle); read from
+            the model when omitted.
+        delegate: ``"xnnpack"`` (LiteRT's default delegate), ``"none"`` (plain built-in
+            kernels) or ``"edgetpu"`` (``libedgetpu.so.1``).
+        num_threads: CPU threads for the interpreter; measure, more is not always faster.
+        device: Edge TPU device string (``usb``, ``usb:0``, ``pci:0``...).
+
+    Other keywords (``profile``, ``providers``...) belong to other adapters and are
+    ignored, so one set of options can open every variant of a benchmark; LiteRT's Python
+    API has no per-op timings (see :meth:`op_profile` for what it can tell).
+
+    ``infer`` returns copies (``get_tensor`` copies), so results stay valid after the next
+    call. One instance must not be used from two threads at once.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        input_spec: InputSpec | None = None,
+        delegate: str = "xnnpack",
+        num_threads: int | None = None,
+        device: str | None = None,
+        **_ignored: Any,
+    ):
+        self.model_path = Path(model_path)
+        if not self.model_path.is_file():
+            raise ModelError(f"model {self.model_path} does not exist")
+        mod, self._backend = _interpreter_module()
+        self._delegate_name = delegate or "none"
+        self.compiled_for_edgetpu = is_edgetpu_compiled(self.model_path)
+        if self.compiled_for_edgetpu and self._delegate_name != "edgetpu":
+            raise ModelError(
+                f"{self.model_path.name} is compiled for the Edge TPU and cannot run on the CPU",
+                "run it with --delegate edgetpu on a machine with a Coral, or use the plain int8 model",
+            )
+        if num_threads is not None:
+            num_threads = int(num_threads)
+            if num_threads < 1:
+                raise ModelError(f"num_threads must be >= 1, not {num_threads}", "use --threads 1 or more")
+        kwargs: dict[str, Any] = {"model_path": str(self.model_path), "num_threads": num_threads}
+        self._delegates = []
+        self.device = device
+        if self._delegate_name == "edgetpu":
+            self._delegates = [load_edgetpu_delegate(mod, device)]
+            kwargs["experimental_delegates"] = self._delegates
+        elif self._delegate_name == "none":
+            kwargs["experimental_op_resolver_type"] = mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+        elif self._delegate_name != "xnnpack":
+            raise ModelError(f"unknown LiteRT delegate {delegate!r}", "use xnnpack, none or edgetpu")
+        t0 = time.perf_counter_ns()
+        try:
+            self._interp = mod.Interpreter(**kwargs)
+            self._interp.allocate_tensors()
+        except (ValueError, RuntimeError) as exc:
+            raise ModelError(
+                f"LiteRT cannot load {self.model_path}: {exc}".splitlines()[0],
+                "check that the file is a complete .tflite model for this runtime",
+            ) from exc
+        self.init_ms = (time.perf_counter_ns() - t0) / 1e6
+        self.num_threads = num_threads or 1  # LiteRT's own default when none is given
+        inputs = self._interp.get_input_details()
+        if len(inputs) != 1:
+            raise ModelError(f"{self.model_path} has {len(inputs)} inputs; edgekit runs single-input models")
+        self._input_index = inputs[0]["index"]
+        self._output_indices = [o["index"] for o in self._interp.get_output_details()]
+        self.input_spec = spec_from_details(inputs[0], input_spec)
+        self.output_details = self._interp.get_output_details()
+        # (scale, zero_point) per output, None for float outputs: what results.Decoder needs.
+        self.output_quantization = [_quantization(d) for d in self.output_details]
+
+    # The three calls below are the whole hot path; keep it that way (bench/overhead.py).
+    def infer(self, tensor: np.ndarray) -> list[np.ndarray]:
+        """Run one inference on a tensor shaped and typed as ``input_spec``."""
+        interp = self._interp
+        interp.set_tensor(self._input_index, tensor)
+        interp.invoke()
+        return [interp.get_tensor(i) for i in self._output_indices]
+
+    def delegation(self) -> dict[str, int]:
+        """How many of the model's nodes a delegate took (measured, not predicted)."""
+        return delegation_coverage(self._interp._get_ops_details())  # no public API for the plan
+
+    def op_profile(self) -> list[dict[str, Any]]:
+        """Ops by type and where they run (delegated or CPU kernels), most frequent first.
+
+        The LiteRT Python API exposes no per-op timings (the C++ benchmark tool's
+        ``--enable_op_profiling`` does); this is the static half of a profile.
+        """
+        ops = self._interp._get_ops_details()  # no public API for the execution plan
+        kernels = [o for o in ops if o.get("op_name") == "DELEGATE"]
+        original = [o for o in ops if o.get("op_name") != "DELEGATE"]
+        delegated = _delegated_nodes(original, kernels)
+        total: Counter[str] = Counter(o["op_name"] for o in original)
+        on_delegate: Counter[str] = Counter(o["op_name"] for o in original if o["index"] in delegated)
+        return [
+            {"op_type": name, "count": n, "delegated": on_delegate[name], "cpu": n - on_delegate[name]}
+            for name, n in total.most_common()
+        ]
+
+    def describe(self) -> dict[str, Any]:
+        """Backend, version, the delegate really applied and how many nodes it took."""
+        import importlib.metadata as md
+
+        try:
+            version = md.version("ai-edge-litert" if self._backend == "ai_edge_litert" else "tflite-runtime")
+        except md.PackageNotFoundError:
+            version = "unknown"
+        info = {
+            "backend": self._backend,
+            "version": version,
+            "model": self.model_path.name,
+            "delegate_requested": self._delegate_name,
+            "num_threads": self.num_threads,
+            "device": self.device if self._delegate_name == "edgetpu" else None,
+            "compiled_for_edgetpu": self.compiled_for_edgetpu,
+            "init_ms": round(self.init_ms, 3),
+            "input": {
+                "dtype": self.input_spec.dtype,
+                "shape": list(self.input_spec.shape),
+                "scale": self.input_spec.scale,
+                "zero_point": self.input_spec.zero_point,
+            },
+            "outputs": [
+                {"dtype": np.dtype(d["dtype"]).name, "shape": [int(x) for x in d["shape"]], "quantization": q}
+                for d, q in zip(self.output_details, self.output_quantization)
+            ],
+        }
+        info.update(self.delegation())
+        info["delegate_applied"] = info["delegate_kernels"] > 0
+        return info
+
+    def close(self) -> None:
+        self._interp = None
+        self._delegates = []
+
+    def __enter__(self) -> LiteRTRuntime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,185 @@
+"""ONNX Runtime adapter, with a check that the providers asked for are the ones used.
+
+ONNX Runtime silently falls back to the CPU when a requested execution provider cannot
+load (only a UserWarning): we compare ``session.get_providers()`` with the request and
+refuse the fallback unless ``allow_fallback`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgekit.errors import BackendUnavailable, ModelError
+from edgekit.image import InputSpec
+
+_ONNX_DTYPES = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(uint8)": "uint8",
+    "tensor(int8)": "int8",
+}
+_PROVIDER_ALIASES = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+    "trt": "TensorrtExecutionProvider",
+}
+
+
+def provider_names(providers: list[str] | str | None) -> list[str]:
+    """Expand short names (cpu, cuda, tensorrt) to ONNX Runtime provider names."""
+    if providers is None:
+        return ["CPUExecutionProvider"]
+    if isinstance(providers, str):
+        providers = [p for p in providers.split(",") if p]
+    return [_PROVIDER_ALIASES.get(p.lower(), p) for p in providers]
+
+
+class OnnxRuntime:
+    """Run an ``.onnx`` model with ONNX Runtime.
+
+    Args:
+        model_path: the model file.
+        input_spec: preprocessing + input description; read from the model when omitted.
+        providers: execution providers in priority order (names or cpu/cuda/tensorrt).
+        allow_fallback: accept a session that dropped some of the requested providers.
+        num_threads: intra-op threads (0/None lets ONNX Runtime choose).
+        profile: record ONNX Runtime's per-op profile (see :meth:`end_profiling` and
+            :func:`summarize_profile`); the trace goes to a temporary directory, not the cwd.
+
+    ``infer`` returns arrays owned by the caller. ``InferenceSession.run`` is thread-safe.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        input_spec: InputSpec | None = None,
+        providers: list[str] | str | None = None,
+        allow_fallback: bool = False,
+        num_threads: int | None = None,
+        profile: bool = False,
+        **_ignored: Any,
+    ):
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:
+            raise BackendUnavailable("onnxruntime is not installed", "pip install 'edgekit[onnx]'") from exc
+        self.model_path = Path(model_path)
+        if not self.model_path.is_file():
+            raise ModelError(f"model {self.model_path} does not exist")
+        self.providers_requested = provider_names(providers)
+        available = ort.get_available_providers()
+        usable = [p for p in self.providers_requested if p in available]
+        if not usable:
+            raise BackendUnavailable(
+                f"none of the requested ONNX Runtime providers {self.providers_requested} is available "
+                f"(available: {available})",
+                "install onnxruntime-gpu for CUDA/TensorRT, or pass --providers cpu",
+            )
+        opts = ort.SessionOptions()
+        if num_threads:
+            opts.intra_op_num_threads = int(num_threads)
+        opts.enable_profiling = bool(profile)
+        if profile:
+            opts.profile_file_prefix = str(Path(tempfile.mkdtemp(prefix="edgekit-ort-")) / "profile")
+        t0 = time.perf_counter_ns()
+        try:
+            self._session = ort.InferenceSession(str(self.model_path), sess_options=opts, providers=usable)
+        except Exception as exc:  # onnxruntime raises its own untyped exceptions for bad files
+            raise ModelError(f"ONNX Runtime cannot load {self.model_path}: {exc}".splitlines()[0]) from exc
+        self.init_ms = (time.perf_counter_ns() - t0) / 1e6
+        self.providers_used = self._session.get_providers()
+        dropped = [p for p in self.providers_requested if p not in self.providers_used]
+        if dropped and not allow_fallback:
+            raise BackendUnavailable(
+                f"ONNX Runtime would silently run without {dropped} (using {self.providers_used})",
+                "install the provider, request --providers cpu, or pass --allow-fallback",
+            )
+        self.num_threads = num_threads
+        inputs = self._session.get_inputs()
+        if len(inputs) != 1:
+            raise ModelError(f"{self.model_path} has {len(inputs)} inputs; edgekit runs single-input models")
+        self._input_name = inputs[0].name
+        self._output_names = [o.name for o in self._session.get_outputs()]
+        self.input_spec = self._spec(inputs[0], input_spec)
+        self.output_quantization = [None] * len(self._output_names)  # ONNX outputs here are float
+
+    @staticmethod
+    def _spec(node: Any, given: InputSpec | None) -> InputSpec:
+        shape = [d if isinstance(d, int) else 1 for d in node.shape]  # symbolic batch -> 1
+        dtype = _ONNX_DTYPES.get(node.type, "float32")
+        if given is not None:
+            d = given.to_dict()
+            d.update(shape=shape, dtype=dtype, name=node.name)
+            return InputSpec.from_dict(d)
+        layout = "NCHW" if len(shape) == 4 and shape[1] in (1, 3) and shape[3] not in (1, 3) else "NHWC"
+        spec = InputSpec(shape=tuple(shape), dtype=dtype, layout=layout, name=node.name)
+        return InputSpec.from_dict({**spec.to_dict(), "colour": "gray" if spec.channels == 1 else "rgb"})
+
+    def infer(self, tensor: np.ndarray) -> list[np.ndarray]:
+        """Run one inference on a tensor shaped and typed as ``input_spec``."""
+        return self._session.run(self._output_names, {self._input_name: tensor})
+
+    def end_profiling(self) -> str | None:
+        """Stop profiling and return the path of ONNX Runtime's JSON trace (or None)."""
+        if not self._session:
+            return None
+        return self._session.end_profiling() or None
+
+    def describe(self) -> dict[str, Any]:
+        """Backend, version, providers requested and providers really used."""
+        import onnxruntime as ort
+
+        return {
+            "backend": "onnxruntime",
+            "version": ort.__version__,
+            "model": self.model_path.name,
+            "providers_requested": self.providers_requested,
+            "providers_used": self.providers_used,
+            "num_threads": self.num_threads,
+            "init_ms": round(self.init_ms, 3),
+            "input": {"name": self._input_name, "dtype": self.input_spec.dtype, "shape": list(self.input_spec.shape)},
+            "outputs": self._output_names,
+        }
+
+    def close(self) -> None:
+        self._session = None
+
+    def __enter__(self) -> OnnxRuntime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def summarize_profile(trace: str | Path | list) -> list[dict[str, Any]]:
+    """Summarise an ONNX Runtime profiling trace by op type, slowest first.
+
+    The trace is Chrome-trace JSON: one ``"cat": "Node"`` event per node execution with
+    ``args.op_name`` and ``dur`` in microseconds (``*_kernel_time`` events are the kernels
+    themselves; the ``*_fence_*`` events around them are bookkeeping and are left out).
+    Returns rows of ``op_type``, ``calls``, ``total_ms``, ``mean_us`` and ``share`` (of the
+    summed kernel time).
+    """
+    events = json.loads(Path(trace).read_text()) if not isinstance(trace, list) else trace
+    total_us: dict[str, float] = defaultdict(float)
+    calls: dict[str, int] = defaultdict(int)
+    for ev in events:
+        if ev.get("cat") != "Node" or not str(ev.get("name", "")).endswith("_kernel_time"):
+            continue
+        op = ev.get("args", {}).get("op_name", "?")
+        total_us[op] += float(ev.get("dur", 0))
+        calls[op] += 1
+    grand = sum(total_us.values()) or 1.0
+    rows = [
+        {"op_type": op, "calls": calls[op], "total_ms": us / 1e3, "mean_us": us / calls[op], "share": us / grand}
+        for op, us in total_us.items()
+    ]
+    return sorted(rows, key=lambda r: -r["total_ms"])

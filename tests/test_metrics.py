@@ -1,0 +1,127 @@
+"""Latency recorder, summaries, FPS and machine context (driven by a fake clock where time matters)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from edgekit import metrics
+from edgekit.metrics import LatencyRecorder, PipelineMetrics, StageClock, fps, summarize
+
+
+class FakeClock:
+    """A nanosecond clock that moves only when told to."""
+
+    def __init__(self, start: int = 1_000_000):
+        self.t = start
+
+    def __call__(self) -> int:
+        return self.t
+
+    def advance(self, ms: float) -> None:
+        self.t += int(ms * 1e6)
+
+
+def test_fps_counts_intervals_not_timestamps():
+    # 11 frames 100 ms apart span 1 s: 10 intervals -> 10 FPS (n / span would say 11).
+    clock = FakeClock()
+    stamps = []
+    for _ in range(11):
+        stamps.append(clock())
+        clock.advance(100)
+    assert fps(stamps) == pytest.approx(10.0)
+    assert fps(stamps[:1]) == 0.0
+    assert fps([5, 5]) == 0.0  # no span, no rate
+
+
+def test_summary_matches_numpy_and_reports_every_statistic():
+    rng = np.random.default_rng(1)
+    ms = rng.gamma(4.0, 0.5, size=1000)
+    s = summarize((ms * 1e6).astype(np.int64))
+    a = np.floor(ms * 1e6) / 1e6  # the samples are whole nanoseconds
+    assert s.count == 1000
+    assert s.min_ms == pytest.approx(a.min()) and s.max_ms == pytest.approx(a.max())
+    assert s.mean_ms == pytest.approx(a.mean())
+    assert s.std_ms == pytest.approx(a.std(ddof=1))
+    for q, got in zip((50, 90, 95, 99), (s.p50_ms, s.p90_ms, s.p95_ms, s.p99_ms)):
+        assert got == pytest.approx(np.percentile(a, q))
+    assert s.min_ms <= s.p50_ms <= s.p90_ms <= s.p95_ms <= s.p99_ms <= s.max_ms
+    assert s.to_dict()["cv"] == pytest.approx(s.std_ms / s.mean_ms)
+
+
+def test_empty_and_single_sample_summaries():
+    assert summarize([]).count == 0 and math.isnan(summarize([]).p50_ms)
+    one = summarize([2_000_000])
+    assert (one.count, one.p99_ms, one.std_ms) == (1, 2.0, 0.0)
+
+
+def test_recorder_sets_warmup_aside_and_keeps_raw_samples():
+    rec = LatencyRecorder("inference", warmup=3)
+    for ns in [50_000_000, 40_000_000, 30_000_000, 1_000_000, 2_000_000, 3_000_000]:
+        rec.add(ns)
+    assert rec.warmup_samples == [50_000_000, 40_000_000, 30_000_000]
+    assert rec.samples == [1_000_000, 2_000_000, 3_000_000]
+    assert rec.summary().max_ms == 3.0  # the slow first inferences do not leak in
+    assert rec.summary(last=1).p50_ms == 3.0
+
+
+def test_stage_clock_laps_with_a_fake_clock():
+    clock = FakeClock()
+    stages = StageClock(clock)
+    stages.mark()
+    clock.advance(2)
+    assert stages.lap() == 2_000_000
+    clock.advance(0.5)
+    assert stages.lap() == 500_000
+    assert stages.last == clock()
+
+
+def test_pipeline_metrics_first_inference_skips_and_fps():
+    clock = FakeClock()
+    m = PipelineMetrics(warmup=2)
+    for i, index in enumerate([0, 1, 2, 5, 6, 7]):  # frames 3 and 4 never reached us
+        m.frame_seen(index)
+        clock.advance(10)
+        m.record({"inference": (30 if i == 0 else 4) * 1_000_000, "end_to_end": 6_000_000}, clock())
+    s = m.summary()
+    assert s["first_inference_ms"] == 30.0
+    assert s["skipped"] == 2
+    assert (s["frames"], s["warmup"], s["measured"]) == (6, 2, 4)
+    assert s["stages"]["inference"]["count"] == 4 and s["stages"]["inference"]["max_ms"] == 4.0
+    assert s["fps"] == pytest.approx(100.0)  # 4 completions 10 ms apart
+    assert "fps 100.0" in m.stats_line()
+    assert m.samples_ms("inference") == [4.0] * 4
+
+
+def _fake_sysfs(tmp_path, governor: str | None):
+    for cpu in ("cpu0", "cpu1"):
+        d = tmp_path / cpu / "cpufreq"
+        d.mkdir(parents=True)
+        if governor:
+            (d / "scaling_governor").write_text(governor + "\n")
+    return tmp_path
+
+
+def test_machine_context_warns_when_governor_is_not_performance(tmp_path, monkeypatch):
+    monkeypatch.setattr(metrics, "_SYS_CPU", _fake_sysfs(tmp_path, "powersave"))
+    ctx = metrics.machine_context()
+    assert ctx["governor"] == "powersave"
+    assert any("not 'performance'" in w for w in ctx["warnings"])
+
+
+def test_machine_context_quiet_with_performance_governor(tmp_path, monkeypatch):
+    monkeypatch.setattr(metrics, "_SYS_CPU", _fake_sysfs(tmp_path, "performance"))
+    ctx = metrics.machine_context()
+    assert ctx["governor"] == "performance" and ctx["warnings"] == []
+
+
+def test_machine_context_on_this_machine():
+    ctx = metrics.machine_context()
+    assert ctx["cpu_model"] and ctx["cores"] >= 1 and ctx["cores_usable"] >= 1
+    assert ctx["libraries"]["numpy"] == np.__version__
+    assert "ai-edge-litert" in ctx["libraries"]
+    assert isinstance(ctx["temperatures_c"], dict) and isinstance(ctx["throttling"], dict)
+    if not metrics.governors():  # containers and VMs hide cpufreq: say so rather than guess
+        assert any("not readable" in w for w in ctx["warnings"])

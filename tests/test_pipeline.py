@@ -1,0 +1,171 @@
+"""The frame -> preprocess -> infer -> decode -> record loop, with FakeRuntime and real sources."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from edgekit.camera import Frame, open_camera
+from edgekit.errors import CameraError, ModelError
+from edgekit.image import InputSpec
+from edgekit.pipeline import Pipeline, is_valid_frame, open_model, split_model_spec
+from edgekit.runtime.fake import FakeRuntime
+
+SPEC = InputSpec(shape=(1, 8, 8, 1), colour="gray")
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 10_000_000
+
+    def __call__(self) -> int:
+        return self.t
+
+    def advance(self, ms: float) -> None:
+        self.t += int(ms * 1e6)
+
+
+def brightness_runtime(clock: FakeClock | None = None, infer_ms: float = 0.0) -> FakeRuntime:
+    """Class 1 ('bright') when the mean input is above 0.5, else class 0."""
+
+    def fn(x: np.ndarray) -> list[np.ndarray]:
+        if clock is not None:
+            clock.advance(infer_ms)
+        p = float(x.mean() > 0.5)
+        return [np.array([[1 - p, p]], dtype=np.float32)]
+
+    return FakeRuntime(fn, SPEC)
+
+
+def frames(values, clock=None, indices=None):
+    for i, v in zip(indices or itertools.count(), values):
+        arr = v if isinstance(v, np.ndarray) or v is None else np.full((36, 64, 3), v, np.uint8)
+        yield Frame(arr, clock() if clock else 0, i)
+
+
+def test_results_follow_the_frames():
+    pipe = Pipeline(brightness_runtime(), ["dark", "bright"], top_k=2, warmup=0)
+    results = list(pipe.run(frames([10, 250, 240, 5])))
+    assert [r.classification.top.label for r in results] == ["dark", "bright", "bright", "dark"]
+    assert [r.index for r in results] == [0, 1, 2, 3]
+    assert pipe.runtime.calls == 4
+    assert results[0].to_dict()["top"][0]["label"] == "dark"
+
+
+def test_stage_timings_come_from_the_clock():
+    clock = FakeClock()
+    rt = brightness_runtime(clock, infer_ms=7)
+
+    def source():
+        for i in range(4):
+            clock.advance(3)  # the camera takes 3 ms to deliver...
+            yield Frame(np.full((36, 64), 200, np.uint8), clock() - 1_000_000, i)  # ...captured 1 ms earlier
+
+    pipe = Pipeline(rt, warmup=1, clock=clock)
+    results = list(pipe.run(source()))
+    t = results[-1].timings_ms
+    assert t["capture_wait"] == pytest.approx(3.0)
+    assert t["inference"] == pytest.approx(7.0)
+    assert t["preprocess"] == 0 and t["postprocess"] == 0
+    assert t["end_to_end"] == pytest.approx(8.0)  # 1 ms before delivery + 7 ms inference
+    s = pipe.metrics.summary()
+    assert s["stages"]["inference"]["count"] == 3  # one warm-up frame set aside
+    assert s["first_inference_ms"] == pytest.approx(7.0)
+    assert s["fps"] == pytest.approx(100.0)  # a frame every 3 + 7 ms
+
+
+def test_max_frames_and_duration_stop_an_endless_source():
+    pipe = Pipeline(brightness_runtime(), warmup=0)
+    assert len(list(pipe.run(frames(itertools.repeat(100)), max_frames=7))) == 7
+    clock = FakeClock()
+    rt = brightness_runtime(clock, infer_ms=10)
+    pipe = Pipeline(rt, warmup=0, clock=clock)
+    assert len(list(pipe.run(frames(itertools.repeat(100), clock), duration_s=0.1))) == 10
+
+
+def test_index_gaps_count_as_skipped_frames():
+    pipe = Pipeline(brightness_runtime(), warmup=0)
+    list(pipe.run(frames([1, 2, 3], indices=[0, 4, 5])))
+    assert pipe.metrics.skipped == 3
+
+
+def test_corrupt_frames_are_skipped_and_counted():
+    bad = [np.zeros((0, 0, 3), np.uint8), np.zeros((36, 64, 3), np.float32), None]
+    pipe = Pipeline(brightness_runtime(), warmup=0)
+    results = list(pipe.run(frames([100, *bad, 200])))
+    assert len(results) == 2 and pipe.metrics.corrupt == 3 and pipe.runtime.calls == 2
+
+
+def test_a_camera_sending_only_garbage_is_reported():
+    pipe = Pipeline(brightness_runtime(), warmup=0, max_corrupt=5)
+    garbage = frames(itertools.repeat(np.zeros((36, 64, 2), np.uint8)))
+    with pytest.raises(CameraError, match="5 unusable frames in a row"):
+        list(pipe.run(garbage))
+
+
+def test_is_valid_frame():
+    assert is_valid_frame(np.zeros((4, 4), np.uint8)) and is_valid_frame(np.zeros((4, 4, 4), np.uint8))
+    assert not is_valid_frame(np.zeros((4, 4, 2), np.uint8)) and not is_valid_frame("frame")
+
+
+def test_with_the_real_synthetic_camera():
+    with open_camera("synthetic:320x180") as cam:
+        pipe = Pipeline(brightness_runtime(), ["dark", "bright"], warmup=2)
+        results = list(pipe.run(cam, max_frames=20))
+    assert len(results) == 20
+    s = pipe.metrics.summary()
+    assert s["stages"]["end_to_end"]["count"] == 18
+    assert s["stages"]["end_to_end"]["min_ms"] >= s["stages"]["inference"]["min_ms"]
+    assert s["stages"]["preprocess"]["p50_ms"] > 0
+
+
+def test_split_model_spec(tmp_path):
+    assert split_model_spec("dist/demo-cpu:fp16") == (tmp_path.__class__("dist/demo-cpu"), "fp16")
+    assert split_model_spec("model.tflite")[1] is None
+    odd = tmp_path / "a:b"
+    odd.mkdir()
+    assert split_model_spec(str(odd)) == (odd, None)  # an existing path is taken whole
+
+
+def _onnx_model(path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8, 1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [64, 2], np.tile([[-1.0, 1.0]], (64, 1)).ravel().tolist())
+    b = helper.make_tensor("b", TensorProto.FLOAT, [2], [32.0, -32.0])  # logit 1 > logit 0 iff mean > 0.5
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [1, 64])
+    nodes = [
+        helper.make_node("Reshape", ["x", "shape"], ["f"]),
+        helper.make_node("MatMul", ["f", "w"], ["l"]),
+        helper.make_node("Add", ["l", "b"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "g", [x], [y], [w, b, shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_open_model_bare_file_with_labels(tmp_path):
+    model = _onnx_model(tmp_path / "m.onnx")
+    (tmp_path / "labels.txt").write_text("dark\n\nbright\n")
+    with open_model(model, labels=tmp_path / "labels.txt") as m:
+        assert m.labels == ["dark", "bright"] and m.variant is None
+        pipe = Pipeline(m.runtime, m.labels, warmup=0)
+        r = list(pipe.run(frames([250, 5]), max_frames=2))
+    assert [x.classification.top.label for x in r] == ["bright", "dark"]
+    assert r[0].classification.softmax_applied  # the model emits logits
+
+
+def test_open_model_errors(tmp_path):
+    model = _onnx_model(tmp_path / "m.onnx")
+    with pytest.raises(ModelError, match="not a bundle"):
+        open_model(f"{model}:fp16")
+    with pytest.raises(ModelError, match="does not exist"):
+        open_model(tmp_path / "missing.onnx")
+    with pytest.raises(ModelError, match="labels"):
+        open_model(model, labels=tmp_path / "nope.txt")
