@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.errors import BackendUnavailable, CalibrationError, CameraError, ModelError, UsageError
+from edgekit.errors import BackendUnavailable, CalibrationError, CameraError, EdgekitError, ModelError, UsageError
 from edgekit.metrics import LatencySummary, machine_context, summarize
 from edgekit.pipeline import OpenModel, Pipeline, open_model, split_model_spec
 from edgekit.run import add_runtime_options, describe_runtime, open_source, runtime_options
@@ -390,22 +390,45 @@ def single_stream(
     )
 
 
+def _backends_for(path: str, variant: str | None, backends: list[str | None]) -> list[str | None]:
+    """The requested backends that can run this model's format (``[None]``: the bundle's own)."""
+    from edgekit.bundle import load_bundle
+    from edgekit.runtime import BACKENDS
+
+    if backends == [None]:
+        return [None]
+    p = Path(path)
+    try:
+        fmt = load_bundle(p, check_hashes=False).model(variant).format if p.is_dir() else p.suffix.lstrip(".")
+    except EdgekitError:
+        return [None]  # let open_model report what is wrong with it
+    usable = [b for b in backends if b is None or fmt in BACKENDS[b][1]]
+    return usable or [None]
+
+
 def _open_all(pairs: list[tuple[str, str | None]], config: BenchConfig) -> tuple[list[OpenModel], list[str]]:
     """Open every variant; with ``skip_unavailable``, variants this machine cannot run (no
     Edge TPU, no CUDA, a model compiled for other hardware) are left out with a reason."""
     options = dict(config.runtime_options)
+    backends = options.pop("backend", None) or [None]
+    backends = [backends] if isinstance(backends, str) else list(backends)
     if config.profile:
         options["profile"] = True
     opened: list[OpenModel] = []
     skipped: list[str] = []
     try:
         for path, variant in pairs:
-            try:
-                opened.append(open_model(path, variant, config.labels, **options))
-            except (BackendUnavailable, ModelError) as exc:
-                if not config.skip_unavailable or not Path(path).exists():
-                    raise
-                skipped.append(f"skipped {Path(path).name}{':' + variant if variant else ''}: {exc.message}")
+            for backend in _backends_for(path, variant, backends):
+                try:
+                    m = open_model(path, variant, config.labels, backend=backend, **options)
+                    if backend and len(backends) > 1:
+                        m.name = f"{m.name}@{backend}"
+                    opened.append(m)
+                except (BackendUnavailable, ModelError) as exc:
+                    if not config.skip_unavailable or not Path(path).exists():
+                        raise
+                    name = f"{Path(path).name}{':' + variant if variant else ''}{'@' + backend if backend else ''}"
+                    skipped.append(f"skipped {name}: {exc.message}")
     except BaseException:
         for m in opened:
             m.close()
@@ -796,7 +819,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--repeats", type=int, default=3, help="interleaved repeats (default 3)")
     g.add_argument("--warmup", type=int, default=10, help="frames left out at the start of each run (default 10)")
     g.add_argument("--max-cv", type=float, default=0.25, help="warn above this coefficient of variation")
-    add_runtime_options(parser)
+    add_runtime_options(parser, several_backends=True)
     o = parser.add_argument_group("output")
     o.add_argument("--json", metavar="FILE", help="full report with raw samples and machine context")
     o.add_argument("--csv", metavar="FILE", help="one row per variant and repeat")

@@ -1009,6 +1009,8 @@ def open_camera(uri: str | int, **options: Any) -> FrameSource:
         from edgekit.plugins import resolve
 
         vector_source = resolve("edgekit.vector.camera:VectorSource", "pip install 'edgekit[vector]'")
+        if "timeout_s" in options:  # one name for "no frame for this long" across every source
+            options["frame_timeout_s"] = options.pop("timeout_s")
         return vector_source(serial, **options)
     path = Path(text)
     if path.is_dir():

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from edgekit.errors import CameraError, UsageError
 
 
-def add_runtime_options(parser: argparse.ArgumentParser) -> None:
+def add_runtime_options(parser: argparse.ArgumentParser, several_backends: bool = False) -> None:
     """Options shared by run and bench that override a bundle's runtime options."""
     g = parser.add_argument_group("runtime")
     g.add_argument("--device", help="LiteRT Edge TPU device: usb, usb:N, pci, pci:N (default: the bundle's)")
@@ -40,6 +40,10 @@ def add_runtime_options(parser: argparse.ArgumentParser) -> None:
         help="accept ONNX Runtime dropping a requested provider (refused by default)",
     )
     g.add_argument("--labels", metavar="FILE", help="labels file for a bare model (a bundle has its own)")
+    g.add_argument("--backend", choices=["litert", "onnxruntime", "onnxruntime-cuda", "onnxruntime-trt", "tensorrt"],
+                   action="append" if several_backends else "store",
+                   help="run with this backend instead of the bundle's (applies to models of its format)"
+                   + ("; repeat to compare backends" if several_backends else ""))
 
 
 def runtime_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -50,6 +54,7 @@ def runtime_options(args: argparse.Namespace) -> dict[str, Any]:
         "device": args.device,
         "providers": args.providers,
         "allow_fallback": args.allow_fallback,
+        "backend": getattr(args, "backend", None),
     }
 
 

@@ -20,6 +20,12 @@ DEVICE_MODULES = [
     "edgekit.pipeline",
     "edgekit.run",
     "edgekit.bench",
+    "edgekit.vector",
+    "edgekit.vector.camera",
+    "edgekit.vector.face",
+    "edgekit.vector.speech",
+    "edgekit.vector.connection",
+    "robot.signs",
 ]
 
 PROBE = """

@@ -738,7 +738,7 @@ def test_vector_source_is_resolved_lazily(monkeypatch):
     monkeypatch.setitem(sys.modules, "edgekit.vector.camera", module)
     cam = open_camera("vector:00e20100", timeout_s=2)
     assert isinstance(cam, VectorSource) and isinstance(cam, FrameSource)
-    assert made == {"serial": "00e20100", "options": {"timeout_s": 2}}
+    assert made == {"serial": "00e20100", "options": {"frame_timeout_s": 2}}
 
 
 def test_vector_missing_gives_install_hint(monkeypatch):

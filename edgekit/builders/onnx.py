@@ -79,8 +79,8 @@ def build(ctx, target, out_dir: Path) -> dict:
         models.append({"name": variant, "file": path.name, "format": "onnx",
                        "precision": "float16" if variant == "fp16" else "float32", "input": spec.to_dict(),
                        "outputs": outs, "convert_seconds": seconds, "bytes": path.stat().st_size,
-                       "tensorrt": {"engine": "built on the device from this file",
-                                    "precision": "fp16" if variant == "fp16" else "fp32"}})
+                       "runtime_options": {"precision": "fp16" if variant == "fp16" else "fp32"},
+                       "tensorrt": {"engine": "built on the device from this file (edgekit/runtime/trt_engine.py)"}})
         verification[variant] = ctx.verify(variant, lambda t, p=path: _run(p, t), spec)
     default = target.build.get("default", "fp16")
     return {"models": models, "verification": verification,

@@ -39,35 +39,65 @@ class Runtime(Protocol):
 _ADAPTER_HINTS = {
     "edgekit.runtime.litert": "pip install 'edgekit[litert]'",
     "edgekit.runtime.onnxrt": "pip install 'edgekit[onnx]'",
+    "edgekit.runtime.onnxrt_gpu": "pip install 'edgekit[jetson]' (onnxruntime-gpu) on a machine with an NVIDIA GPU",
+    "edgekit.runtime.tensorrt": "TensorRT ships with JetPack (sudo apt install nvidia-jetpack); pip install cuda-python",
+}
+
+# --backend NAME -> (adapter, model formats it runs, its default options). A backend replaces the
+# bundle's adapter only for models of those formats, so one bench command can mix a TFLite bundle
+# with `--backend onnxruntime` for an ONNX one.
+BACKENDS: dict[str, tuple[str, tuple[str, ...], dict[str, Any]]] = {
+    "litert": ("edgekit.runtime.litert:LiteRTRuntime", ("tflite",), {}),
+    "onnxruntime": ("edgekit.runtime.onnxrt:OnnxRuntime", ("onnx",), {"providers": ["cpu"]}),
+    "onnxruntime-cuda": ("edgekit.runtime.onnxrt_gpu:OnnxRuntimeGPU", ("onnx",), {"providers": ["cuda"]}),
+    "onnxruntime-trt": ("edgekit.runtime.onnxrt_gpu:OnnxRuntimeGPU", ("onnx",),
+                        {"providers": ["tensorrt", "cuda"]}),
+    "tensorrt": ("edgekit.runtime.tensorrt:TensorRTRuntime", ("onnx",), {"precision": "fp16"}),
 }
 
 
-def open_runtime(source: str | Path, model: str | None = None, **options: Any) -> Runtime:
+def _format_of(path: Path) -> str:
+    return {".tflite": "tflite", ".onnx": "onnx"}.get(path.suffix.lower(), path.suffix.lower().lstrip("."))
+
+
+def open_runtime(source: str | Path, model: str | None = None, backend: str | None = None, **options: Any) -> Runtime:
     """Open a runtime for a bundle directory or a bare ``.tflite``/``.onnx`` file.
 
-    For a bundle, the adapter and its options come from edgekit.json; keyword ``options``
-    override them (e.g. ``num_threads=1``, ``delegate="none"``, ``device="usb:0"``).
+    For a bundle, the adapter and its options come from edgekit.json (bundle-wide options, then
+    the model entry's own); keyword ``options`` override them (e.g. ``num_threads=1``,
+    ``delegate="none"``, ``device="usb:0"``, ``providers=["cpu"]``). ``backend`` (a key of
+    :data:`BACKENDS`, e.g. ``"onnxruntime"`` or ``"tensorrt"``) swaps the adapter for models of
+    the formats it runs; the bundle's adapter options are then not applied.
     """
     from edgekit.bundle import load_bundle
-    from edgekit.errors import ModelError
+    from edgekit.errors import ModelError, UsageError
     from edgekit.plugins import resolve
 
+    if backend is not None and backend not in BACKENDS:
+        raise UsageError(f"unknown backend {backend!r}", f"choose one of: {', '.join(BACKENDS)}")
     path = Path(source)
     if path.is_dir():
         bundle = load_bundle(path)
         entry = bundle.model(model)
+        fmt = entry.format
         adapter = bundle.runtime.get("adapter", "edgekit.runtime.litert:LiteRTRuntime")
-        merged = {**bundle.runtime.get("options", {}), **entry.extra.get("runtime_options", {}), **options}
+        merged = {**bundle.runtime.get("options", {}), **entry.extra.get("runtime_options", {})}
+        if backend and fmt in BACKENDS[backend][1]:
+            adapter, _, defaults = BACKENDS[backend]
+            merged = {**defaults, **{k: v for k, v in entry.extra.get("runtime_options", {}).items()
+                                     if k == "precision"}}
         cls = resolve(adapter, _ADAPTER_HINTS.get(adapter.split(":")[0]))
-        return cls(bundle.path / entry.file, input_spec=entry.input, **merged)
+        return cls(bundle.path / entry.file, input_spec=entry.input, **{**merged, **options})
     if not path.is_file():
         raise ModelError(f"model {path} does not exist", "give a bundle directory, a .tflite or an .onnx file")
-    if path.suffix == ".tflite":
-        from edgekit.runtime.litert import LiteRTRuntime
-
-        return LiteRTRuntime(path, **options)
-    if path.suffix == ".onnx":
-        from edgekit.runtime.onnxrt import OnnxRuntime
-
-        return OnnxRuntime(path, **options)
-    raise ModelError(f"{path}: unsupported model file", "give a bundle directory, a .tflite or an .onnx file")
+    fmt = _format_of(path)
+    if backend and fmt in BACKENDS[backend][1]:
+        adapter, _, defaults = BACKENDS[backend]
+    elif fmt == "tflite":
+        adapter, defaults = BACKENDS["litert"][0], {}
+    elif fmt == "onnx":
+        adapter, defaults = BACKENDS["onnxruntime"][0], {}
+    else:
+        raise ModelError(f"{path}: unsupported model file", "give a bundle directory, a .tflite or an .onnx file")
+    cls = resolve(adapter, _ADAPTER_HINTS.get(adapter.split(":")[0]))
+    return cls(path, **{**defaults, **options})

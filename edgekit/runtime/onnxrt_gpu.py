@@ -1,0 +1,200 @@
+"""ONNX Runtime on an NVIDIA GPU: the TensorRT and CUDA execution providers, with their options.
+
+:class:`~edgekit.runtime.onnxrt.OnnxRuntime` passes bare provider names; this adapter adds
+the options that matter on a Jetson:
+
+* TensorRT EP: FP16, an engine cache and a timing cache (TensorRT EP builds its engines on
+  the first run, which takes minutes without them), workspace limit; the caches live
+  beside the bundle in ``.engines/ort-trt`` (or the user cache when the bundle is read-only).
+* CUDA EP: device, cuDNN convolution algorithm search, memory limit.
+
+As with the CPU adapter, a provider that is requested but not used is an error unless
+``allow_fallback`` is set: ONNX Runtime itself only prints a warning and runs on the CPU.
+CPUExecutionProvider is always appended as the last provider (ONNX Runtime needs it for
+nodes the GPU providers do not take), but counts as "requested" only if you asked for it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from edgekit.errors import BackendUnavailable, ModelError
+from edgekit.image import InputSpec
+from edgekit.runtime import trt_engine
+from edgekit.runtime.onnxrt import OnnxRuntime, provider_names
+
+GPU_HINT = (
+    "install onnxruntime-gpu (on a Jetson: the JetPack wheel from NVIDIA's Jetson AI Lab index), "
+    "or pass --allow-fallback to accept the CPU"
+)
+DEFAULT_PROVIDERS = ("tensorrt", "cuda")
+
+
+def tensorrt_ep_options(
+    cache_dir: str | Path,
+    fp16: bool = True,
+    workspace_mb: int = trt_engine.WORKSPACE_MB,
+    device_id: int = 0,
+    engine_cache: bool = True,
+    timing_cache: bool = True,
+) -> dict[str, str]:
+    """Options for ``TensorrtExecutionProvider`` (ONNX Runtime wants them as strings).
+
+    With TensorRT 11 the FP16 flag no longer exists: give the FP16 ONNX and ``fp16=False``
+    (ONNX Runtime then builds a strongly typed network whose precision comes from the graph).
+    """
+    cache = str(Path(cache_dir))
+    opts = {
+        "device_id": str(int(device_id)),
+        "trt_fp16_enable": "True" if fp16 else "False",
+        "trt_max_workspace_size": str(int(workspace_mb) << 20),
+        "trt_engine_cache_enable": "True" if engine_cache else "False",
+        "trt_timing_cache_enable": "True" if timing_cache else "False",
+    }
+    if engine_cache:
+        opts["trt_engine_cache_path"] = cache
+    if timing_cache:
+        opts["trt_timing_cache_path"] = cache
+    return opts
+
+
+def cuda_ep_options(
+    device_id: int = 0, conv_algo_search: str = "HEURISTIC", gpu_mem_limit_mb: int | None = None
+) -> dict[str, str]:
+    """Options for ``CUDAExecutionProvider``.
+
+    ``HEURISTIC`` cuDNN search starts fast; ``EXHAUSTIVE`` (ONNX Runtime's default) benchmarks
+    every convolution on the first run, which costs seconds on a Jetson for a few % later.
+    """
+    if conv_algo_search not in ("EXHAUSTIVE", "HEURISTIC", "DEFAULT"):
+        raise ModelError(f"bad cuDNN algorithm search {conv_algo_search!r}", "use EXHAUSTIVE, HEURISTIC or DEFAULT")
+    opts = {"device_id": str(int(device_id)), "cudnn_conv_algo_search": conv_algo_search}
+    if gpu_mem_limit_mb:
+        opts["gpu_mem_limit"] = str(int(gpu_mem_limit_mb) << 20)
+    return opts
+
+
+def check_providers(requested: list[str], used: list[str], allow_fallback: bool) -> list[str]:
+    """Return the requested providers missing from ``used``; raise BackendUnavailable if any
+    are missing and ``allow_fallback`` is False (the same rule as :class:`OnnxRuntime`)."""
+    dropped = [p for p in requested if p not in used]
+    if dropped and not allow_fallback:
+        raise BackendUnavailable(f"ONNX Runtime would silently run without {dropped} (using {used})", GPU_HINT)
+    return dropped
+
+
+class OnnxRuntimeGPU(OnnxRuntime):
+    """ONNX Runtime with the TensorRT and/or CUDA execution providers and their options.
+
+    Args:
+        model_path: the ``.onnx`` model (for FP16, the bundle's ``*_fp16.onnx``).
+        input_spec: the bundle's input description.
+        providers: GPU providers in priority order: ``tensorrt``, ``cuda`` (or full names);
+            ``cpu`` may be listed to make the CPU an accepted (requested) provider.
+        allow_fallback: accept a session that runs without some requested provider;
+            ``describe()["fallback"]`` then lists what was dropped.
+        fp16: TensorRT EP FP16 (ignored by the CUDA EP, which runs the graph's own types).
+        cache_dir: TensorRT EP engine/timing cache directory (default: beside the model).
+        device_id, workspace_mb, conv_algo_search, gpu_mem_limit_mb: provider options.
+
+    ``infer`` returns arrays the caller owns; ``InferenceSession.run`` is thread-safe. The
+    first session with the TensorRT EP builds engines (minutes on a Jetson; cached after).
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        input_spec: InputSpec | None = None,
+        providers: list[str] | str | None = DEFAULT_PROVIDERS,
+        allow_fallback: bool = False,
+        fp16: bool = True,
+        cache_dir: str | Path | None = None,
+        device_id: int = 0,
+        workspace_mb: int = trt_engine.WORKSPACE_MB,
+        conv_algo_search: str = "HEURISTIC",
+        gpu_mem_limit_mb: int | None = None,
+        num_threads: int | None = None,
+        profile: bool = False,
+        **_ignored: Any,
+    ):
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:
+            raise BackendUnavailable("onnxruntime-gpu is not installed", GPU_HINT) from exc
+        self.model_path = Path(model_path)
+        if not self.model_path.is_file():
+            raise ModelError(f"model {self.model_path} does not exist")
+        self.providers_requested = provider_names(providers or list(DEFAULT_PROVIDERS))
+        available = ort.get_available_providers()
+        missing = [p for p in self.providers_requested if p not in available]
+        if missing and not allow_fallback:
+            # Fail before building a session: the message names what this onnxruntime build has.
+            raise BackendUnavailable(
+                f"{', '.join(missing)} not available in this onnxruntime {ort.__version__} "
+                f"(it has {', '.join(available)})",
+                GPU_HINT,
+            )
+        self.provider_options: dict[str, dict[str, str]] = {}
+        chain: list[tuple[str, dict[str, str]]] = []
+        for name in self.providers_requested + ["CPUExecutionProvider"]:
+            if name not in available or any(n == name for n, _ in chain):
+                continue
+            opts: dict[str, str] = {}
+            if name == "TensorrtExecutionProvider":
+                cache = Path(cache_dir) if cache_dir else trt_engine.engine_cache_dir(self.model_path) / "ort-trt"
+                cache.mkdir(parents=True, exist_ok=True)
+                opts = tensorrt_ep_options(cache, fp16, workspace_mb, device_id)
+            elif name == "CUDAExecutionProvider":
+                opts = cuda_ep_options(device_id, conv_algo_search, gpu_mem_limit_mb)
+            chain.append((name, opts))
+            self.provider_options[name] = opts
+        sess = ort.SessionOptions()
+        if num_threads:
+            sess.intra_op_num_threads = int(num_threads)
+        sess.enable_profiling = bool(profile)
+        if profile:  # the trace goes to a temporary directory, never the working directory
+            sess.profile_file_prefix = str(Path(tempfile.mkdtemp(prefix="edgekit-ort-")) / "profile")
+        t0 = time.perf_counter_ns()
+        try:
+            self._session = ort.InferenceSession(
+                str(self.model_path),
+                sess_options=sess,
+                providers=[n for n, _ in chain],
+                provider_options=[o for _, o in chain],
+            )
+        except Exception as exc:  # onnxruntime raises its own untyped exceptions
+            raise ModelError(f"ONNX Runtime cannot load {self.model_path}: {exc}".splitlines()[0]) from exc
+        self.init_ms = (time.perf_counter_ns() - t0) / 1e6
+        # A provider can be "available" and still fail to load (missing libcudnn, libnvinfer):
+        # ONNX Runtime then drops it with a warning. Compare what the session really uses.
+        self.providers_used = self._session.get_providers()
+        self.fallback = check_providers(self.providers_requested, self.providers_used, allow_fallback)
+        if self.fallback:
+            warnings.warn(
+                f"ONNX Runtime runs without {self.fallback} (using {self.providers_used}): allowed by allow_fallback",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        self.num_threads = num_threads
+        inputs = self._session.get_inputs()
+        if len(inputs) != 1:
+            raise ModelError(f"{self.model_path} has {len(inputs)} inputs; edgekit runs single-input models")
+        self._input_name = inputs[0].name
+        self._output_names = [o.name for o in self._session.get_outputs()]
+        self.input_spec = self._spec(inputs[0], input_spec)
+        self.output_quantization = [None] * len(self._output_names)
+
+    def describe(self) -> dict[str, Any]:
+        """As :meth:`OnnxRuntime.describe`, plus provider options and what was dropped."""
+        info = super().describe()
+        info.update(
+            backend="onnxruntime-gpu",
+            provider_options=self.provider_options,
+            fallback=self.fallback,
+            on_cpu_only=self.providers_used == ["CPUExecutionProvider"],
+        )
+        return info

@@ -1,0 +1,33 @@
+"""Anki Vector support on ``wirepod_vector_sdk`` (import name ``anki_vector``, imported lazily).
+
+- :mod:`edgekit.vector.camera`: ``VectorSource``, the robot's camera as a FrameSource.
+- :mod:`edgekit.vector.speech`: say text and show images or labels on the face screen.
+- :mod:`edgekit.vector.face`: numpy <-> the face screen's RGB565 bytes (no SDK needed).
+- :mod:`edgekit.vector.fake`: ``FakeVector``, a loopback robot the real SDK connects to.
+- :mod:`edgekit.vector.connection`: connecting, SDK errors -> ``VectorError``, clean disconnects.
+
+Importing this package imports neither the SDK nor grpc; ``from edgekit.vector import
+VectorSource`` imports only what that name needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_LAZY = {
+    "VectorSource": "edgekit.vector.camera",
+    "FakeVector": "edgekit.vector.fake",
+    "VectorError": "edgekit.vector.connection",
+    "say_text": "edgekit.vector.speech",
+    "show_face": "edgekit.vector.speech",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,292 @@
+"""Vector's camera as an edgekit FrameSource (``--camera vector:SERIAL``).
+
+The SDK streams 640x360 JPEG frames (about 15 fps on a real robot) and decodes each one
+on its connection thread. This source keeps only the newest decoded image: a slow
+consumer gets the latest frame and the ones it missed are counted as skipped, never
+queued.
+
+>>> with VectorSource("00e20100") as cam:                    # doctest: +SKIP
+...     for frame in cam:                                  # Frame(array BGR uint8, t_capture_ns, index)
+...         ...
+...     cam.stats()                                        # camera fps, delivered, skipped
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgekit.camera import Frame
+from edgekit.vector import connection
+from edgekit.vector.connection import VectorError
+
+
+class VectorSource:
+    """Frames from a Vector robot's camera, newest first.
+
+    Args:
+        serial: the robot's serial (its section in sdk_config.ini).
+        config_home: directory holding ``.anki_vector/sdk_config.ini`` (default: home).
+        connect_timeout_s: how long connecting (and getting behaviour control) may take.
+        frame_timeout_s: no new image for this long counts as a lost connection.
+        behavior_control: hold behaviour control (needed by :meth:`say` and :meth:`show`).
+        reconnect: on a lost connection, reconnect with exponential backoff instead of
+            ending the iteration with a VectorError (the daemon uses this).
+        max_reconnects: give up after this many failed attempts in a row (None: never).
+        backoff_s: ``(first, longest)`` wait between reconnect attempts.
+
+    Iterating connects (if :meth:`open` was not called) and yields :class:`Frame` with
+    ``array`` BGR uint8 (640x360 on a real robot), ``t_capture_ns`` in the
+    ``time.perf_counter_ns`` clock at the moment the SDK finished receiving the image, and
+    ``index`` counting every image received (gaps are skipped frames).
+
+    Thread safety: iterate from one thread; :meth:`close`, :meth:`stats`, :meth:`say` and
+    :meth:`show` may be called from any thread. ``close()`` from another thread ends the
+    iteration cleanly.
+    """
+
+    def __init__(
+        self,
+        serial: str,
+        config_home: str | Path | None = None,
+        connect_timeout_s: float = 10.0,
+        frame_timeout_s: float = 5.0,
+        behavior_control: bool = True,
+        reconnect: bool = False,
+        max_reconnects: int | None = None,
+        backoff_s: tuple[float, float] = (0.5, 8.0),
+    ):
+        self.serial = serial
+        self.config_home = config_home
+        self.connect_timeout_s = connect_timeout_s
+        self.frame_timeout_s = frame_timeout_s
+        self.behavior_control = behavior_control
+        self.reconnect = reconnect
+        self.max_reconnects = max_reconnects
+        self.backoff_s = backoff_s
+        self._robot: Any = None
+        self._cond = threading.Condition()
+        self._closed = threading.Event()
+        self._latest: tuple[int, Any, int] | None = None  # (index, PIL image, t_capture_ns)
+        self._received = 0
+        self._delivered = 0
+        self._reconnects = 0
+        self._arrivals: deque[int] = deque(maxlen=300)
+        self._first_arrival: int | None = None
+        self._last_arrival: int | None = None
+        self._last_activity: int | None = None
+        self._sdk: Any = None
+
+    # ---- connection ------------------------------------------------------------------
+    def open(self) -> VectorSource:
+        """Connect and start the camera feed now (iterating does it when needed)."""
+        if self._closed.is_set():
+            raise VectorError("disconnected", f"VectorSource({self.serial}) is closed", "open a new source")
+        if self._robot is None:
+            self._robot = self._connect()
+            connection.close_at_exit(self)
+        return self
+
+    def _connect(self) -> Any:
+        self._sdk = connection.import_sdk()
+        robot = connection.connect(
+            self.serial, self.config_home, timeout_s=self.connect_timeout_s, behavior_control=self.behavior_control
+        )
+        try:
+            robot.events.subscribe(self._on_image, self._sdk.events.Events.new_camera_image)
+            robot.camera.init_camera_feed()
+            # init_camera_feed calls loop.create_task from this thread, which does not wake the
+            # SDK's loop: the feed would start only at the loop's next event (up to 0.5 s)
+            robot.conn.loop.call_soon_threadsafe(lambda: None)
+        except Exception as exc:
+            connection.disconnect(robot)
+            raise connection.translate(exc, self.serial, connected=True) from exc
+        with self._cond:
+            self._last_activity = time.perf_counter_ns()  # the frame timeout runs from connect
+        if self._closed.is_set():  # close() was called from another thread while connecting
+            connection.disconnect(robot)
+            raise VectorError("disconnected", f"VectorSource({self.serial}) was closed while connecting")
+        return robot
+
+    def _on_image(self, _robot: Any, _event_type: Any, event: Any) -> None:
+        """SDK event callback (runs on the SDK's event thread): keep only the newest image."""
+        image = event.image
+        now_ns = time.perf_counter_ns()
+        # CameraImage stamps time.time() when the SDK finished decoding; move it onto our clock
+        age_ns = max(0, int((time.time() - image.image_recv_time) * 1e9))
+        with self._cond:
+            self._received += 1
+            self._arrivals.append(now_ns)
+            if self._first_arrival is None:
+                self._first_arrival = now_ns
+            self._last_arrival = self._last_activity = now_ns
+            self._latest = (self._received, image.raw_image, now_ns - age_ns)
+            self._cond.notify_all()
+
+    @property
+    def robot(self) -> Any:
+        """The connected ``anki_vector.Robot`` (changes after a reconnect); connects if needed."""
+        self.open()
+        return self._robot
+
+    # ---- iteration -------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Frame]:
+        self.open()
+        last_index = 0
+        while True:
+            item = self._wait_newer(last_index)
+            if item is None:
+                return  # closed
+            if isinstance(item, VectorError):
+                if not self.reconnect or not item.retryable:
+                    self.close()
+                    raise item
+                self._reconnect(item)
+                continue
+            index, image, t_ns = item
+            last_index = index
+            with self._cond:
+                self._delivered += 1
+            yield Frame(array=_to_bgr(image), t_capture_ns=t_ns, index=index)
+
+    def _wait_newer(self, last_index: int) -> tuple[int, Any, int] | VectorError | None:
+        """Block until an image newer than ``last_index`` arrives, the source is closed (None),
+        or the connection is found dead (a VectorError)."""
+        with self._cond:
+            while not self._closed.is_set():
+                if self._latest is not None and self._latest[0] > last_index:
+                    return self._latest
+                self._cond.wait(0.2)
+                if self._latest is not None and self._latest[0] > last_index:
+                    return self._latest
+                if self._closed.is_set():
+                    break
+                problem = self._health()
+                if problem is not None:
+                    return problem
+        return None
+
+    def _health(self) -> VectorError | None:
+        """Called with the lock held while waiting: why the feed is dead, or None."""
+        task = getattr(getattr(self._robot, "_camera", None), "_camera_feed_task", None)
+        # the SDK's feed task ends (with the grpc error) when the robot drops the stream
+        if task is not None and task.done():
+            error = None if task.cancelled() else task.exception()
+            detail = f": {connection.describe_error(error)}" if error else ""
+            return VectorError(
+                "disconnected",
+                f"Vector {self.serial} stopped streaming camera frames{detail}",
+                "check the robot is on and on the network; reconnect=True retries automatically",
+            )
+        if self._last_activity is not None and self.frame_timeout_s:
+            idle_s = (time.perf_counter_ns() - self._last_activity) / 1e9
+            if idle_s > self.frame_timeout_s:
+                return VectorError(
+                    "stalled",
+                    f"no new camera image from Vector {self.serial} for {idle_s:.1f} s",
+                    "check the robot is awake and on the network; reconnect=True retries automatically",
+                )
+        return None
+
+    def _reconnect(self, cause: VectorError) -> None:
+        """Drop the dead connection and connect again with exponential backoff."""
+        old, self._robot = self._robot, None
+        if old is not None:
+            connection.disconnect(old, timeout_s=2.0)
+        delay, longest = self.backoff_s
+        failures = 0
+        while not self._closed.is_set():
+            if self._closed.wait(delay):
+                return
+            try:
+                self._robot = self._connect()
+            except VectorError as exc:
+                failures += 1
+                if not exc.retryable or (self.max_reconnects is not None and failures >= self.max_reconnects):
+                    self.close()
+                    raise VectorError(
+                        exc.reason, f"{exc.message} (after losing the stream: {cause.message})", exc.hint
+                    ) from exc
+                delay = min(delay * 2, longest)
+                continue
+            with self._cond:
+                self._reconnects += 1
+            return
+
+    # ---- speech and face (behaviour control required) --------------------------------
+    def say(self, text: str, wait: bool = True) -> Any:
+        """Make Vector say ``text``; see :func:`edgekit.vector.speech.say_text`."""
+        from edgekit.vector.speech import say_text
+
+        return say_text(self.robot, text, wait=wait)
+
+    def show(self, image: np.ndarray | str, duration_s: float = 2.0, wait: bool = True) -> Any:
+        """Show an RGB image or a text label on the face; see :func:`edgekit.vector.speech.show_face`."""
+        from edgekit.vector.speech import show_face
+
+        return show_face(self.robot, image, duration_s=duration_s, wait=wait)
+
+    # ---- bookkeeping -----------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """Measured camera frame rate and what happened to the frames.
+
+        ``camera_fps``: (n-1)/span over all images received; ``recent_fps``: the same over
+        the last 300; ``received``, ``delivered``, ``skipped`` (received but superseded
+        before the consumer asked), ``reconnects``.
+        """
+        with self._cond:
+            arrivals = list(self._arrivals)
+            received, delivered = self._received, self._delivered
+            first, last = self._first_arrival, self._last_arrival
+
+        def fps(n: int, span_ns: int | None) -> float | None:
+            return (n - 1) / (span_ns / 1e9) if n > 1 and span_ns else None
+
+        return {
+            "camera_fps": fps(received, (last - first) if first is not None and last else None),
+            "recent_fps": fps(len(arrivals), arrivals[-1] - arrivals[0] if arrivals else None),
+            "received": received,
+            "delivered": delivered,
+            "skipped": received - delivered,
+            "reconnects": self._reconnects,
+        }
+
+    def close(self) -> None:
+        """Stop the feed, release behaviour control and disconnect; idempotent, never hangs."""
+        self._closed.set()
+        connection.forget_at_exit(self)
+        with self._cond:
+            self._cond.notify_all()
+        robot, self._robot = self._robot, None
+        if robot is not None:
+            connection.disconnect(robot)
+
+    def __enter__(self) -> VectorSource:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _to_bgr(image: Any) -> np.ndarray:
+    """A PIL image from the SDK -> an OpenCV-convention array (gray stays 2-D)."""
+    import cv2
+
+    array = np.asarray(image)
+    if array.ndim == 2:
+        return np.ascontiguousarray(array)
+    return cv2.cvtColor(array, cv2.COLOR_RGBA2BGR if array.shape[2] == 4 else cv2.COLOR_RGB2BGR)
+
+
+def open_vector(spec: str, **options: Any) -> VectorSource:
+    """Open ``vector:SERIAL`` (the ``--camera`` syntax); options go to :class:`VectorSource`."""
+    kind, _, serial = spec.partition(":")
+    if kind != "vector" or not serial:
+        raise VectorError("config", f"bad Vector camera {spec!r}", "use vector:SERIAL, e.g. vector:00e20100")
+    return VectorSource(serial, **options)

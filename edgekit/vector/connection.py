@@ -1,0 +1,413 @@
+"""Connecting to Vector through the SDK, with its errors turned into edgekit errors.
+
+The SDK (``wirepod_vector_sdk``, import name ``anki_vector``) is imported on first use, so
+``import edgekit.vector`` costs nothing on machines without it. Every failure the SDK can
+report while connecting becomes a :class:`VectorError` whose ``reason`` says what went
+wrong and whose hint says what to do; callers such as the daemon use
+:attr:`VectorError.retryable` to decide whether reconnecting can help.
+"""
+
+from __future__ import annotations
+
+import configparser
+import contextlib
+import logging
+import os
+import socket
+import ssl
+import threading
+import weakref
+from pathlib import Path
+from typing import Any
+
+from edgekit.errors import BackendUnavailable, CameraError
+
+CONFIGURE_HINT = "run: python -m anki_vector.configure (wire-pod users: python -m anki_vector.configure_pod)"
+RETRYABLE = frozenset({"not_found", "disconnected", "stalled", "control"})
+
+_home_lock = threading.Lock()
+_open_at_exit: weakref.WeakSet = weakref.WeakSet()
+_hook_lock = threading.Lock()
+_hook_installed = False
+
+
+class VectorError(CameraError):
+    """A Vector that cannot be reached, refuses us, or stopped streaming.
+
+    ``reason`` is one of: ``config`` (sdk_config.ini missing or incomplete), ``not_found``
+    (nothing answers at the configured address), ``certificate`` (something answers but
+    not with this robot's certificate/name), ``unauthenticated`` (wrong or expired guid),
+    ``control`` (behaviour control not granted), ``version``, ``disconnected``, ``stalled``
+    (no new camera image for too long), ``sdk`` (anything else the SDK raised).
+    """
+
+    def __init__(self, reason: str, message: str, hint: str | None = None):
+        super().__init__(message, hint)
+        self.reason = reason
+
+    @property
+    def retryable(self) -> bool:
+        """True when waiting and reconnecting may help (robot asleep, moved, busy)."""
+        return self.reason in RETRYABLE
+
+
+def import_sdk() -> Any:
+    """Import and return ``anki_vector``, or raise BackendUnavailable with the install hint."""
+    try:
+        import anki_vector
+        import anki_vector.camera  # noqa: F401 - the submodules used below, imported once here
+        import anki_vector.events  # noqa: F401
+        import anki_vector.exceptions  # noqa: F401
+    except ImportError as exc:
+        raise BackendUnavailable(
+            f"the Vector SDK is not installed ({exc.name or exc})", "pip install 'edgekit[vector]'"
+        ) from exc
+    except SystemExit as exc:  # the SDK calls sys.exit() when Pillow or numpy is missing
+        raise BackendUnavailable(f"the Vector SDK cannot load: {exc}", "pip install 'edgekit[vector]'") from exc
+    _quiet_aiogrpc()
+    return anki_vector
+
+
+def _quiet_aiogrpc() -> None:
+    """aiogrpc logs a full traceback for every stream a vanished robot drops; we report the
+    disconnect as one VectorError, so drop those records (and only those)."""
+    logger = logging.getLogger("aiogrpc.utils")
+    if not any(isinstance(f, _DropStreamTracebacks) for f in logger.filters):
+        logger.addFilter(_DropStreamTracebacks())
+
+
+class _DropStreamTracebacks(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "__anext__ grpc exception" not in record.getMessage()
+
+
+def config_path(config_home: str | Path | None = None) -> Path:
+    """Where the SDK reads its configuration: ``<home>/.anki_vector/sdk_config.ini``."""
+    home = Path(config_home) if config_home is not None else Path.home()
+    return home / ".anki_vector" / "sdk_config.ini"
+
+
+def read_config(serial: str, config_home: str | Path | None = None) -> dict[str, str]:
+    """The sdk_config.ini section for ``serial`` (checked: name, ip, cert, guid present,
+    certificate file readable). Raises VectorError(reason="config") with a fix hint."""
+    path = config_path(config_home)
+    parser = configparser.ConfigParser(strict=False)
+    parser.read(path)
+    if not parser.sections():
+        raise VectorError("config", f"no Vector SDK configuration at {path}", CONFIGURE_HINT)
+    sections = {s.lower(): s for s in parser.sections()}
+    if serial.lower() not in sections:
+        known = ", ".join(parser.sections())
+        raise VectorError(
+            "config",
+            f"{path} has no robot with serial {serial}",
+            f"use one of the configured serials ({known}) or {CONFIGURE_HINT}",
+        )
+    section = dict(parser[sections[serial.lower()]])
+    missing = [k for k in ("name", "ip", "cert", "guid") if not section.get(k)]
+    if missing:
+        raise VectorError("config", f"{path} [{serial}] lacks {', '.join(missing)}", CONFIGURE_HINT)
+    if not Path(section["cert"]).is_file():
+        raise VectorError("config", f"the certificate {section['cert']} named in {path} is missing", CONFIGURE_HINT)
+    return section
+
+
+@contextlib.contextmanager
+def _sdk_home(config_home: str | Path | None):
+    """Point the SDK at ``config_home`` while it reads its configuration.
+
+    The SDK only looks at ``Path.home()``; it reads the file once, in ``Robot.__init__``,
+    so HOME is swapped for that call only, under a lock.
+    """
+    if config_home is None:
+        yield
+        return
+    with _home_lock:
+        old = os.environ.get("HOME")
+        os.environ["HOME"] = str(config_home)
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop("HOME", None)
+            else:
+                os.environ["HOME"] = old
+
+
+def connect(
+    serial: str,
+    config_home: str | Path | None = None,
+    timeout_s: float = 10.0,
+    behavior_control: bool = True,
+) -> Any:
+    """Connect to the Vector with ``serial`` and return the connected ``anki_vector.Robot``.
+
+    Args:
+        serial: the robot's serial (the section name in sdk_config.ini); never the name,
+            which would make the SDK search the network with mDNS.
+        config_home: directory holding ``.anki_vector/`` (default: the user's home).
+        timeout_s: connection and behaviour-control timeout; an unreachable robot costs
+            this long before the error.
+        behavior_control: request behaviour control (needed to speak and use the face);
+            False watches the camera without stopping Vector's own behaviours.
+
+    Raises:
+        VectorError: with ``reason`` config, not_found, certificate, unauthenticated,
+            control, version or sdk.
+        BackendUnavailable: the SDK is not installed.
+    """
+    sdk = import_sdk()
+    section = read_config(serial, config_home)
+    try:
+        with _sdk_home(config_home):
+            robot = sdk.Robot(
+                serial=serial,
+                default_logging=False,  # a library must not configure the application's logging
+                behavior_activation_timeout=timeout_s,
+                # control is requested below: when the SDK requests it inside connect() and
+                # times out, it closes its loop under running tasks and leaks them
+                behavior_control_level=None,
+            )
+    except (sdk.exceptions.VectorConfigurationException, ValueError) as exc:
+        raise VectorError("config", f"the Vector SDK rejects the configuration: {_first_line(exc)}",
+                          CONFIGURE_HINT) from exc
+    try:
+        robot.connect(timeout=timeout_s)
+        if behavior_control:
+            level = sdk.connection.ControlPriorityLevel.DEFAULT_PRIORITY
+            # request_control returns a concurrent future when called off the SDK's thread
+            robot.conn.request_control(level, timeout=timeout_s).result(timeout_s + 5)
+    except BaseException as exc:
+        disconnect(robot)
+        if isinstance(exc, sdk.exceptions.VectorException):
+            raise translate(exc, serial, section, timeout_s) from exc
+        if isinstance(exc, TimeoutError):  # our wait on the control request outlived its own timeout
+            raise translate(sdk.exceptions.VectorControlTimeoutException(), serial, section, timeout_s) from exc
+        raise
+    return robot
+
+
+def translate(exc: BaseException, serial: str, section: dict[str, str] | None = None,
+              timeout_s: float | None = None, connected: bool = False) -> VectorError:
+    """Turn an SDK exception into a VectorError with a reason and a fix hint.
+
+    ``connected``: the error came from a working session (so an unreachable robot means a
+    lost connection, and no network probe is made: this may run on the SDK's own thread).
+    """
+    from anki_vector import exceptions as ex
+
+    section = section or {}
+    where = f"{section.get('ip', '?')}:{section.get('port', '443')}"
+    name = section.get("name", "?")
+    if isinstance(exc, ex.VectorUnauthenticatedException):
+        return VectorError(
+            "unauthenticated",
+            f"Vector {name} ({serial}) refused the SDK's credentials (guid)",
+            f"the guid in sdk_config.ini is wrong or expired: {CONFIGURE_HINT}",
+        )
+    if isinstance(exc, ex.VectorControlTimeoutException):
+        return VectorError(
+            "control",
+            f"Vector {name} did not grant behaviour control within {timeout_s or '?'} s",
+            "another SDK program or the app holds control, or Vector is busy (charging, on its side): "
+            "close the other program and try again",
+        )
+    if isinstance(exc, (ex.VectorNotFoundException, ex.VectorUnavailableException)):
+        if connected:
+            return VectorError("disconnected", f"lost the connection to Vector {name}: {_first_line(exc)}",
+                               "check the robot is on and on the network, then reconnect")
+        return diagnose_unreachable(serial, section)
+    if isinstance(exc, ex.VectorInvalidVersionException):
+        return VectorError("version", f"Vector {name} and this SDK speak different protocol versions",
+                           "update the robot (wire-pod) or pip install -U wirepod_vector_sdk")
+    if isinstance(exc, ex.VectorControlException):
+        return VectorError("control", f"Vector {name}: {_first_line(exc)}",
+                           "connect with behavior_control=True to speak or use the face")
+    if isinstance(exc, ex.VectorConfigurationException):
+        return VectorError("config", f"Vector SDK configuration: {_first_line(exc)}", CONFIGURE_HINT)
+    return VectorError("sdk", f"Vector {name} at {where}: {type(exc).__name__}: {_first_line(exc)}")
+
+
+def diagnose_unreachable(serial: str, section: dict[str, str]) -> VectorError:
+    """Tell "nothing answers" from "something answers with the wrong certificate".
+
+    The SDK reports both as VectorNotFoundException after its timeout. A TCP connect and
+    a TLS handshake against the pinned certificate tell them apart in milliseconds.
+    """
+    ip, port, name = section.get("ip", ""), int(section.get("port", 443)), section.get("name", "?")
+    where = f"{ip}:{port}"
+    try:
+        with socket.create_connection((ip, port), timeout=2.0) as sock:
+            problem = _certificate_problem(sock, section)
+    except OSError as exc:
+        return VectorError(
+            "not_found",
+            f"Vector {name} ({serial}) is not reachable at {where} ({exc.strerror or exc})",
+            "check it is switched on, awake and on this network; if its IP changed, " + CONFIGURE_HINT,
+        )
+    if problem:
+        return VectorError(
+            "certificate",
+            f"the robot at {where} is not {name} as configured: {problem}",
+            "the name or certificate in sdk_config.ini is wrong or stale: " + CONFIGURE_HINT,
+        )
+    return VectorError(
+        "not_found",
+        f"Vector {name} ({serial}) at {where} accepts connections but did not complete the SDK handshake",
+        "restart the robot (or wire-pod) and try again",
+    )
+
+
+def _certificate_problem(sock: socket.socket, section: dict[str, str]) -> str | None:
+    """Why the pinned certificate and robot name do not match what the peer presents, or None."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.set_alpn_protocols(["h2"])
+    # the SDK pins the robot's own certificate; compare names ourselves, as the CN alone may carry it
+    ctx.check_hostname = False
+    try:
+        ctx.load_verify_locations(cafile=section["cert"])
+        with ctx.wrap_socket(sock, server_hostname=section.get("name")) as tls:
+            peer = tls.getpeercert() or {}
+    except ssl.SSLCertVerificationError as exc:
+        return f"its certificate does not match the pinned one ({exc.verify_message})"
+    except (ssl.SSLError, OSError) as exc:
+        return f"TLS handshake failed ({exc})"
+    names = {v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"}
+    names |= {v for k, v in peer.get("subjectAltName", ()) if k == "DNS"}
+    if section.get("name") not in names:
+        return f"its certificate names {', '.join(sorted(names)) or 'nobody'}, not {section.get('name')}"
+    return None
+
+
+def disconnect(robot: Any, timeout_s: float = 3.0) -> None:
+    """Disconnect without hanging, even from a robot that has vanished. Never raises.
+
+    Works around four things in wirepod_vector_sdk 0.8.1: ``close_camera_feed`` polls the
+    robot for up to 10 s because aiogrpc never cancels the CameraFeed call;
+    ``Connection.close`` swallows the CancelledError of its own control task and returns
+    before closing the channel, leaving its thread and three streams open; and
+    ``EventHandler.close`` re-raises the stream's error when the robot is gone, leaving its
+    thread running; without behaviour control, ``disconnect`` first waits 10 s for it.
+    Whatever the SDK's own teardown leaves, this finishes.
+    """
+    conn = getattr(robot, "conn", None)
+    events = getattr(robot, "_events", None)
+    conn_parts = [getattr(conn, a, None) for a in ("_thread", "_loop", "_done_signal", "_channel")]
+    event_parts = [getattr(events, a, None) for a in ("_thread", "_loop", "_done_signal")]
+    control_task = getattr(conn, "_control_stream_task", None)
+    stop_camera_feed(robot, timeout_s)
+    with contextlib.suppress(Exception):
+        if not conn._control_events.has_control:
+            # without control, disconnect()'s vision.close() waits 10 s for a grant first
+            conn._behavior_control_level = None
+    with contextlib.suppress(Exception):
+        robot.disconnect()
+    if events is not None:
+        events.listening_for_events = False
+    _finish_loop_thread(*conn_parts, timeout_s=timeout_s)
+    _finish_loop_thread(*event_parts, timeout_s=timeout_s)
+    if control_task is not None and control_task.done() and not control_task.cancelled():
+        control_task.exception()  # the robot's dropped stream, already reported; mark it seen
+    channel = conn_parts[3]
+    with contextlib.suppress(Exception):
+        # a failed connect leaves the SDK's loop closed and the grpc channel (and its
+        # connectivity thread) open; the sync channel underneath closes without a loop
+        channel._channel.close()
+
+
+def _finish_loop_thread(thread, loop, done_signal, channel=None, timeout_s: float = 3.0) -> None:
+    """Cancel what still runs on an SDK loop, close its channel, and let its thread end."""
+    if thread is None or not thread.is_alive() or loop is None or loop.is_closed():
+        return
+    import asyncio
+
+    async def shutdown() -> None:
+        # everything but the SDK's own "wait until done" task, which must end normally
+        tasks = [
+            t for t in asyncio.all_tasks()
+            if t is not asyncio.current_task() and "wait_until_done" not in getattr(t.get_coro(), "__qualname__", "")
+        ]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if channel is not None:
+            await channel.close()
+        if done_signal is not None:
+            done_signal.set()
+
+    with contextlib.suppress(Exception):
+        asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout_s)
+    thread.join(timeout_s)
+
+
+def stop_camera_feed(robot: Any, timeout_s: float = 3.0) -> None:
+    """Cancel the SDK's camera-feed task and drop it, which really ends the CameraFeed call
+    (the SDK's own close_camera_feed leaves it open and then waits 10 s). Never raises."""
+    camera = getattr(robot, "_camera", None)
+    task = getattr(camera, "_camera_feed_task", None)
+    if camera is None or task is None:
+        return
+    camera._enabled = False
+    with contextlib.suppress(Exception):
+        loop = robot.conn.loop
+        if not loop.is_closed():
+            import asyncio
+
+            async def cancel_and_wait():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+
+            asyncio.run_coroutine_threadsafe(cancel_and_wait(), loop).result(timeout_s)
+    # the aiogrpc iterator cancels its grpc call when garbage-collected with the task
+    camera._camera_feed_task = None
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for an exception; grpc errors as ``CODE: details``."""
+    code, details = getattr(exc, "code", None), getattr(exc, "details", None)
+    if callable(code) and callable(details):
+        with contextlib.suppress(Exception):
+            return f"{code().name}: {details()}"
+    return _first_line(exc)
+
+
+def close_at_exit(obj: Any) -> None:
+    """Call ``obj.close()`` when the interpreter shuts down, unless it was closed before
+    (call :func:`forget_at_exit` from ``close``).
+
+    An SDK connection left open keeps grpc streams waiting in executor threads that
+    Python joins at exit, so a forgotten one hangs the process for ever. The hook runs
+    before those joins (``threading._register_atexit``; plain ``atexit`` runs too late).
+    """
+    global _hook_installed
+    with _hook_lock:
+        _open_at_exit.add(obj)
+        if not _hook_installed:
+            register = getattr(threading, "_register_atexit", None)
+            if register is not None:
+                register(_close_all)
+            else:  # pragma: no cover - every CPython from 3.9 has it
+                import atexit
+
+                atexit.register(_close_all)
+            _hook_installed = True
+
+
+def forget_at_exit(obj: Any) -> None:
+    """Undo :func:`close_at_exit` (the object was closed)."""
+    with _hook_lock:
+        _open_at_exit.discard(obj)
+
+
+def _close_all() -> None:
+    with _hook_lock:
+        objs = list(_open_at_exit)
+    for obj in objs:
+        with contextlib.suppress(Exception):
+            obj.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

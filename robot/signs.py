@@ -1,0 +1,336 @@
+"""The sign demo: Vector reads hand signs through its own camera and says what it sees.
+
+    python -m robot.signs --bundle dist/signs-edgetpu --serial 00e20100        # a real robot
+    python -m robot.signs --bundle dist/demo-cpu --fake frames/                 # loopback FakeVector
+
+Vector camera -> the bundle's preprocessing (the seed's: gray, centre crop, resize) ->
+runtime -> debounce (``--agree`` frames in a row above ``--min-confidence``) -> say the
+label and show it on the face. The background class is never announced. At the end it
+prints the labels said, the camera frame rate against the processed one, and latency
+percentiles per stage. Device side: TensorFlow is never imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from edgekit.errors import CameraError, EdgekitError, UsageError
+from edgekit.metrics import LatencyRecorder
+from edgekit.pipeline import Pipeline
+
+SEED_BACKGROUND_INDEX = 26  # the seed's 27-class models: a-z, then background
+
+
+def background_index(labels: Sequence[str], name: str | None = None) -> int | None:
+    """Index of the class that means "no sign": the label ``name`` (default "background"),
+    else index 26 of a 27-class model (the seed's layout), else None."""
+    wanted = (name or "background").lower()
+    for i, label in enumerate(labels):
+        if label.strip().lower() == wanted:
+            return i
+    if name is None and len(labels) == 27:
+        return SEED_BACKGROUND_INDEX
+    return None
+
+
+@dataclass
+class Debouncer:
+    """Announce a class once it has been the confident top class for ``agree`` frames in a row.
+
+    A frame votes for its top class when the score is at least ``min_confidence``; a less
+    confident frame breaks the streak. A class is announced once, not again while it stays
+    up; after ``agree`` frames of background the same sign can be announced again (a hand
+    lowered and raised). The background class is never announced.
+    """
+
+    agree: int = 3
+    min_confidence: float = 0.8
+    background: int | None = None
+    _candidate: int | None = None
+    _streak: int = 0
+    _announced: int | None = None
+
+    def update(self, index: int, score: float) -> int | None:
+        """Feed one frame's top class; returns the class index to announce, or None."""
+        vote = index if score >= self.min_confidence else None
+        if vote is None or vote != self._candidate:
+            self._candidate, self._streak = vote, (0 if vote is None else 1)
+        else:
+            self._streak += 1
+        if vote is None or self._streak < self.agree:
+            return None
+        if vote == self.background:
+            self._announced = None  # stable background: the next sign is new, even the same one
+            return None
+        if vote == self._announced:
+            return None
+        self._announced = vote
+        return vote
+
+
+@dataclass
+class Announcement:
+    """One label said: which frame triggered it and how confident the model was."""
+
+    label: str
+    index: int
+    frame: int
+    score: float
+    t_ns: int
+
+
+@dataclass
+class DemoReport:
+    """What a demo run did: labels said, frame accounting and per-stage latency statistics."""
+
+    announcements: list[Announcement] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    source: dict[str, Any] = field(default_factory=dict)
+    announce: dict[str, Any] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    failure: BaseException | None = None  # what ended the run early (camera lost, Ctrl-C)
+
+    @property
+    def said(self) -> list[str]:
+        return [a.label for a in self.announcements]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "said": self.said,
+            "announcements": [a.__dict__ for a in self.announcements],
+            "pipeline": self.metrics,
+            "source": self.source,
+            "announce_ms": self.announce,
+            "errors": self.errors,
+            "failure": str(self.failure) if self.failure else None,
+        }
+
+
+def run_demo(
+    source: Any,
+    runtime: Any,
+    labels: Sequence[str],
+    say: Callable[[str], Any] | None = None,
+    show: Callable[[str], Any] | None = None,
+    debouncer: Debouncer | None = None,
+    max_frames: int | None = None,
+    duration_s: float | None = None,
+    until: Callable[[Any], bool] | None = None,
+    warmup: int = 5,
+    log: TextIO | None = None,
+) -> DemoReport:
+    """Run the camera -> model -> debounce -> speech loop until the source ends or a limit.
+
+    Args:
+        source: a FrameSource (``VectorSource``; any other works without speech).
+        runtime: an open Runtime (LiteRT, ONNX Runtime, ``FakeRuntime``...).
+        labels: class names in output order.
+        say, show: called with the label to announce; may return a Future (not waited for
+            in the loop, so speech never holds up the camera; waited for at the end).
+        debouncer: defaults to ``Debouncer(background=background_index(labels))``.
+        until: called with each processed frame; True ends the run after it.
+        log: where announcements are printed (None: silent).
+
+    A CameraError (robot lost) or Ctrl-C ends the run early: the report still holds what
+    was measured, and the exception is in ``report.failure``. The caller owns ``source``
+    and ``runtime`` and closes them.
+    """
+    debouncer = debouncer or Debouncer(background=background_index(labels))
+    pipeline = Pipeline(runtime, labels, top_k=1, warmup=warmup)
+    report = DemoReport()
+    announce_rec = LatencyRecorder("announce")
+    pending: list[concurrent.futures.Future] = []
+    now = time.perf_counter_ns
+    deadline = now() + int(duration_s * 1e9) if duration_s else None
+    frames = iter(source)
+    made = 0
+    try:
+        while (max_frames is None or made < max_frames) and (deadline is None or now() < deadline):
+            t_ask = now()
+            frame = next(frames, None)
+            if frame is None:
+                break
+            result = pipeline.step(frame, now() - t_ask)
+            if result is None:
+                continue
+            made += 1
+            top = result.classification.top
+            if debouncer.update(top.index, top.score) is not None:
+                t0 = now()
+                for action in (show, say):
+                    if action is not None:
+                        outcome = action(top.label)
+                        if isinstance(outcome, concurrent.futures.Future):
+                            pending.append(outcome)
+                announce_rec.add(now() - t0)
+                report.announcements.append(Announcement(top.label, top.index, frame.index, top.score, now()))
+                if log is not None:
+                    print(f"said: {top.label}  (frame {frame.index}, score {top.score:.3f})", file=log, flush=True)
+            if until is not None and until(frame):
+                break
+    except (CameraError, KeyboardInterrupt) as exc:
+        report.failure = exc  # keep what was measured; the caller reports the failure after it
+    for fut in pending:
+        try:
+            fut.result(timeout=0 if report.failure else 30)
+        except Exception as exc:  # noqa: BLE001 - a failed utterance is reported, the run still counts
+            report.errors.append(str(exc))
+    report.metrics = pipeline.metrics.summary()
+    report.announce = announce_rec.summary().to_dict()
+    stats = getattr(source, "stats", None)
+    report.source = stats() if callable(stats) else {}
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m robot.signs`` argument parser."""
+    p = argparse.ArgumentParser(prog="python -m robot.signs", description=__doc__.splitlines()[0])
+    p.add_argument("--bundle", metavar="DIR", help="bundle from edgekit build (BUNDLE[:VARIANT])")
+    robot = p.add_mutually_exclusive_group(required=True)
+    robot.add_argument("--serial", help="the real robot's serial (configured with python -m anki_vector.configure)")
+    robot.add_argument("--fake", metavar="FRAMES", help="no robot: a loopback FakeVector showing this image "
+                       "folder or video")
+    p.add_argument("--min-confidence", type=float, default=0.8, help="score a frame needs to count (default 0.8)")
+    p.add_argument("--agree", type=int, default=3, help="frames in a row that must agree (default 3)")
+    p.add_argument("--background", metavar="LABEL",
+                   help="the no-sign class (default: label 'background', or index 26 of 27 classes)")
+    p.add_argument("--show-seconds", type=float, default=2.0, help="how long the label stays on the face")
+    p.add_argument("--no-speech", action="store_true", help="show labels on the face but do not speak")
+    p.add_argument("--max-frames", type=int, metavar="N", help="stop after N processed frames")
+    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    p.add_argument("--threads", type=int, metavar="N", help="CPU threads for the interpreter")
+    p.add_argument("--delegate", choices=["xnnpack", "none", "edgetpu"], help="LiteRT delegate override")
+    p.add_argument("--device", help="Edge TPU device: usb, usb:N, pci, pci:N")
+    p.add_argument("--reconnect", action="store_true", help="reconnect when the robot drops out")
+    p.add_argument("--connect-timeout", type=float, default=10.0, metavar="S", help="(default 10)")
+    fake = p.add_argument_group("fake robot (--fake)")
+    fake.add_argument("--fps", type=float, default=15.0, help="camera frame rate (default 15, a real Vector's)")
+    fake.add_argument("--hold", type=int, default=10, help="frames each image is shown (default 10)")
+    fake.add_argument("--loop", action="store_true", help="repeat the frames until --duration/--max-frames/Ctrl-C")
+    p.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
+    p.add_argument("--quiet", action="store_true", help="print only the summary")
+    return p
+
+
+def main(argv: Sequence[str] | None = None, runtime: Any = None, labels: Sequence[str] | None = None,
+         out: TextIO | None = None) -> int:
+    """Entry point. ``runtime``/``labels`` replace the bundle's (tests pass a FakeRuntime).
+
+    Returns the exit code: 0, 2 for edgekit errors (message and fix on stderr), 130 on Ctrl-C.
+    """
+    args = build_parser().parse_args(argv)
+    out = out or sys.stdout
+    try:
+        return _run(args, runtime, labels, out)
+    except EdgekitError as exc:
+        print(f"robot.signs: error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"  fix: {exc.hint}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("robot.signs: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(args: argparse.Namespace, runtime: Any, labels: Sequence[str] | None, out: TextIO) -> int:
+    from contextlib import ExitStack
+
+    from edgekit.vector.camera import VectorSource
+
+    if args.agree < 1 or not 0.0 <= args.min_confidence <= 1.0:
+        raise UsageError("--agree must be >= 1 and --min-confidence within 0..1")
+    with ExitStack() as stack:
+        if runtime is None:
+            if not args.bundle:
+                raise UsageError("--bundle is required", "build one with: edgekit build MODEL --target cpu")
+            from edgekit.pipeline import open_model
+
+            model = stack.enter_context(open_model(args.bundle, num_threads=args.threads,
+                                                   delegate=args.delegate, device=args.device))
+            runtime, labels = model.runtime, labels or model.labels
+            name = model.name
+        else:
+            if labels is None and args.bundle:
+                from edgekit.bundle import load_bundle
+
+                labels = load_bundle(args.bundle).labels
+            name = getattr(runtime, "name", type(runtime).__name__)
+        labels = list(labels or [])
+        background = background_index(labels, args.background)
+        if args.background and background is None:
+            raise UsageError(f"no label {args.background!r} in the model's labels")
+        until = None
+        if args.fake:
+            from edgekit.vector.fake import FakeVector
+
+            fake = stack.enter_context(FakeVector(args.fake, fps=args.fps, hold=args.hold, loop=args.loop))
+            serial, home = fake.serial, fake.home
+            if not args.loop:
+                # one pass: stop once the frame the fake sent last has been processed
+                def until(frame, fake=fake):
+                    return fake.exhausted.is_set() and frame.index >= fake.frame_count
+        else:
+            serial, home = args.serial, None
+        source = VectorSource(serial, config_home=home, connect_timeout_s=args.connect_timeout,
+                              reconnect=args.reconnect)
+        stack.callback(source.close)
+        source.open()
+        describe = runtime.describe() if hasattr(runtime, "describe") else {}
+        print(f"robot.signs: Vector {serial}{' (fake)' if args.fake else ''}; model {name} "
+              f"[{describe.get('backend', '?')} {describe.get('version', '')}]; {len(labels)} labels, "
+              f"background: {labels[background] if background is not None else 'none'}", file=out)
+        debouncer = Debouncer(args.agree, args.min_confidence, background)
+        say = None if args.no_speech else (lambda text: source.say(text, wait=False))
+
+        def show(text: str) -> Any:
+            return source.show(text, duration_s=args.show_seconds, wait=False)
+
+        report = run_demo(source, runtime, labels, say=say, show=show, debouncer=debouncer,
+                          max_frames=args.max_frames, duration_s=args.duration, until=until,
+                          log=None if args.quiet else out)
+        print_report(report, out)
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(report.to_dict(), f, indent=2, default=str)
+        if report.failure is not None:
+            raise report.failure
+    return 0
+
+
+def print_report(report: DemoReport, out: TextIO) -> None:
+    """The end-of-run summary: labels said, frame rates delivered vs processed, stage latencies."""
+    m, s = report.metrics, report.source
+    print(f"said ({len(report.said)}): {' '.join(report.said) or '-'}", file=out)
+    cam = s.get("camera_fps")
+    print(f"frames: camera {cam:.1f} fps, received {s.get('received')}, delivered {s.get('delivered')}, "
+          f"skipped {s.get('skipped')}" if cam else f"frames: {s}", file=out)
+    print(f"processed: {m.get('frames')} frames ({m.get('warmup')} warm-up), {m.get('fps', 0):.1f} fps; "
+          f"model load {_ms(m.get('init_ms'))}, first inference {_ms(m.get('first_inference_ms'))}", file=out)
+    print(f"{'stage':<13}{'count':>6}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'max ms':>9}", file=out)
+    stages = dict(m.get("stages", {}))
+    stages["announce"] = report.announce
+    for name, st in stages.items():
+        if st and st.get("count"):
+            print(f"{name:<13}{st['count']:>6}{st['p50_ms']:>9.3f}{st['p90_ms']:>9.3f}{st['p99_ms']:>9.3f}"
+                  f"{st['max_ms']:>9.3f}", file=out)
+    for err in report.errors:
+        print(f"warning: {err}", file=out)
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:.1f} ms" if isinstance(value, (int, float)) else "n/a"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Fake ``cuda.bindings`` (cuda-python >= 12.6): only ``runtime`` is provided."""

@@ -1,0 +1,219 @@
+"""The sign demo end to end: FakeVector shows known images, the real SDK client watches,
+a model classifies, the debouncer decides, and the fake robot records what was said."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from edgekit.bundle import BundleWriter, load_bundle
+from edgekit.image import InputSpec
+from edgekit.runtime.fake import FakeRuntime
+from robot.signs import Debouncer, background_index, main, run_demo
+
+pytest.importorskip("anki_vector", reason="needs wirepod_vector_sdk (pip install 'edgekit[vector]')")
+
+from edgekit.vector.camera import VectorSource  # noqa: E402
+from edgekit.vector.fake import FakeVector  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+LABELS = ["a", "b", "background"]
+# the seed's preprocessing (gray, centre 200x200 of the 640x360 frame, /255) at a tiny input size
+SPEC = InputSpec(shape=(1, 32, 32, 1), colour="gray", crop=(200, 200), mean=(0.0,), std=(255.0,))
+BRIGHTNESS = {"a": 30, "b": 220, "background": 128}
+# a: dark centre, b: bright centre, background: grey; logits linear in the crop's mean
+WEIGHTS = np.array([[-20.0, 20.0, 0.0]], np.float32)
+BIAS = np.array([5.0, -15.0, 0.0], np.float32)
+
+
+def sign_frame(label: str, seed: int = 0) -> np.ndarray:
+    """A 640x360 BGR frame: textured surroundings, the 'sign' in the centre crop."""
+    rng = np.random.default_rng(seed)
+    frame = rng.integers(60, 120, (360, 640, 3), dtype=np.uint8)
+    frame[80:280, 220:420] = BRIGHTNESS[label]
+    return frame
+
+
+def brightness_model(tensor: np.ndarray) -> list[np.ndarray]:
+    logits = float(tensor.mean()) * WEIGHTS[0] + BIAS
+    e = np.exp(logits - logits.max())
+    return [(e / e.sum())[None].astype(np.float32)]
+
+
+def write_frames(folder: Path, labels: list[str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, label in enumerate(labels):
+        cv2.imwrite(str(folder / f"{i:03d}.png"), sign_frame(label, i))
+    return folder
+
+
+# ---------------------------------------------------------------------------------------------
+# the debouncer on its own
+
+
+def announced(debouncer: Debouncer, votes) -> list[int]:
+    out = []
+    for index, score in votes:
+        got = debouncer.update(index, score)
+        if got is not None:
+            out.append(got)
+    return out
+
+
+def test_debouncer_needs_n_agreeing_confident_frames_and_says_each_sign_once():
+    d = Debouncer(agree=3, min_confidence=0.8, background=2)
+    assert announced(d, [(0, 0.9)] * 2) == []
+    assert announced(d, [(0, 0.9)]) == [0]
+    assert announced(d, [(0, 0.95)] * 10) == []  # held up: said once
+    assert announced(d, [(1, 0.9), (0, 0.9), (1, 0.9), (1, 0.9)]) == []  # flicker never reaches 3
+    assert announced(d, [(1, 0.9)]) == [1]
+
+
+def test_debouncer_ignores_low_confidence_and_background_and_resets_after_background():
+    d = Debouncer(agree=2, min_confidence=0.8, background=2)
+    assert announced(d, [(0, 0.79), (0, 0.79), (0, 0.5)]) == []
+    assert announced(d, [(0, 0.9), (0, 0.7), (0, 0.9)]) == []  # an unsure frame breaks the streak
+    assert announced(d, [(0, 0.9)]) == [0]
+    assert announced(d, [(2, 0.99)] * 5) == []  # background is never said...
+    assert announced(d, [(0, 0.9)] * 2) == [0]  # ...but the same sign after it is new again
+
+
+def test_background_index_by_name_or_seed_layout():
+    assert background_index(["a", "Background", "b"]) == 1
+    assert background_index([chr(97 + i) for i in range(26)] + ["nothing"]) == 26
+    assert background_index(["a", "b"]) is None
+    assert background_index(["a", "none"], "none") == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# end to end with the real SDK client and FakeVector
+
+
+def test_demo_says_each_shown_sign_once_and_shows_it(tmp_path):
+    # 6 frames of background, a held 8 frames, a one-frame b flicker, a again, background, b
+    sequence = ["background"] * 6 + ["a"] * 8 + ["b"] + ["a"] * 8 + ["background"] * 6 + ["b"] * 8
+    frames = [sign_frame(label, i) for i, label in enumerate(sequence)]
+    runtime = FakeRuntime(brightness_model, SPEC)
+    with FakeVector(frames, fps=20, loop=False) as fake, \
+            VectorSource(fake.serial, config_home=fake.home, connect_timeout_s=2) as cam:
+        report = run_demo(
+            cam, runtime, LABELS,
+            say=lambda text: cam.say(text, wait=False),
+            show=lambda text: cam.show(text, duration_s=0.5, wait=False),
+            debouncer=Debouncer(agree=3, min_confidence=0.8, background=2),
+            until=lambda frame: fake.exhausted.is_set() and frame.index >= fake.frame_count,
+            warmup=2,
+        )
+        said, shown = list(fake.said), list(fake.shown)
+    assert report.said == ["a", "b"]
+    assert said == ["a", "b"]  # what the robot really received, once each
+    assert len(shown) == 2 and shown[0].max() == 255  # the labels drawn on its face
+    m = report.metrics
+    assert m["frames"] >= len(sequence) - 3  # processed nearly every frame: no backlog at 20 fps
+    assert report.source["received"] == len(sequence)
+    assert m["stages"]["inference"]["count"] > 0 and m["fps"] > 10
+    assert report.announcements[0].frame > 6 + 2  # not before a was held for 3 frames
+    assert report.errors == []
+
+
+def test_robot_lost_mid_demo_keeps_the_measurements_and_reports_the_failure():
+    frames = [sign_frame("a", i) for i in range(5)]
+    with FakeVector(frames, fps=20) as fake, \
+            VectorSource(fake.serial, config_home=fake.home, connect_timeout_s=2) as cam:
+        def vanishing_model(tensor):
+            if runtime.calls == 8:
+                fake.vanish()  # the robot drives out of Wi-Fi range mid-run
+            return brightness_model(tensor)
+
+        runtime = FakeRuntime(vanishing_model, SPEC)
+        report = run_demo(cam, runtime, LABELS, say=lambda text: cam.say(text, wait=False), warmup=2)
+    assert report.failure is not None and report.failure.reason == "disconnected"
+    assert report.said == ["a"]
+    assert 8 <= report.metrics["frames"] <= 11
+    assert report.to_dict()["failure"].startswith("Vector")
+
+
+def test_cli_with_an_injected_runtime_prints_labels_fps_and_percentiles(tmp_path):
+    frames = write_frames(tmp_path / "frames", ["background", "a", "b", "background", "a"])
+    out = io.StringIO()
+    rc = main(["--fake", str(frames), "--fps", "25", "--hold", "6", "--agree", "3", "--json",
+               str(tmp_path / "report.json")], runtime=FakeRuntime(brightness_model, SPEC), labels=LABELS, out=out)
+    text = out.getvalue()
+    assert rc == 0, text
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["said"] == ["a", "b", "a"]
+    assert "said (3): a b a" in text
+    assert "frames: camera" in text and "processed:" in text
+    for stage in ("preprocess", "inference", "end_to_end", "announce"):
+        assert any(line.startswith(stage) for line in text.splitlines()), stage
+    assert report["source"]["received"] == 30
+
+
+def test_cli_errors_are_one_line_with_a_fix(tmp_path, capsys):
+    rc = main(["--fake", str(tmp_path / "nothing-here")], runtime=FakeRuntime(brightness_model, SPEC),
+              labels=LABELS)
+    err = capsys.readouterr().err
+    assert rc == 2 and "robot.signs: error:" in err and "does not exist" in err
+    rc = main(["--fake", str(tmp_path)])
+    assert rc == 2 and "--bundle is required" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# a real .tflite bundle, converted with the real TFLite converter (TensorFlow only here)
+
+
+@pytest.fixture(scope="session")
+def sign_bundle(tmp_path_factory) -> Path:
+    """A 3-class float32 LiteRT bundle whose model computes ``brightness_model`` exactly."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tf = pytest.importorskip("tensorflow")
+    import keras
+    from keras import layers
+
+    inp = keras.Input((32, 32, 1))
+    x = layers.GlobalAveragePooling2D()(inp)
+    dense = layers.Dense(3, activation="softmax")
+    model = keras.Model(inp, dense(x))
+    dense.set_weights([WEIGHTS, BIAS])
+    work = tmp_path_factory.mktemp("signmodel")
+    model.export(str(work / "saved"), input_signature=[tf.TensorSpec((1, 32, 32, 1), tf.float32)], verbose=False)
+    tflite = tf.lite.TFLiteConverter.from_saved_model(str(work / "saved")).convert()
+    dest = work / "signs-cpu"
+    with BundleWriter(dest) as w:
+        (w.dir / "model.tflite").write_bytes(tflite)
+        (w.dir / "labels.txt").write_text("\n".join(LABELS) + "\n")
+        w.commit({
+            "name": "signs", "target": "cpu", "default_model": "fp32",
+            "models": [{"name": "fp32", "file": "model.tflite", "format": "tflite", "precision": "fp32",
+                        "input": SPEC.to_dict(), "outputs": [{"shape": [1, 3], "dtype": "float32"}]}],
+            "labels": "labels.txt",
+            "runtime": {"adapter": "edgekit.runtime.litert:LiteRTRuntime", "options": {}},
+        })
+    return dest
+
+
+def test_real_tflite_bundle_through_the_cli_never_imports_tensorflow(sign_bundle, tmp_path):
+    assert load_bundle(sign_bundle).labels == LABELS
+    frames = write_frames(tmp_path / "frames", ["background", "a", "a", "background", "b"])
+    probe = ("import sys; from robot.signs import main; rc = main(sys.argv[1:]); "
+             "print('tensorflow imported:', 'tensorflow' in sys.modules); sys.exit(rc)")
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-c", probe, "--bundle", str(sign_bundle), "--fake", str(frames), "--fps", "20",
+         "--hold", "6", "--json", str(report)],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "GRPC_VERBOSITY": "ERROR"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "tensorflow imported: False" in done.stdout
+    data = json.loads(report.read_text())
+    assert data["said"] == ["a", "b"]  # a held over two images is still said once
+    assert "ai_edge_litert" in done.stdout  # the real LiteRT runtime ran the model
+    assert data["pipeline"]["stages"]["inference"]["count"] > 10
