@@ -40,7 +40,9 @@ _ADAPTER_HINTS = {
     "edgekit.runtime.litert": "pip install 'edgekit[litert]'",
     "edgekit.runtime.onnxrt": "pip install 'edgekit[onnx]'",
     "edgekit.runtime.onnxrt_gpu": "pip install 'edgekit[jetson]' (onnxruntime-gpu) on a machine with an NVIDIA GPU",
-    "edgekit.runtime.tensorrt": "TensorRT ships with JetPack (sudo apt install nvidia-jetpack); pip install cuda-python",
+    "edgekit.runtime.tensorrt": (
+        "TensorRT ships with JetPack (sudo apt install nvidia-jetpack); pip install cuda-python"
+    ),
 }
 
 # --backend NAME -> (adapter, model formats it runs, its default options). A backend replaces the
