@@ -123,7 +123,7 @@ def train(args: argparse.Namespace) -> dict:
     return summary
 
 
-def make_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m robot.train", description=__doc__.splitlines()[0])
     p.add_argument("--data", required=True,
                    help="ImageFolder dir, Kaggle Vector dir, Sign-Language-MNIST .csv, or 'fashion-mnist'")
@@ -146,7 +146,7 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         summary = train(args)
     except EdgekitError as exc:

@@ -34,3 +34,27 @@ def test_readme_python_example_runs(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("cpu ") and float(out[0].split()[1]) >= 0.99
     assert out[1] == "bag"
+
+
+ROBOT = [line.split("#")[0].strip() for lang, body in BLOCKS if lang == "bash" for line in body.splitlines()
+         if line.strip().startswith("python -m robot.")]
+
+
+@pytest.mark.parametrize("command", ROBOT)
+def test_readme_robot_command_parses(command):
+    import importlib
+
+    argv = shlex.split(command)
+    module = importlib.import_module(argv[2])
+    module.build_parser().parse_args(argv[3:])
+
+
+def test_readme_fake_robot_demo_runs(demo_bundles, monkeypatch, capsys):
+    from robot import signs
+
+    [command] = [c for c in ROBOT if "--fake" in c]
+    argv = shlex.split(command)[3:]
+    argv[argv.index("--bundle") + 1] = str(demo_bundles["cpu"].bundle)
+    monkeypatch.chdir(ROOT)
+    assert signs.main([*argv, "--max-frames", "40", "--quiet"]) == 0
+    assert "said" in capsys.readouterr().out
