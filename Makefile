@@ -43,6 +43,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/preprocess.py
 	$(BIN)/python bench/precision.py
 	$(BIN)/python bench/footprint.py
+	$(BIN)/python bench/daemon_throughput.py
+	$(BIN)/python bench/daemon_soak.py --minutes 3
 
 clean:
 	rm -rf $(DIST) .pytest_cache .ruff_cache

@@ -26,6 +26,15 @@ DEVICE_MODULES = [
     "edgekit.vector.speech",
     "edgekit.vector.connection",
     "robot.signs",
+    "edgekit.daemon",
+    "edgekit.publish",
+    "edgekit.http_metrics",
+    "edgekit.serve_config",
+    "edgekit.runtime.tensorrt",
+    "edgekit.runtime.trt_engine",
+    "edgekit.runtime.onnxrt_gpu",
+    "edgekit.doctor",
+    "edgekit.inspect",
 ]
 
 PROBE = """

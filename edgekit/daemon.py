@@ -1,0 +1,738 @@
+"""``edgekit serve``: the on-device service, camera -> model -> JSON lines / MQTT / Prometheus.
+
+Two threads do the work. A capture thread reads the camera as fast as it delivers and keeps
+only the newest frame in a one-slot mailbox; the inference loop (the main thread) takes
+whatever frame is newest when it is free. When the camera outruns the model, frames are
+overwritten in the mailbox and counted as skipped, so latency stays bounded by about one
+frame interval plus one inference, however long the daemon runs. Capture and inference
+overlap, so throughput approaches the slowest stage instead of the sum of both.
+
+Faults are survived, counted and visible: a camera that fails to open or stops is reopened
+with exponential backoff (``/healthz`` is 503 meanwhile); a model that keeps failing is
+reopened; unusable frames are counted and skipped; a broker that is down only drops the
+MQTT copy of results (JSON lines keep them). SIGTERM/SIGINT finish the current frame, flush
+the outputs, publish ``offline`` and return within a few seconds.
+
+>>> from edgekit.serve_config import ServeConfig, override        # doctest: +SKIP
+>>> config = override(ServeConfig(), "model", path="dist/demo-cpu")
+>>> with Daemon(config) as daemon:
+...     daemon.run(max_frames=100)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from edgekit.errors import CameraError, UsageError
+from edgekit.image import Preprocessor
+from edgekit.metrics import fps as fps_of
+from edgekit.metrics import summarize
+from edgekit.pipeline import is_valid_frame
+from edgekit.publish import JsonLinesSink, MqttPublisher, to_json
+from edgekit.results import Decoder, output_quantization
+from edgekit.serve_config import ServeConfig, load_config, override, parse_address
+
+log = logging.getLogger("edgekit.serve")
+
+LATENCY_WINDOW = 1000  # recent frames behind the percentiles in /stats (bounded: the daemon runs for weeks)
+RATE_WINDOW_S = 5.0  # FPS gauges average over this many seconds
+STATS_LOG_INTERVAL_S = 60.0  # a stats line in the journal this often
+POLL_S = 0.1  # how often an idle loop checks for stop: bounds the reaction to SIGTERM
+
+
+class LatestFrame:
+    """A one-slot mailbox between the capture thread and the inference loop.
+
+    ``put`` replaces an untaken frame (and says so: that frame is skipped); ``take`` waits
+    for a frame. No queue can build up, so a slow model never sees stale frames.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._frame: Any = None
+
+    def put(self, frame: Any) -> bool:
+        """Offer the newest frame; True when it replaced one that was never taken."""
+        with self._cond:
+            dropped = self._frame is not None
+            self._frame = frame
+            self._cond.notify()
+        return dropped
+
+    def take(self, timeout: float) -> Any:
+        """The newest frame, waiting up to ``timeout`` seconds; None if none arrived."""
+        with self._cond:
+            if self._frame is None:
+                self._cond.wait(timeout)
+            frame, self._frame = self._frame, None
+        return frame
+
+    def wake(self) -> None:
+        """Release a waiting ``take`` early (used on stop)."""
+        with self._cond:
+            self._cond.notify_all()
+
+
+class RateMeter:
+    """Events per second over a sliding window, as ``(n - 1) / span`` of the events in it.
+
+    Thread-safe. A meter whose last event is older than the window reads 0 (a stalled
+    camera shows 0 fps, not its last rate).
+    """
+
+    def __init__(self, window_s: float = RATE_WINDOW_S, clock: Callable[[], int] = time.perf_counter_ns):
+        self.window_ns = int(window_s * 1e9)
+        self._clock = clock
+        self._events: deque[int] = deque(maxlen=100_000)
+        self._lock = threading.Lock()
+
+    def add(self, count: int = 1, t_ns: int | None = None) -> None:
+        """Record ``count`` events at ``t_ns`` (now by default)."""
+        t = self._clock() if t_ns is None else t_ns
+        with self._lock:
+            self._events.extend([t] * count)
+
+    def rate(self) -> float:
+        """Events per second within the window ending now."""
+        horizon = self._clock() - self.window_ns
+        with self._lock:
+            while self._events and self._events[0] < horizon:
+                self._events.popleft()
+            events = list(self._events)
+        return fps_of(events)
+
+
+def sd_notify(message: str) -> bool:
+    """Send a systemd notification (``READY=1``, ``WATCHDOG=1``...) when run by systemd.
+
+    Speaks the documented datagram protocol on ``$NOTIFY_SOCKET`` directly, so the daemon
+    needs no systemd Python binding. Returns False when not under systemd.
+    """
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return False
+    if address.startswith("@"):  # abstract namespace socket
+        address = "\0" + address[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.connect(address)
+            sock.sendall(message.encode())
+        return True
+    except OSError as exc:
+        log.debug("sd_notify(%s) failed: %s", message, exc)
+        return False
+
+
+def frame_problem(array: Any) -> str | None:
+    """Why a frame cannot be used (for the debug log), or None when it is usable."""
+    if is_valid_frame(array):
+        return None
+    return f"{type(array).__name__} {getattr(array, 'dtype', '')} {getattr(array, 'shape', '')}".strip()
+
+
+def model_options(config: ServeConfig) -> dict[str, Any]:
+    """Runtime options from ``[model]``; unset ones are left to the bundle/adapter."""
+    m = config.model
+    options = {"num_threads": m.threads or None, "delegate": m.delegate or None, "device": m.device or None,
+               "providers": m.providers or None, "allow_fallback": m.allow_fallback or None}
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def open_source(uri: str, options: dict[str, Any]):
+    """Open a camera with :func:`edgekit.camera.open_camera`."""
+    try:
+        from edgekit.camera import open_camera
+    except ImportError as exc:  # camera sources not shipped in this build
+        raise CameraError(f"cannot open camera {uri}: edgekit.camera has no open_camera", str(exc)) from exc
+    return open_camera(uri, **options)
+
+
+class Daemon:
+    """The service, usable from Python (tests, robot glue) as well as from ``edgekit serve``.
+
+    Args:
+        config: a validated :class:`~edgekit.serve_config.ServeConfig`.
+        runtime_factory: ``() -> Runtime``; opens the model (default: ``[model]`` through
+            :func:`edgekit.pipeline.open_model`). Called again to reopen a model that keeps failing.
+        camera_factory: ``(uri, options) -> FrameSource``; opens the camera (default:
+            :func:`edgekit.camera.open_camera`). Called again after every camera loss.
+        labels: class names; default from the config (bundle or labels file).
+        clock: nanosecond monotonic clock; must match the clock of ``Frame.t_capture_ns``.
+
+    ``start()`` opens the model (errors raise: a model that cannot load is a configuration
+    problem), the outputs, the HTTP endpoint and the capture thread. ``run()`` is the
+    inference loop; it returns after ``stop()`` (thread- and signal-safe), ``max_frames`` or
+    ``duration_s``, or when a source configured with ``on_end = "stop"`` ends, and closes
+    everything. Use the daemon as a context manager to be sure it closes.
+    """
+
+    def __init__(
+        self,
+        config: ServeConfig,
+        runtime_factory: Callable[[], Any] | None = None,
+        camera_factory: Callable[[str, dict], Any] | None = None,
+        labels: list[str] | None = None,
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ):
+        self.config = config
+        self._runtime_factory = runtime_factory or self._open_configured_model
+        self._camera_factory = camera_factory or open_source
+        self._labels = labels
+        self._clock = clock
+        self._stop = threading.Event()
+        self._source_ended = threading.Event()
+        self._slot = LatestFrame()
+        self._lock = threading.Lock()
+        self._counts = {"captured": 0, "processed": 0, "skipped": 0, "bad": 0}
+        self._errors = {"camera": 0, "inference": 0, "output": 0}
+        self._reconnects = {"camera": 0, "model": 0}
+        self._latency: dict[str, deque[int]] = {
+            k: deque(maxlen=LATENCY_WINDOW) for k in ("preprocess", "inference", "end_to_end")
+        }
+        self._rates = {k: RateMeter(clock=clock) for k in ("camera", "process", "skipped")}
+        self._camera_open = False
+        self._camera_error = ""
+        self._last_frame_ns: int | None = None
+        self._source: Any = None
+        self._runtime: Any = None
+        self._model_error = ""
+        self._consecutive_errors = 0
+        self._model_retry_at = 0.0
+        self._model_delay = 0.0
+        self._started_ns: int | None = None
+        self._capture_thread: threading.Thread | None = None
+        self.sink: JsonLinesSink | None = None
+        self.mqtt: MqttPublisher | None = None
+        self.http: Any = None
+        self.metrics: Any = None
+        self._closed = False
+        self._runtime_info: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ life cycle
+    def start(self) -> Daemon:
+        """Open the model and outputs and start capturing. Raises EdgekitError on a bad model."""
+        cfg = self.config
+        self._open_runtime()
+        self.sink = JsonLinesSink(cfg.output.jsonl, cfg.output.max_bytes, cfg.output.backups)
+        if cfg.mqtt.host:
+            password = None
+            if cfg.mqtt.password_file:
+                try:
+                    password = Path(cfg.mqtt.password_file).read_text(encoding="utf-8").strip()
+                except OSError as exc:
+                    raise UsageError(f"cannot read [mqtt] password_file: {exc}", "fix the path or permissions") from exc
+            self.mqtt = MqttPublisher(
+                cfg.mqtt.host, cfg.mqtt.port, topic=cfg.topic, client_id=f"edgekit-{cfg.device}",
+                qos=cfg.mqtt.qos, keepalive_s=cfg.mqtt.keepalive_s, reconnect_min_s=cfg.mqtt.reconnect_min_s,
+                reconnect_max_s=cfg.mqtt.reconnect_max_s, username=cfg.mqtt.username, password=password,
+            )
+            self.mqtt.start()
+        if cfg.http.listen:
+            self._start_http(*parse_address(cfg.http.listen, 9100, "[http] listen"))
+        self._started_ns = self._clock()
+        self._capture_thread = threading.Thread(target=self._capture_loop, name="edgekit-capture", daemon=True)
+        self._capture_thread.start()
+        sd_notify("READY=1")
+        return self
+
+    def _start_http(self, host: str, port: int) -> None:
+        from edgekit.http_metrics import HttpEndpoint, ServeMetrics
+
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            log.warning("HTTP metrics listen on %s: reachable from the network", host)
+        self.metrics = ServeMetrics(self.stats)
+        try:
+            self.http = HttpEndpoint(host, port, self.metrics, self.health, self.stats)
+        except OSError as exc:
+            raise UsageError(f"cannot listen on {host}:{port}: {exc}", "choose another [http] listen port") from exc
+        self.http.start()
+        log.info("metrics on http://%s:%d/metrics", *self.http.address)
+
+    def _open_configured_model(self) -> Any:
+        """The default runtime factory: ``[model]`` through :func:`edgekit.pipeline.open_model`."""
+        from edgekit.pipeline import open_model
+
+        m = self.config.model
+        if not m.path:
+            raise UsageError("no model to serve", "give --bundle DIR (or --model FILE) or set [model] path")
+        opened = open_model(m.path, variant=m.name or None, labels=m.labels or None, **model_options(self.config))
+        if self._labels is None:
+            self._labels = opened.labels
+        return opened.runtime
+
+    def _open_runtime(self) -> None:
+        runtime = self._runtime_factory()
+        self._runtime = runtime
+        self._preprocess = Preprocessor(runtime.input_spec)
+        self._decoder = Decoder(self._labels or [], k=self.config.model.top_k,
+                                quantization=output_quantization(runtime))
+        try:
+            self._runtime_info = dict(runtime.describe())
+        except Exception as exc:  # describe() is informative only
+            self._runtime_info = {"describe_error": str(exc)}
+        self._consecutive_errors = 0
+        self._model_error = ""
+
+    def stop(self) -> None:
+        """Ask the daemon to stop after the current frame. Safe from signal handlers and threads."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self, max_frames: int | None = None, duration_s: float | None = None) -> dict[str, Any]:
+        """The inference loop; returns the final stats after closing everything."""
+        if self._started_ns is None:
+            self.start()
+        try:
+            self._loop(max_frames, duration_s)
+        finally:
+            self.close()
+        return self.stats()
+
+    def close(self) -> None:
+        """Stop capturing, flush outputs, publish ``offline`` and release everything (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        sd_notify("STOPPING=1")
+        self._slot.wake()
+        thread = self._capture_thread
+        if thread is not None:
+            thread.join(timeout=1.0)
+            if thread.is_alive():
+                # The source is blocked in a read: closing it from here is the only way to
+                # unblock it; the thread is a daemon thread, so it cannot hold up the exit.
+                self._close_source()
+                thread.join(timeout=1.0)
+        if self.sink is not None:
+            self.sink.close()
+        if self.mqtt is not None:
+            self.mqtt.close()
+        if self.http is not None:
+            self.http.close()
+        if self._runtime is not None:
+            try:
+                self._runtime.close()
+            except Exception as exc:
+                log.warning("closing the runtime failed: %s", exc)
+        log.info("stopped after %d frames", self._counts["processed"])
+
+    def __enter__(self) -> Daemon:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ capture thread
+    def _close_source(self) -> None:
+        source, self._source = self._source, None
+        if source is not None:
+            try:
+                source.close()
+            except Exception as exc:
+                log.debug("closing the camera failed: %s", exc)
+
+    def _capture_loop(self) -> None:
+        cfg = self.config.camera
+        delay = cfg.reconnect_min_s
+        opened = 0
+        while not self._stop.is_set():
+            try:
+                source = self._camera_factory(cfg.uri, dict(cfg.options))
+            except Exception as exc:  # CameraError, or anything a driver throws
+                self._camera_down(f"cannot open camera {cfg.uri}: {exc}")
+                self._stop.wait(delay)
+                delay = min(delay * 2, cfg.reconnect_max_s)
+                continue
+            opened += 1
+            if opened > 1:
+                with self._lock:
+                    self._reconnects["camera"] += 1
+                log.info("camera %s reopened (reconnect %d)", cfg.uri, opened - 1)
+            self._source = source
+            self._camera_open = True
+            ended = False
+            try:
+                ended = self._pump(source)
+                if ended and not self._stop.is_set():
+                    if cfg.on_end == "stop":
+                        log.info("camera %s ended; stopping after the last frame", cfg.uri)
+                        self._source_ended.set()
+                        return
+                    self._camera_down(f"camera {cfg.uri} stopped delivering frames")
+            except Exception as exc:  # CameraError or a driver error: reconnect
+                self._camera_down(f"camera {cfg.uri} lost: {exc}")
+            finally:
+                self._camera_open = False
+                self._close_source()
+            if self._last_frame_ns is not None and self._clock() - self._last_frame_ns < 1e9 * delay:
+                delay = cfg.reconnect_min_s  # it delivered recently: start the backoff over
+            self._stop.wait(delay)
+            delay = min(delay * 2, cfg.reconnect_max_s)
+
+    def _pump(self, source: Any) -> bool:
+        """Move frames from the source into the mailbox; True when the source ended by itself."""
+        previous: int | None = None
+        for frame in source:
+            if self._stop.is_set():
+                return False
+            now = self._clock()
+            # Gaps in Frame.index are frames the source itself dropped (newest-frame sources).
+            gap = frame.index - previous - 1 if previous is not None and frame.index > previous + 1 else 0
+            previous = frame.index
+            dropped = self._slot.put(frame)
+            with self._lock:
+                self._last_frame_ns = now
+                self._counts["captured"] += 1 + gap
+                self._counts["skipped"] += gap + int(dropped)
+            self._rates["camera"].add(1 + gap, now)
+            if gap or dropped:
+                self._rates["skipped"].add(gap + int(dropped), now)
+        return True
+
+    def _camera_down(self, message: str) -> None:
+        with self._lock:
+            self._errors["camera"] += 1
+            self._camera_error = message
+        log.warning("%s; retrying", message)
+
+    # ------------------------------------------------------------------ inference loop
+    def _loop(self, max_frames: int | None, duration_s: float | None) -> None:
+        deadline = None if duration_s is None else time.monotonic() + duration_s
+        start = time.monotonic()
+        self._next_stats = start + self.config.mqtt.stats_interval_s  # the broker is still connecting now
+        self._next_log = start + STATS_LOG_INTERVAL_S
+        self._watchdog_s = int(os.environ.get("WATCHDOG_USEC", "0")) / 2e6
+        self._next_watchdog = 0.0
+        done = 0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            self._housekeeping(now)
+            if deadline is not None and now >= deadline:
+                break
+            if self._runtime is None:  # the model failed: reopen it without blocking housekeeping
+                if now >= self._model_retry_at:
+                    self._try_reopen_runtime(now)
+                else:
+                    self._stop.wait(POLL_S)
+                continue
+            frame = self._slot.take(POLL_S)
+            if frame is None:
+                if self._source_ended.is_set():
+                    break
+                continue
+            if self._process(frame):
+                done += 1
+                if max_frames is not None and done >= max_frames:
+                    break
+
+    def _housekeeping(self, now: float) -> None:
+        """Periodic work of the loop: systemd watchdog, MQTT stats, a journal line."""
+        if self._watchdog_s and now >= self._next_watchdog:
+            sd_notify("WATCHDOG=1")  # the loop is alive: a hung inference stops these and systemd restarts us
+            self._next_watchdog = now + self._watchdog_s
+        if now >= self._next_stats:
+            self._next_stats = now + self.config.mqtt.stats_interval_s
+            if self.mqtt is not None:
+                self.mqtt.publish_stats(to_json(self.stats()))
+        if now >= self._next_log:
+            log.info("%s", self.stats_line())
+            self._next_log = now + STATS_LOG_INTERVAL_S
+
+    def _process(self, frame: Any) -> bool:
+        """Preprocess, infer, decode and publish one frame; True when a result was produced."""
+        clock = self._clock
+        t0 = clock()
+        problem = frame_problem(frame.array)
+        if problem is None:
+            try:
+                tensor = self._preprocess(frame.array)
+            except Exception as exc:  # cv2.error / ValueError on a corrupt frame
+                problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if problem is not None:
+            with self._lock:
+                self._counts["bad"] += 1
+            log.debug("bad frame %s skipped: %s", frame.index, problem)
+            return False
+        t1 = clock()
+        try:
+            outputs = self._runtime.infer(tensor)
+        except Exception as exc:  # any backend failure: count, keep serving, reopen if it persists
+            self._inference_failed(exc)
+            return False
+        t2 = clock()
+        classification = self._decoder(outputs)
+        t3 = clock()
+        pre_ns, inf_ns, e2e_ns = t1 - t0, t2 - t1, t3 - frame.t_capture_ns
+        with self._lock:
+            self._counts["processed"] += 1
+            self._consecutive_errors = 0
+            self._model_error = ""
+            self._latency["preprocess"].append(pre_ns)
+            self._latency["inference"].append(inf_ns)
+            self._latency["end_to_end"].append(e2e_ns)
+        self._rates["process"].add(1, t3)
+        if self.metrics is not None:
+            self.metrics.observe(pre_ns / 1e9, inf_ns / 1e9, e2e_ns / 1e9)
+        record = {
+            "device": self.config.device,
+            "time": round(time.time(), 3),
+            "frame": frame.index,
+            **classification.to_dict(),
+            "ms": {"preprocess": round(pre_ns / 1e6, 3), "inference": round(inf_ns / 1e6, 3),
+                   "end_to_end": round(e2e_ns / 1e6, 3)},
+        }
+        self._publish(record)
+        return True
+
+    def _publish(self, record: dict[str, Any]) -> None:
+        if self.sink is not None:
+            errors = self.sink.errors
+            self.sink.write(record)
+            if self.sink.errors != errors:
+                with self._lock:
+                    self._errors["output"] += 1
+        if self.mqtt is not None:
+            self.mqtt.publish_result(to_json(record))
+
+    def _inference_failed(self, exc: Exception) -> None:
+        with self._lock:
+            self._errors["inference"] += 1
+            self._consecutive_errors += 1
+            self._model_error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            failing = self._consecutive_errors
+        log.warning("inference failed (%d in a row): %s", failing, self._model_error)
+        if failing >= self.config.model.reopen_after_errors:
+            log.warning("reopening the model after %d failures", failing)
+            try:
+                self._runtime.close()
+            except Exception as close_exc:
+                log.debug("closing the failing runtime: %s", close_exc)
+            self._runtime = None  # the loop reopens it, with backoff
+
+    def _try_reopen_runtime(self, now: float) -> None:
+        try:
+            self._open_runtime()
+        except Exception as exc:  # e.g. the Edge TPU is still unplugged
+            # The camera's backoff settings serve the model too: both are local devices.
+            delay = min(max(self._model_delay, self.config.camera.reconnect_min_s), self.config.camera.reconnect_max_s)
+            self._model_delay = delay * 2
+            self._model_retry_at = now + delay
+            with self._lock:
+                self._model_error = f"cannot reopen the model: {exc}"
+            log.warning("%s; retrying in %.1f s", self._model_error, delay)
+            return
+        self._model_delay = 0.0
+        with self._lock:
+            self._reconnects["model"] += 1
+        log.info("model reopened")
+
+    # ------------------------------------------------------------------ health and stats
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """``(ready, details)``: ready when a frame arrived within ``stall_timeout_s`` and the
+        model is loaded and its latest inference (if any) succeeded."""
+        now = self._clock()
+        with self._lock:
+            last = self._last_frame_ns
+            camera_error, model_error = self._camera_error, self._model_error
+            model_ok = self._runtime is not None and self._consecutive_errors == 0
+        stall_ns = self.config.camera.stall_timeout_s * 1e9
+        camera_ok = self._camera_open and last is not None and now - last < stall_ns
+        details: dict[str, Any] = {
+            "status": "ok" if camera_ok and model_ok else "unavailable",
+            "camera": "ok" if camera_ok else "down",
+            "model": "ok" if model_ok else "down",
+        }
+        if not camera_ok:
+            if not self._camera_open and camera_error:
+                details["camera_error"] = camera_error
+            elif last is None:
+                details["camera_error"] = "no frame yet"
+            else:
+                details["camera_error"] = f"no frame for {(now - last) / 1e9:.1f} s"
+        if not model_ok:
+            details["model_error"] = model_error or "model not loaded"
+        if self._stop.is_set():
+            details["status"] = "stopping"
+            return False, details
+        return camera_ok and model_ok, details
+
+    def stats(self) -> dict[str, Any]:
+        """Counters, recent FPS and latency percentiles, health, MQTT state: JSON-ready."""
+        ready, health = self.health()
+        with self._lock:
+            counts, errors = dict(self._counts), dict(self._errors)
+            reconnects = dict(self._reconnects)
+            latency = {k: list(v) for k, v in self._latency.items()}
+        stats: dict[str, Any] = {
+            "device": self.config.device,
+            "uptime_s": round((self._clock() - self._started_ns) / 1e9, 3) if self._started_ns else 0.0,
+            "frames": counts,
+            "fps": {k: round(m.rate(), 3) for k, m in self._rates.items()},
+            "latency_ms": {k: _percentiles(v) for k, v in latency.items()},
+            "health": {"ready": int(ready), "camera": int(health["camera"] == "ok"),
+                       "model": int(health["model"] == "ok"), **{k: v for k, v in health.items() if "error" in k}},
+            "errors": errors,
+            "reconnects": reconnects,
+            "info": {"device": self.config.device, "camera": self.config.camera.uri,
+                     "model": Path(self.config.model.path).name if self.config.model.path else "",
+                     "backend": self._runtime_info.get("backend", ""),
+                     "delegate": self._runtime_info.get("delegate_requested", "")},
+            "runtime": self._runtime_info,
+        }
+        source_stats = getattr(self._source, "stats", None)
+        if callable(source_stats):
+            try:
+                stats["camera"] = source_stats()
+            except Exception as exc:
+                stats["camera"] = {"error": str(exc)}
+        if self.mqtt is not None:
+            m = self.mqtt
+            stats["mqtt"] = {"connected": int(m.connected.is_set()), "published": m.published,
+                             "dropped": m.dropped, "last_error": m.last_error}
+            stats["reconnects"]["mqtt"] = m.reconnects
+        if self.sink is not None:
+            stats["output"] = {"lines": self.sink.lines, "errors": self.sink.errors}
+        return stats
+
+    def stats_line(self) -> str:
+        """One line for the journal."""
+        s = self.stats()
+        f, r, lat = s["frames"], s["fps"], s["latency_ms"]
+        return (
+            f"frames {f['processed']} processed, {f['skipped']} skipped, {f['bad']} bad; "
+            f"fps camera {r['camera']:.1f} process {r['process']:.1f}; "
+            f"inference p50 {lat['inference'].get('p50', 0):.2f} ms; end-to-end p99 "
+            f"{lat['end_to_end'].get('p99', 0):.2f} ms; ready {bool(s['health']['ready'])}"
+        )
+
+    @property
+    def http_address(self) -> tuple[str, int] | None:
+        """Where the HTTP endpoint listens (None when disabled)."""
+        return self.http.address if self.http is not None else None
+
+
+def _percentiles(samples_ns: list[int]) -> dict[str, float]:
+    if not samples_ns:
+        return {"count": 0}
+    s = summarize(samples_ns)
+    return {"count": s.count, "p50": round(s.p50_ms, 3), "p90": round(s.p90_ms, 3),
+            "p99": round(s.p99_ms, 3), "max": round(s.max_ms, 3)}
+
+
+# ---------------------------------------------------------------------- command line
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Options of ``edgekit serve``; every one overrides the matching key of --config."""
+    parser.add_argument("--config", metavar="TOML", help="configuration file (see deploy/serve.example.toml)")
+    parser.add_argument("--bundle", "--model", dest="model_path", metavar="PATH",
+                        help="bundle directory, .tflite or .onnx (config: [model] path)")
+    parser.add_argument("--model-name", help="model inside the bundle (config: [model] name)")
+    parser.add_argument("--labels", help="labels file for a bare model (config: [model] labels)")
+    parser.add_argument("--threads", type=int, help="runtime CPU threads (config: [model] threads)")
+    parser.add_argument("--delegate", help="LiteRT delegate: xnnpack, none, edgetpu (config: [model] delegate)")
+    parser.add_argument("--edgetpu-device", help="Edge TPU device: usb, usb:0, pci:0 (config: [model] device)")
+    parser.add_argument("--providers", help="ONNX Runtime providers in order, e.g. tensorrt,cuda,cpu "
+                        "(config: [model] providers)")
+    parser.add_argument("--allow-fallback", action="store_true", default=None,
+                        help="ONNX Runtime: run even without some requested providers (config: [model] allow_fallback)")
+    parser.add_argument("--top-k", type=int, help="classes per result (config: [model] top_k)")
+    parser.add_argument("--camera", metavar="URI", help="camera, e.g. v4l2:0, picamera2, a file (config: [camera] uri)")
+    parser.add_argument("--output", metavar="PATH",
+                        help="JSON lines: '-' stdout, 'off', or a file (config: [output] jsonl)")
+    parser.add_argument("--mqtt", metavar="HOST[:PORT]",
+                        help="MQTT broker, 'off' to disable (config: [mqtt] host, port)")
+    parser.add_argument("--mqtt-topic", help="topic prefix, {device} is replaced (config: [mqtt] topic)")
+    parser.add_argument("--device-name", help="device name in topics and results (config: [mqtt] device)")
+    parser.add_argument("--http", metavar="HOST:PORT",
+                        help="metrics endpoint (127.0.0.1 unless told), 'off' to disable (config: [http] listen)")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                        help="diagnostics on stderr (config: [log] level)")
+    parser.add_argument("--max-frames", type=int, help="stop after this many results (tests, benchmarks)")
+    parser.add_argument("--duration", type=float, metavar="S", help="stop after this many seconds")
+    parser.add_argument("--print-config", action="store_true",
+                        help="validate, print the effective configuration as JSON and exit")
+
+
+def build_config(args: argparse.Namespace) -> ServeConfig:
+    """The configuration file (if any) with every given flag applied on top."""
+    config = load_config(getattr(args, "config", None))
+
+    def flag(name: str) -> Any:
+        return getattr(args, name, None)
+
+    def off(value: str | None) -> str | None:
+        return "" if value in ("off", "none") else value
+
+    config = override(config, "model", path=flag("model_path"), name=flag("model_name"), labels=flag("labels"),
+                      threads=flag("threads"), delegate=flag("delegate"), device=flag("edgetpu_device"),
+                      providers=flag("providers"), allow_fallback=flag("allow_fallback"), top_k=flag("top_k"))
+    config = override(config, "camera", uri=flag("camera"))
+    config = override(config, "output", jsonl=off(flag("output")))
+    mqtt = off(flag("mqtt"))
+    if mqtt:
+        host, port = parse_address(mqtt, 1883, "--mqtt")
+        config = override(config, "mqtt", host=host, port=port)
+    elif mqtt == "":
+        config = override(config, "mqtt", host="")
+    config = override(config, "mqtt", topic=flag("mqtt_topic"), device=flag("device_name"))
+    config = override(config, "http", listen=off(flag("http")))
+    config = override(config, "log", level=flag("log_level"))
+    return config
+
+
+def _setup_logging(level: str) -> None:
+    logger = logging.getLogger("edgekit")
+    logger.setLevel(level.upper())
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        # journald stamps lines itself; elsewhere a timestamp helps.
+        fmt = "%(levelname)s %(message)s"
+        if not os.environ.get("INVOCATION_ID"):
+            fmt = "%(asctime)s " + fmt
+        handler.setFormatter(logging.Formatter(fmt))
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
+def main(args: argparse.Namespace) -> int:
+    """``edgekit serve``: run until SIGTERM/SIGINT (exit 0), ``--max-frames`` or ``--duration``."""
+    config = build_config(args)
+    if getattr(args, "print_config", False):
+        print(json.dumps(config.to_dict(), indent=2))
+        return 0
+    if not config.model.path:
+        raise UsageError("no model to serve", "give --bundle DIR (or --model FILE) or set [model] path in --config")
+    _setup_logging(config.log.level)
+    daemon = Daemon(config)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("%s: finishing the current frame and stopping", signal.Signals(signum).name)
+        daemon.stop()
+        # A second signal interrupts at once (the operator means it).
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        daemon.start()
+        log.info("serving %s from %s", config.model.path, config.camera.uri)
+        daemon.run(max_frames=args.max_frames, duration_s=args.duration)
+    finally:
+        daemon.close()  # idempotent; covers a start() that failed half-way
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 0

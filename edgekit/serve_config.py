@@ -1,0 +1,293 @@
+"""Configuration of ``edgekit serve``: one TOML file, validated, and flags that override it.
+
+The file has one table per part of the daemon; every key is optional except ``[model] path``
+(which a flag may give instead). ``deploy/serve.example.toml`` documents each key. Unknown
+keys, wrong types and out-of-range values are errors that name the file, the table and the
+key, so a typo never silently falls back to a default on a device nobody is watching.
+
+Relative paths in the file are relative to the file itself (``/etc/edgekit/serve.toml`` can
+say ``path = "bundles/demo"``); relative paths given as flags are relative to the working
+directory, as usual on a command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgekit.errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 devices
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """``[model]``: what to run."""
+
+    path: str = ""  # bundle directory, .tflite or .onnx
+    name: str = ""  # model inside a bundle ("" = the bundle's default)
+    labels: str = ""  # labels file for a bare model (a bundle brings its own)
+    threads: int = 0  # CPU threads for the runtime (0 = the runtime's default)
+    delegate: str = ""  # LiteRT: xnnpack, none, edgetpu ("" = what the bundle says)
+    device: str = ""  # Edge TPU device: usb, usb:0, pci:0 ("" = first found)
+    providers: str = ""  # ONNX Runtime providers in order, e.g. "tensorrt,cuda,cpu" ("" = the bundle's)
+    allow_fallback: bool = False  # ONNX Runtime: accept a session without some requested providers
+    top_k: int = 3
+    reopen_after_errors: int = 5  # consecutive inference errors before the runtime is reopened
+
+
+@dataclass(frozen=True)
+class CameraConfig:
+    """``[camera]``: where frames come from and what to do when they stop."""
+
+    uri: str = "v4l2:0"
+    options: dict = field(default_factory=dict)  # passed to open_camera(uri, **options)
+    reconnect_min_s: float = 0.5
+    reconnect_max_s: float = 30.0
+    stall_timeout_s: float = 5.0  # no frame for this long: camera unhealthy
+    on_end: str = "reconnect"  # when the source ends: reconnect (live cameras) or stop (a clip)
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """``[output]``: results as JSON lines."""
+
+    jsonl: str = "-"  # "-" = stdout, "" = off, else a file, rotated by size
+    max_bytes: int = 10_000_000
+    backups: int = 3  # rotated files kept (file.1 ... file.N); 0 = truncate instead
+
+
+@dataclass(frozen=True)
+class MqttConfig:
+    """``[mqtt]``: results, availability and stats on a broker (off when host is empty)."""
+
+    host: str = ""
+    port: int = 1883
+    topic: str = "edgekit/{device}"  # prefix: <topic>/result, <topic>/availability, <topic>/stats
+    device: str = ""  # "" = this machine's host name
+    qos: int = 0  # for results; availability always uses QoS 1
+    keepalive_s: int = 30
+    stats_interval_s: float = 10.0
+    reconnect_min_s: float = 1.0
+    reconnect_max_s: float = 30.0
+    username: str = ""
+    password_file: str = ""  # a file holding the password (keep secrets out of this file)
+
+
+@dataclass(frozen=True)
+class HttpConfig:
+    """``[http]``: /metrics, /healthz and /stats (off when listen is empty)."""
+
+    listen: str = "127.0.0.1:9100"
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """``[log]``: diagnostics on stderr (results go to [output])."""
+
+    level: str = "info"
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """The whole validated configuration. Build it with :func:`load_config`."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    camera: CameraConfig = field(default_factory=CameraConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+    mqtt: MqttConfig = field(default_factory=MqttConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    source: str = "defaults"  # where the values came from, for error messages
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of every table (what ``edgekit serve --print-config`` shows)."""
+        d = dataclasses.asdict(self)
+        d.pop("source")
+        return d
+
+    @property
+    def device(self) -> str:
+        """The device name used in MQTT topics and metrics."""
+        return self.mqtt.device or socket.gethostname()
+
+    @property
+    def topic(self) -> str:
+        """The MQTT topic prefix with ``{device}`` filled in."""
+        return self.mqtt.topic.replace("{device}", self.device)
+
+
+SECTIONS: dict[str, type] = {
+    "model": ModelConfig,
+    "camera": CameraConfig,
+    "output": OutputConfig,
+    "mqtt": MqttConfig,
+    "http": HttpConfig,
+    "log": LogConfig,
+}
+_PATH_KEYS = {("model", "path"), ("model", "labels"), ("output", "jsonl"), ("mqtt", "password_file")}
+_CHOICES = {
+    ("model", "delegate"): ("", "xnnpack", "none", "edgetpu"),
+    ("camera", "on_end"): ("reconnect", "stop"),
+    ("log", "level"): ("debug", "info", "warning", "error"),
+    ("mqtt", "qos"): (0, 1, 2),
+}
+_MINIMUM = {  # (table, key) -> smallest allowed value
+    ("model", "threads"): 0,
+    ("model", "top_k"): 1,
+    ("model", "reopen_after_errors"): 1,
+    ("camera", "reconnect_min_s"): 0.01,
+    ("camera", "reconnect_max_s"): 0.01,
+    ("camera", "stall_timeout_s"): 0.1,
+    ("output", "max_bytes"): 1024,
+    ("output", "backups"): 0,
+    ("mqtt", "port"): 1,
+    ("mqtt", "keepalive_s"): 5,
+    ("mqtt", "stats_interval_s"): 0.1,
+    ("mqtt", "reconnect_min_s"): 1,
+    ("mqtt", "reconnect_max_s"): 1,
+}
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "true/false", int: "an integer", float: "a number", str: "a string", dict: "a table"}[
+        type(value)
+    ]
+
+
+def _check_value(where: str, table: str, key: str, value: Any, default: Any) -> Any:
+    """Type- and range-check one value; returns it converted (an int where a float is expected)."""
+    expected = type(default)
+    ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        value, ok = float(value), True
+    if not ok:
+        raise UsageError(
+            f"{where}: [{table}] {key} must be {_type_name(default)}, got {value!r}",
+            f"see deploy/serve.example.toml for the [{table}] table",
+        )
+    choices = _CHOICES.get((table, key))
+    if choices is not None and value not in choices:
+        raise UsageError(
+            f"{where}: [{table}] {key} = {value!r} is not one of {', '.join(repr(c) for c in choices)}",
+            f"set [{table}] {key} to one of those",
+        )
+    low = _MINIMUM.get((table, key))
+    if low is not None and value < low:
+        raise UsageError(f"{where}: [{table}] {key} = {value!r} is below the minimum {low}", "raise it")
+    if (table, key) == ("mqtt", "port") and value > 65535:
+        raise UsageError(f"{where}: [mqtt] port = {value} is not a TCP port", "use 1-65535 (1883 is usual)")
+    return value
+
+
+def _section(where: str, table: str, raw: Any, base_dir: Path | None) -> Any:
+    cls = SECTIONS[table]
+    if not isinstance(raw, dict):
+        raise UsageError(f"{where}: [{table}] must be a table, got {raw!r}", f"write it as [{table}] key = value")
+    defaults = cls()
+    names = [f.name for f in dataclasses.fields(cls)]
+    values = {}
+    for key, value in raw.items():
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(names)}"
+            raise UsageError(f"{where}: unknown key {key!r} in [{table}]", hint)
+        value = _check_value(where, table, key, value, getattr(defaults, key))
+        if base_dir is not None and (table, key) in _PATH_KEYS and value not in ("", "-"):
+            value = str(base_dir / value) if not Path(value).is_absolute() else value
+        values[key] = value
+    return cls(**values)
+
+
+def from_dict(raw: dict[str, Any], where: str = "config", base_dir: Path | None = None) -> ServeConfig:
+    """Validate a parsed TOML document (a dict of tables) into a :class:`ServeConfig`."""
+    tables = {}
+    for table, value in raw.items():
+        if table not in SECTIONS:
+            close = difflib.get_close_matches(table, list(SECTIONS), n=1)
+            hint = f"did you mean [{close[0]}]?" if close else f"known tables: {', '.join(SECTIONS)}"
+            raise UsageError(f"{where}: unknown table [{table}]", hint)
+        tables[table] = _section(where, table, value, base_dir)
+    return check(ServeConfig(**tables, source=where))
+
+
+def load_config(path: str | Path | None) -> ServeConfig:
+    """Read and validate a TOML file; ``None`` gives the defaults (flags then fill in the rest).
+
+    Raises UsageError (with the file, table and key in the message) for a missing or
+    unreadable file, a TOML syntax error, an unknown table or key, or a bad value.
+    """
+    if path is None:
+        return ServeConfig()
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise UsageError(f"config file {path} does not exist", "copy deploy/serve.example.toml there") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read config file {path}: {exc}", "check its permissions and encoding") from exc
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML: {exc}", "fix the line named above") from exc
+    return from_dict(raw, where=str(path), base_dir=path.resolve().parent)
+
+
+def check(config: ServeConfig) -> ServeConfig:
+    """Checks that involve several keys; returns ``config`` unchanged when it is consistent."""
+    where = config.source
+    c, m = config.camera, config.mqtt
+    if c.reconnect_max_s < c.reconnect_min_s:
+        raise UsageError(f"{where}: [camera] reconnect_max_s is below reconnect_min_s", "swap or raise them")
+    if m.reconnect_max_s < m.reconnect_min_s:
+        raise UsageError(f"{where}: [mqtt] reconnect_max_s is below reconnect_min_s", "swap or raise them")
+    topic = config.topic
+    if not topic or any(ch in topic for ch in "+#\0") or topic.startswith("/") or topic.endswith("/"):
+        raise UsageError(
+            f"{where}: [mqtt] topic {m.topic!r} gives {topic!r}, not a valid topic prefix",
+            "use letters, digits, '-', '_' and '/' between levels, e.g. edgekit/{device}",
+        )
+    if config.http.listen:
+        parse_address(config.http.listen, 9100, what="[http] listen", where=where)
+    return config
+
+
+def parse_address(text: str, default_port: int, what: str = "address", where: str = "") -> tuple[str, int]:
+    """Split ``host``, ``host:port``, ``:port`` or ``[v6addr]:port`` into ``(host, port)``."""
+    prefix = f"{where}: " if where else ""
+    host, port_text = text, ""
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else rest
+    elif text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+    try:
+        port = int(port_text) if port_text else default_port
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise UsageError(f"{prefix}{what} {text!r} has a bad port", "write host:port, e.g. 127.0.0.1:9100")
+    return host or "127.0.0.1", port
+
+
+def override(config: ServeConfig, table: str, **values: Any) -> ServeConfig:
+    """A copy of ``config`` with keys of one table replaced (``None`` values are ignored).
+
+    Values are checked like values read from a file, so a bad flag gets the same message.
+    """
+    values = {k: v for k, v in values.items() if v is not None}
+    if not values:
+        return config
+    section = getattr(config, table)
+    for key, value in values.items():
+        _check_value("command line", table, key, value, getattr(SECTIONS[table](), key))
+    updated = dataclasses.replace(config, **{table: dataclasses.replace(section, **values)})
+    return check(updated)

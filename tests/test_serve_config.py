@@ -1,0 +1,161 @@
+"""edgekit serve configuration: the example file loads, bad files fail with clear messages,
+flags override the file."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from edgekit.daemon import build_config, configure
+from edgekit.errors import UsageError
+from edgekit.serve_config import ServeConfig, load_config, override, parse_address
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "deploy" / "serve.example.toml"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "serve.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def parse_flags(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_example_file_is_valid_and_documents_every_key():
+    config = load_config(EXAMPLE)
+    text = EXAMPLE.read_text()
+    # Every key of every table appears in the example, so the example is the documentation.
+    for table, values in config.to_dict().items():
+        assert f"[{table}]" in text
+        for key in values:
+            documented = (f"\n{key} =", f"\n# {key} =", f"\n[{table}.{key}]")
+            assert any(d in text for d in documented), f"[{table}] {key} undocumented"
+
+
+def test_defaults_bind_loopback_and_disable_mqtt():
+    config = load_config(None)
+    assert config.http.listen.startswith("127.0.0.1:")
+    assert config.mqtt.host == ""
+    assert config.topic.startswith("edgekit/") and "{device}" not in config.topic
+
+
+def test_relative_paths_are_relative_to_the_file(tmp_path):
+    path = write(tmp_path, '[model]\npath = "bundles/demo"\n[output]\njsonl = "log/results.jsonl"\n')
+    config = load_config(path)
+    assert config.model.path == str(tmp_path.resolve() / "bundles" / "demo")
+    assert config.output.jsonl == str(tmp_path.resolve() / "log" / "results.jsonl")
+
+
+def test_int_is_accepted_where_a_number_is_expected(tmp_path):
+    config = load_config(write(tmp_path, "[camera]\nreconnect_max_s = 10\n"))
+    assert config.camera.reconnect_max_s == 10.0 and isinstance(config.camera.reconnect_max_s, float)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("[model\npath = 1", "not valid TOML"),
+        ("[modle]\npath = 'x'\n", "did you mean [model]"),
+        ("[mqtt]\nprot = 1883\n", "did you mean 'port'"),
+        ("[mqtt]\nport = 'abc'\n", "[mqtt] port must be an integer"),
+        ("[mqtt]\nport = 70000\n", "not a TCP port"),
+        ("[mqtt]\nqos = 3\n", "is not one of 0, 1, 2"),
+        ("[mqtt]\ntopic = 'a/+/b'\n", "not a valid topic prefix"),
+        ("[model]\ntop_k = 0\n", "below the minimum 1"),
+        ("[model]\nthreads = true\n", "must be an integer"),
+        ("[camera]\non_end = 'loop'\n", "'reconnect', 'stop'"),
+        ("[camera]\nreconnect_min_s = 5\nreconnect_max_s = 1\n", "reconnect_max_s is below"),
+        ("[camera]\noptions = 3\n", "must be a table"),
+        ("model = 3\n", "[model] must be a table"),
+        ("[http]\nlisten = '127.0.0.1:port'\n", "bad port"),
+        ("[log]\nlevel = 'loud'\n", "'debug', 'info'"),
+    ],
+)
+def test_bad_files_name_file_table_and_key(tmp_path, text, expected):
+    path = write(tmp_path, text)
+    with pytest.raises(UsageError) as info:
+        load_config(path)
+    assert expected in str(info.value)
+    assert str(path) in str(info.value)
+    assert info.value.hint
+
+
+def test_missing_and_undecodable_files(tmp_path):
+    with pytest.raises(UsageError, match="does not exist"):
+        load_config(tmp_path / "nope.toml")
+    bad = tmp_path / "latin1.toml"
+    bad.write_bytes(b"[model]\npath = '\xe9'\n")
+    with pytest.raises(UsageError, match="cannot read config file"):
+        load_config(bad)
+
+
+def test_flags_override_the_file(tmp_path):
+    path = write(
+        tmp_path,
+        '[model]\npath = "a.tflite"\ntop_k = 2\n[camera]\nuri = "v4l2:0"\n[mqtt]\nhost = "broker"\n'
+        '[http]\nlisten = "127.0.0.1:9100"\n',
+    )
+    args = parse_flags(
+        "--config",
+        str(path),
+        "--camera",
+        "synthetic:320x240@30",
+        "--mqtt",
+        "10.0.0.5:1884",
+        "--http",
+        "off",
+        "--top-k",
+        "5",
+        "--device-name",
+        "pi-7",
+        "--output",
+        "off",
+    )
+    config = build_config(args)
+    assert config.model.path == str(tmp_path.resolve() / "a.tflite")  # from the file
+    assert config.model.top_k == 5
+    assert config.camera.uri == "synthetic:320x240@30"
+    assert (config.mqtt.host, config.mqtt.port) == ("10.0.0.5", 1884)
+    assert config.http.listen == "" and config.output.jsonl == ""
+    assert config.topic == "edgekit/pi-7"
+    assert build_config(parse_flags("--config", str(path), "--mqtt", "off")).mqtt.host == ""
+
+
+def test_bad_flag_values_get_the_same_checks():
+    with pytest.raises(UsageError, match="below the minimum"):
+        build_config(parse_flags("--top-k", "0"))
+    with pytest.raises(UsageError, match="bad port"):
+        build_config(parse_flags("--mqtt", "host:99999"))
+    with pytest.raises(UsageError, match="command line"):
+        override(ServeConfig(), "camera", reconnect_min_s="soon")
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("broker", ("broker", 1883)),
+        ("broker:1884", ("broker", 1884)),
+        (":1885", ("127.0.0.1", 1885)),
+        ("[::1]:1886", ("::1", 1886)),
+        ("[::1]", ("::1", 1883)),
+    ],
+)
+def test_parse_address(text, expected):
+    assert parse_address(text, 1883) == expected
+
+
+def test_print_config_shows_the_effective_values(tmp_path, capsys):
+    import json
+
+    from edgekit.daemon import main
+
+    path = write(tmp_path, '[model]\npath = "m.tflite"\n')
+    assert main(parse_flags("--config", str(path), "--top-k", "4", "--print-config")) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["model"]["top_k"] == 4 and shown["model"]["path"].endswith("m.tflite")
