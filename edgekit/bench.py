@@ -21,6 +21,7 @@ import argparse
 import csv
 import itertools
 import json
+import os
 import re
 import statistics
 import sys
@@ -36,7 +37,7 @@ import numpy as np
 from edgekit.errors import BackendUnavailable, CalibrationError, CameraError, EdgekitError, ModelError, UsageError
 from edgekit.metrics import LatencySummary, machine_context, summarize
 from edgekit.pipeline import OpenModel, Pipeline, open_model, split_model_spec
-from edgekit.run import add_runtime_options, describe_runtime, open_source, runtime_options
+from edgekit.run import add_runtime_options, at_least, describe_runtime, open_source, runtime_options
 
 REPEAT_SPREAD_BOUND = 0.05
 """Warn when the per-repeat medians of a variant vary more than this (coefficient of variation)."""
@@ -307,7 +308,7 @@ def expand_variants(specs: Sequence[str], variants: str = "default") -> list[tup
         if named or not path.is_dir() or variants in ("", "default"):
             out.append((str(path), named))
             continue
-        models = [m.name for m in load_bundle(path).models]
+        models = [m.name for m in load_bundle(path, allow_rejected=True).models]
         wanted = models if variants == "all" else [v.strip() for v in variants.split(",") if v.strip()]
         missing = [v for v in wanted if v not in models]
         if missing:
@@ -399,7 +400,10 @@ def _backends_for(path: str, variant: str | None, backends: list[str | None]) ->
         return [None]
     p = Path(path)
     try:
-        fmt = load_bundle(p, check_hashes=False).model(variant).format if p.is_dir() else p.suffix.lstrip(".")
+        if p.is_dir():
+            fmt = load_bundle(p, check_hashes=False, allow_rejected=True).model(variant).format
+        else:
+            fmt = p.suffix.lstrip(".")
     except EdgekitError:
         return [None]  # let open_model report what is wrong with it
     usable = [b for b in backends if b is None or fmt in BACKENDS[b][1]]
@@ -811,13 +815,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group()
     src.add_argument("--synthetic", action="store_true", help="synthetic frames (the default input)")
     src.add_argument("--camera", metavar="URI", help="take --frames frames from this camera and replay them")
-    parser.add_argument("--frames", type=int, default=32, help="frames held in memory and replayed (default 32)")
+    parser.add_argument(
+        "--frames", type=at_least(1), default=32, help="frames held in memory and replayed (default 32)"
+    )
     g = parser.add_argument_group("measurement")
-    g.add_argument("--min-duration", type=float, default=2.0, metavar="S", help="seconds per run (default 2)")
-    g.add_argument("--min-count", type=int, default=100, metavar="N", help="frames per run (default 100)")
+    g.add_argument(
+        "--min-duration", type=at_least(0.0, float), default=2.0, metavar="S", help="seconds per run (default 2)"
+    )
+    g.add_argument("--min-count", type=at_least(1), default=100, metavar="N", help="frames per run (default 100)")
     g.add_argument("--max-duration", type=float, metavar="S", help="give up on a run after S s (marked invalid)")
-    g.add_argument("--repeats", type=int, default=3, help="interleaved repeats (default 3)")
-    g.add_argument("--warmup", type=int, default=10, help="frames left out at the start of each run (default 10)")
+    g.add_argument("--repeats", type=at_least(1), default=3, help="interleaved repeats (default 3)")
+    g.add_argument(
+        "--warmup", type=at_least(0), default=10, help="frames left out at the start of each run (default 10)"
+    )
     g.add_argument("--max-cv", type=float, default=0.25, help="warn above this coefficient of variation")
     add_runtime_options(parser, several_backends=True)
     o = parser.add_argument_group("output")
@@ -836,6 +846,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     """Run the benchmark (or the accuracy evaluation) and print the table."""
     options = {k: v for k, v in runtime_options(args).items() if v is not None}
+    for flag in ("json", "csv", "plot"):
+        # fail before minutes of measuring, not after
+        target = getattr(args, flag)
+        if target and not os.access(Path(target).resolve().parent, os.W_OK):
+            raise UsageError(
+                f"--{flag} {target}: cannot write to {Path(target).resolve().parent}",
+                "choose an existing, writable directory",
+            )
     if args.eval:
         results = evaluate(args.models, args.eval, args.variants, options, args.labels)
         print(format_eval(results))

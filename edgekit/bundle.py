@@ -102,11 +102,13 @@ class Bundle:
         return self.manifest.get("runtime", {})
 
 
-def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
+def load_bundle(path: str | Path, check_hashes: bool = True, allow_rejected: bool = False) -> Bundle:
     """Read and check a bundle directory.
 
     Raises BundleError when the directory or manifest is missing or corrupt, the manifest
-    comes from a newer edgekit, or (with ``check_hashes``) a file's sha256 differs.
+    comes from a newer edgekit, a model file is not covered by the sha256 list or lies outside
+    the bundle, (with ``check_hashes``) a file's sha256 differs, or the bundle failed its
+    accuracy gate at build time (unless ``allow_rejected``).
     """
     path = Path(path)
     mpath = path / MANIFEST
@@ -126,12 +128,24 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
             f"{path} uses bundle format {version}; this edgekit reads up to {FORMAT_VERSION}",
             "upgrade edgekit on this device",
         )
-    for key in ("target", "models", "files"):
-        if key not in manifest:
-            raise BundleError(f"{mpath} lacks {key!r}", "rebuild the bundle")
+    for key, kind in (("target", str), ("models", list), ("files", dict)):
+        if not isinstance(manifest.get(key), kind):
+            raise BundleError(f"{mpath}: {key!r} is missing or not a {kind.__name__}", "rebuild the bundle")
+    if not isinstance(manifest.get("runtime", {}), dict):
+        raise BundleError(f"{mpath}: 'runtime' is not an object", "rebuild the bundle")
+    root = path.resolve()
+    for entry in manifest["models"]:
+        name = entry.get("file") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or name not in manifest["files"]:
+            # an unlisted model file would escape the sha256 check
+            raise BundleError(f"{mpath}: model file {name!r} is not listed in 'files'", "rebuild the bundle")
+        if root not in (root / name).resolve().parents:
+            raise BundleError(f"{mpath}: model file {name!r} points outside the bundle", "rebuild the bundle")
     if check_hashes:
         for name, digest in manifest["files"].items():
             fpath = path / name
+            if root not in fpath.resolve().parents:
+                raise BundleError(f"{mpath}: file {name!r} points outside the bundle", "rebuild the bundle")
             if not fpath.is_file():
                 raise BundleError(f"bundle {path} is missing {name}", "copy the whole bundle directory again")
             if sha256_file(fpath) != digest:
@@ -144,6 +158,12 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
         bundle.model()
     except (KeyError, TypeError) as exc:
         raise BundleError(f"{mpath} has a malformed model entry: {exc}", "rebuild the bundle") from exc
+    verification = manifest.get("verification") or {}
+    if verification.get("passed") is False and not allow_rejected:
+        raise BundleError(
+            f"{path} failed its accuracy check at build time ({verification.get('reason') or 'see edgekit.json'})",
+            "rebuild it, or pass --allow-rejected to run it anyway for inspection",
+        )
     return bundle
 
 

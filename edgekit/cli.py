@@ -28,8 +28,12 @@ VERBS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser (verbs whose module is missing are left out)."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser (verbs whose module is missing are left out).
+
+    With ``only``, just that verb's module is imported and configured: ``edgekit run`` on a
+    device then never imports the build side's modules, not even to describe ``build``.
+    """
     from edgekit import __version__
 
     parser = argparse.ArgumentParser(prog="edgekit", description=__doc__.splitlines()[0])
@@ -37,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     for verb, (module_name, help_text) in VERBS.items():
+        if only is not None and verb != only:
+            sub.add_parser(verb, help=help_text, description=help_text)
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -53,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``edgekit`` console script."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ logs off the user's screen
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else list(argv)
+    verb = next((w for w in words if not w.startswith("-")), None)
+    parser = build_parser(verb if verb in VERBS else None)
     args = parser.parse_args(argv)
     if not getattr(args, "verb", None):
         parser.print_help()

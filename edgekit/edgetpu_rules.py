@@ -26,6 +26,14 @@ from typing import Any
 
 from edgekit.tflite_graph import Graph, OperatorInfo, TensorInfo, read_graph
 
+# The compiler's name and why it may be absent; shared by the build (builders/edgetpu.py) and
+# `edgekit inspect`, which must not import the build side.
+COMPILER = "edgetpu_compiler"
+ABSENT_REASON = (
+    "edgetpu_compiler not found (it runs only on x86-64 Linux and comes from Coral's apt repository, "
+    "package edgetpu-compiler); the plain int8 model and the offline report are kept"
+)
+
 MIB = 1024 * 1024
 # The Edge TPU has 8 MiB of SRAM; compiler reports show about 6.9-7.5 MiB of it offered
 # for parameters ("used" + "remaining" in the compiler's summary), the rest holds

@@ -73,7 +73,7 @@ def _resolve_model(path: Path, name: str | None) -> tuple[Path, str | None]:
     if path.is_dir():
         from edgekit.bundle import load_bundle
 
-        bundle = load_bundle(path)
+        bundle = load_bundle(path, allow_rejected=True)  # inspecting a rejected build is useful
         return bundle.model_path(name), bundle.target
     if not path.is_file():
         raise ModelError(f"model {path} does not exist", "give a .tflite file or a bundle directory")
@@ -88,11 +88,12 @@ def _resolve_model(path: Path, name: str | None) -> tuple[Path, str | None]:
 
 def inspect_edgetpu(path: Path, runtime_version: int | None = None) -> dict[str, Any]:
     """The offline Edge TPU report as a dict, plus whether a compiler is installed."""
-    from edgekit.builders.edgetpu import ABSENT_REASON, find_compiler
-    from edgekit.edgetpu_rules import check_model
+    import shutil
+
+    from edgekit.edgetpu_rules import ABSENT_REASON, COMPILER, check_model
 
     report = check_model(path, runtime_version)
-    compiler = find_compiler(None)
+    compiler = shutil.which(COMPILER)
     return {
         "mode": "edgetpu-offline",
         "model": str(path),

@@ -211,9 +211,10 @@ def open_model(
     variant = variant or from_spec
     options = {k: v for k, v in options.items() if v is not None}
     if path.is_dir():
-        bundle = load_bundle(path)
+        allow_rejected = bool(options.pop("allow_rejected", False))
+        bundle = load_bundle(path, allow_rejected=allow_rejected)
         entry = bundle.model(variant)
-        runtime = open_runtime(path, model=entry.name, **options)
+        runtime = open_runtime(path, model=entry.name, allow_rejected=allow_rejected, **options)
         names = read_labels(labels) if labels else bundle.labels
         return OpenModel(f"{path.name}:{entry.name}", path, entry.name, runtime, names, entry.precision, bundle.target)
     if variant:
@@ -221,5 +222,6 @@ def open_model(
             f"{path} is not a bundle, so it has no variant {variant!r}",
             "give BUNDLE_DIR:VARIANT, or the model file alone",
         )
+    options.pop("allow_rejected", None)
     runtime = open_runtime(path, **options)
     return OpenModel(path.name, path, None, runtime, read_labels(labels) if labels else [])

@@ -20,11 +20,28 @@ from typing import Any, TextIO
 from edgekit.errors import CameraError, UsageError
 
 
+def at_least(minimum: float, kind: type = int):
+    """An argparse type accepting numbers >= ``minimum`` (a clear message instead of odd results)."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from exc
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
+        return value
+
+    return parse
+
+
 def add_runtime_options(parser: argparse.ArgumentParser, several_backends: bool = False) -> None:
     """Options shared by run and bench that override a bundle's runtime options."""
     g = parser.add_argument_group("runtime")
     g.add_argument("--device", help="LiteRT Edge TPU device: usb, usb:N, pci, pci:N (default: the bundle's)")
-    g.add_argument("--threads", type=int, metavar="N", help="CPU threads (LiteRT interpreter; ONNX Runtime intra-op)")
+    g.add_argument(
+        "--threads", type=at_least(1), metavar="N", help="CPU threads (LiteRT interpreter; ONNX Runtime intra-op)"
+    )
     g.add_argument(
         "--delegate",
         choices=["xnnpack", "none", "edgetpu"],
@@ -40,10 +57,19 @@ def add_runtime_options(parser: argparse.ArgumentParser, several_backends: bool 
         help="accept ONNX Runtime dropping a requested provider (refused by default)",
     )
     g.add_argument("--labels", metavar="FILE", help="labels file for a bare model (a bundle has its own)")
-    g.add_argument("--backend", choices=["litert", "onnxruntime", "onnxruntime-cuda", "onnxruntime-trt", "tensorrt"],
-                   action="append" if several_backends else "store",
-                   help="run with this backend instead of the bundle's (applies to models of its format)"
-                   + ("; repeat to compare backends" if several_backends else ""))
+    g.add_argument(
+        "--allow-rejected",
+        action="store_true",
+        default=None,
+        help="run a bundle that failed its accuracy gate at build time (for inspection)",
+    )
+    g.add_argument(
+        "--backend",
+        choices=["litert", "onnxruntime", "onnxruntime-cuda", "onnxruntime-trt", "tensorrt"],
+        action="append" if several_backends else "store",
+        help="run with this backend instead of the bundle's (applies to models of its format)"
+        + ("; repeat to compare backends" if several_backends else ""),
+    )
 
 
 def runtime_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -55,6 +81,7 @@ def runtime_options(args: argparse.Namespace) -> dict[str, Any]:
         "providers": args.providers,
         "allow_fallback": args.allow_fallback,
         "backend": getattr(args, "backend", None),
+        "allow_rejected": getattr(args, "allow_rejected", None),
     }
 
 
@@ -69,10 +96,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--model", dest="variant", metavar="VARIANT", help="which model of the bundle (fp32, int8...)")
     add_runtime_options(parser)
-    parser.add_argument("--max-frames", type=int, metavar="N", help="stop after N results")
-    parser.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
-    parser.add_argument("--top-k", type=int, default=3, help="classes shown per frame (default 3)")
-    parser.add_argument("--warmup", type=int, default=5, help="frames left out of the statistics (default 5)")
+    parser.add_argument("--max-frames", type=at_least(1), metavar="N", help="stop after N results")
+    parser.add_argument("--duration", type=at_least(0.0, float), metavar="S", help="stop after S seconds")
+    parser.add_argument("--top-k", type=at_least(1), default=3, help="classes shown per frame (default 3)")
+    parser.add_argument("--warmup", type=at_least(0), default=5, help="frames left out of the statistics (default 5)")
     parser.add_argument(
         "--every",
         type=float,

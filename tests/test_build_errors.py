@@ -143,3 +143,88 @@ def test_targets_lists_all_with_capabilities(capsys):
     assert "libedgetpu" in out  # the Edge TPU runtime is not on this machine: says why
 
 
+
+
+@pytest.mark.parametrize("extra,message", [
+    (("--crop", "0x0"), "bad crop"),
+    (("--crop", "200"), "bad --crop"),
+    (("--mean", "1,2,3"), "--mean has 3 values for a 1-channel input"),
+    (("--std", "0"), "--std must be positive"),
+    (("--colour", "rgb"), "does not fit a 1-channel"),
+    (("--min-accuracy-ratio", "-1"), "makes no sense"),
+    (("--calib-count", "0"), "at least one calibration image"),
+    (("--labels", "/nonexistent/labels.txt"), "cannot read labels file"),
+])
+def test_bad_options_are_refused_before_any_work(tmp_path, capsys, extra, message):
+    code, err = run_cli(capsys, *base(tmp_path, extra=extra))
+    assert code == 2 and message in error_line(err)
+    assert not (tmp_path / "dist").exists()
+
+
+def test_labels_count_must_match_outputs(tmp_path, capsys):
+    labels = tmp_path / "labels.txt"
+    labels.write_text("a\nb\nc\n")
+    code, err = run_cli(capsys, *base(tmp_path, extra=("--labels", str(labels))))
+    assert code == 2 and "3 labels for a model with 10 outputs" in error_line(err)
+
+
+def test_multi_output_keras_model_is_refused(tmp_path, capsys):
+    import keras
+
+    inp = keras.Input((8, 8, 1))
+    x = keras.layers.Flatten()(inp)
+    model = keras.Model(inp, [keras.layers.Dense(2)(x), keras.layers.Dense(3)(x)])
+    path = tmp_path / "two.keras"
+    model.save(path)
+    code, err = run_cli(capsys, *base(tmp_path, model=path))
+    assert code == 2 and "2 outputs" in error_line(err)
+
+
+def test_onnx_with_dynamic_image_size_is_refused(tmp_path, capsys):
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3, "H", "W"])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    path = tmp_path / "dyn.onnx"
+    onnx.save(model, path)
+    code, err = run_cli(capsys, *base(tmp_path, model=path, target="jetson"))
+    assert code == 2 and "symbolic dimensions" in error_line(err)
+
+
+def test_real_sigint_stops_at_the_next_step_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    import os
+    import signal
+
+    import edgekit.builders.tflite as tflite
+
+    real_convert = tflite.convert
+
+    def convert_then_ctrl_c(*a, **k):
+        blob = real_convert(*a, **k)
+        os.kill(os.getpid(), signal.SIGINT)  # as if Ctrl-C landed inside TensorFlow
+        return blob
+
+    monkeypatch.setattr(tflite, "convert", convert_then_ctrl_c)
+    code, err = run_cli(capsys, *base(tmp_path))
+    assert code == 130 and "stopping after the current step" in err
+    assert list((tmp_path / "dist").iterdir()) == []
+
+
+def test_builder_error_removes_the_stale_bundle(tmp_path, capsys, monkeypatch):
+    import edgekit.builders.tflite as tflite
+    from edgekit.errors import ModelError
+
+    stale = tmp_path / "dist" / "demo-cpu"
+    stale.mkdir(parents=True)
+    (stale / "edgekit.json").write_text("{}")
+
+    def broken(*a, **k):
+        raise ModelError("TFLite conversion (fp32) failed: simulated")
+
+    monkeypatch.setattr(tflite, "convert", broken)
+    code, err = run_cli(capsys, *base(tmp_path))
+    assert code == 2 and "simulated" in error_line(err)
+    assert not stale.exists()

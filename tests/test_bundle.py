@@ -66,3 +66,41 @@ def test_missing_corrupt_and_newer_manifest(tmp_path):
     (dest / "edgekit.json").write_text(json.dumps(m))
     with pytest.raises(BundleError, match="upgrade edgekit"):
         load_bundle(dest)
+
+
+def _edit(dest, change):
+    m = json.loads((dest / "edgekit.json").read_text())
+    change(m)
+    (dest / "edgekit.json").write_text(json.dumps(m))
+
+
+def test_malformed_files_section(tmp_path):
+    dest = _write(tmp_path / "b")
+    _edit(dest, lambda m: m.update(files=[]))
+    with pytest.raises(BundleError, match="'files' is missing or not a dict"):
+        load_bundle(dest)
+
+
+def test_model_file_must_be_hashed_and_inside(tmp_path):
+    dest = _write(tmp_path / "b")
+    _edit(dest, lambda m: m["files"].pop("m.tflite"))
+    with pytest.raises(BundleError, match="not listed"):
+        load_bundle(dest)
+    dest = _write(tmp_path / "c")
+    (tmp_path / "outside.tflite").write_bytes(b"x")
+
+    def escape(m):
+        m["models"][0]["file"] = "../outside.tflite"
+        m["files"]["../outside.tflite"] = m["files"]["m.tflite"]
+
+    _edit(dest, escape)
+    with pytest.raises(BundleError, match="outside the bundle"):
+        load_bundle(dest)
+
+
+def test_rejected_bundle_needs_explicit_consent(tmp_path):
+    dest = _write(tmp_path / "b")
+    _edit(dest, lambda m: m.update(verification={"passed": False, "reason": "int8 ratio 0.8 < 0.99"}))
+    with pytest.raises(BundleError, match="failed its accuracy check"):
+        load_bundle(dest)
+    assert load_bundle(dest, allow_rejected=True).target == "cpu"

@@ -36,3 +36,46 @@ def test_entry_options_and_user_overrides(demo_bundles):
 def test_unknown_backend(demo_bundles):
     with pytest.raises(UsageError, match="unknown backend"):
         open_runtime(demo_bundles["cpu"].bundle, backend="tpu-magic")
+
+
+def test_bundle_cannot_name_an_arbitrary_adapter(demo_bundles, tmp_path):
+    import json
+    import shutil
+
+    from edgekit.errors import BundleError
+
+    copy = tmp_path / "b"
+    shutil.copytree(demo_bundles["cpu"].bundle, copy)
+    manifest = json.loads((copy / "edgekit.json").read_text())
+    manifest["runtime"]["adapter"] = "os:system"
+    (copy / "edgekit.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="unknown runtime adapter"):
+        open_runtime(copy)
+
+
+def test_run_verb_never_imports_the_build_side():
+    import subprocess
+    import sys
+
+    code = ("import sys; from edgekit.cli import main\n"
+            "try:\n    main(['run', '--help'])\nexcept SystemExit:\n    pass\n"
+            "print([m for m in sys.modules if m.startswith('edgekit.builders') or m in ('tensorflow', 'keras')])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["bench", "{cpu}", "--frames", "0"], "must be at least 1"),
+    (["bench", "{cpu}", "--json", "/nonexistent-dir/x.json"], "cannot write"),
+    (["run", "{cpu}", "--camera", "synthetic", "--top-k", "0"], "must be at least 1"),
+])
+def test_bench_and_run_refuse_bad_numbers_and_paths(demo_bundles, capsys, argv, message):
+    from edgekit.cli import main
+
+    argv = [a.replace("{cpu}", str(demo_bundles["cpu"].bundle)) for a in argv]
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse reports type errors itself, with exit code 2
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err

@@ -238,7 +238,9 @@ def test_ctrl_c_ends_cleanly_with_a_summary(bundle, capsys, monkeypatch):
 
 
 def test_bad_arguments(bundle, capsys):
-    _fails(["run", str(bundle), "--camera", "synthetic", "--max-frames", "0"], capsys, "--max-frames")
+    with pytest.raises(SystemExit) as exit_info:  # argparse refuses it before anything opens
+        cli(["run", str(bundle), "--camera", "synthetic", "--max-frames", "0"])
+    assert exit_info.value.code == 2 and "--max-frames: must be at least 1" in capsys.readouterr().err
     _fails(["run", f"{bundle}:fp64", "--camera", "synthetic"], capsys, "no model 'fp64'")
     with pytest.raises(SystemExit):
         cli(["run", str(bundle)])  # --camera is required

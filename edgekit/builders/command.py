@@ -48,6 +48,8 @@ def _preprocess_overrides(args: argparse.Namespace) -> dict:
         else:
             try:
                 pre["crop"] = [int(v) for v in args.crop.lower().split("x")]
+                if len(pre["crop"]) != 2:
+                    raise ValueError(args.crop)
             except ValueError as exc:
                 raise UsageError(f"bad --crop {args.crop!r}", "use square, none or HxW like 200x200") from exc
     for key in ("mean", "std"):

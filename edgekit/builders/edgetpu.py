@@ -26,13 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgekit.edgetpu_rules import ABSENT_REASON, COMPILER  # shared with `edgekit inspect`
 from edgekit.errors import CompilerError, UsageError
 
-COMPILER = "edgetpu_compiler"
-ABSENT_REASON = (
-    "edgetpu_compiler not found (it runs only on x86-64 Linux and comes from Coral's apt repository, "
-    "package edgetpu-compiler); the plain int8 model and the offline report are kept"
-)
 MAPPED = "Mapped to Edge TPU"
 _KILL_GRACE_S = 5
 

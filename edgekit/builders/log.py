@@ -15,6 +15,12 @@ class BuildLog:
         self.lines: list[str] = []
         self.quiet = quiet
         self.t0 = time.perf_counter()
+        self.interrupted = False
+
+    def check(self) -> None:
+        """Raise KeyboardInterrupt if Ctrl-C arrived (see :func:`interruptible`)."""
+        if self.interrupted:
+            raise KeyboardInterrupt
 
     def info(self, msg: str) -> None:
         """Record a line and show it."""
@@ -31,16 +37,47 @@ class BuildLog:
     def step(self, name: str) -> Iterator[dict]:
         """Time a step: ``with log.step("convert fp32") as s: ...``; ``s["seconds"]`` afterwards."""
         info: dict = {}
+        self.check()
         t = time.perf_counter()
         self.info(f"{name} ...")
         try:
             yield info
         finally:
             info["seconds"] = round(time.perf_counter() - t, 3)
+        self.check()
         self.info(f"{name}: done in {info['seconds']:.2f}s")
 
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"
+
+
+@contextmanager
+def interruptible(log: BuildLog) -> Iterator[None]:
+    """Turn Ctrl-C into a flag checked between build steps.
+
+    A KeyboardInterrupt raised inside TensorFlow's C++ wrappers can land in a ``__del__`` and be
+    swallowed ("Exception ignored in ... UniquePtr.__del__"), after which the build would go on
+    and write bundles. The flag is checked at every step boundary instead; a second Ctrl-C
+    interrupts at once.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(signum, frame):
+        if log.interrupted:
+            raise KeyboardInterrupt
+        log.interrupted = True
+        print("interrupt: stopping after the current step (Ctrl-C again to stop now)", file=sys.stderr, flush=True)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def progress(iterable, desc: str, total: int | None = None):

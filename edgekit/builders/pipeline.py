@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.builders.calibration import ImageSet, load_calibration, load_eval
-from edgekit.builders.log import BuildLog
+from edgekit.builders.log import BuildLog, interruptible
 from edgekit.builders.source import SourceModel, load_source_model
 from edgekit.builders.verify import compare
 from edgekit.bundle import BundleWriter
@@ -158,7 +158,15 @@ def build(
     targets) when any target misses the accuracy gate; other errors as EdgekitError.
     """
     t_start = time.perf_counter()
+    _check_numbers(min_accuracy_ratio, calib_count, holdout_fraction)
     log = BuildLog(quiet=quiet)
+    with interruptible(log):
+        return _build(log, t_start, model, targets, calib, out, eval_dir, name, labels, preprocess,
+                      min_accuracy_ratio, calib_count, holdout_fraction, seed, options)
+
+
+def _build(log, t_start, model, targets, calib, out, eval_dir, name, labels, preprocess, min_accuracy_ratio,
+           calib_count, holdout_fraction, seed, options) -> list[BuildResult]:
     target_list = [t.strip() for t in targets.split(",")] if isinstance(targets, str) else list(targets)
     resolved: list[Target] = [load_target(t) for t in target_list if t]
     if not resolved:
@@ -170,7 +178,11 @@ def build(
                          "give the Keras/SavedModel for edgetpu, rpi and cpu")
     side_labels, side_pre = read_sidecars(model)
     if isinstance(labels, (str, Path)):
-        labels = [x.strip() for x in Path(labels).read_text().splitlines() if x.strip()]
+        try:
+            labels = [x.strip() for x in Path(labels).read_text(encoding="utf-8").splitlines() if x.strip()]
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read labels file {labels}: {getattr(exc, 'strerror', None) or exc}",
+                             "give a text file with one label per line") from exc
     pre = {**side_pre, **(preprocess or {})}
     h, w, c = source.input_hwc
     layout = "NHWC"
@@ -182,6 +194,10 @@ def build(
     spec_kw.setdefault("colour", "gray" if c == 1 else "rgb")
     spec_kw.setdefault("mean", (0.0,) * c)
     spec_kw.setdefault("std", (255.0,) * c)
+    for key in ("mean", "std"):
+        if len(spec_kw[key]) == 1 and c > 1:
+            spec_kw[key] = tuple(spec_kw[key]) * c
+    _check_preprocess(spec_kw, c)
     float_spec = InputSpec(shape=shape, layout=layout, **spec_kw)
     log.info(f"model {model.name}: {source.kind}, input {h}x{w}x{c}; preprocessing "
              + ", ".join(f"{k}={v}" for k, v in spec_kw.items())
@@ -198,6 +214,10 @@ def build(
         with log.step("load evaluation images"):
             evalset = load_eval(eval_dir, prep, labels or side_labels, log)
     labels = labels or side_labels or (evalset.class_names if evalset else None)
+    n_out = source.output_size()
+    if labels and n_out and len(labels) != n_out:
+        raise UsageError(f"{len(labels)} labels for a model with {n_out} outputs",
+                         "give a labels file with one line per output class (--labels)")
     name = name or (model.stem if model.is_file() else model.name)
     opts = {**options, "min_accuracy_ratio": min_accuracy_ratio}
     results: list[BuildResult] = []
@@ -215,6 +235,37 @@ def build(
             "or lower --min-accuracy-ratio",
         ).with_results(results)
     return results
+
+
+def _check_numbers(min_accuracy_ratio: float, calib_count: int | None, holdout_fraction: float) -> None:
+    if not 0 < min_accuracy_ratio <= 1.5:
+        raise UsageError(f"--min-accuracy-ratio {min_accuracy_ratio} makes no sense",
+                         "use a ratio like 0.99 (converted top-1 / original top-1)")
+    if calib_count is not None and calib_count < 1:
+        raise UsageError(f"--calib-count {calib_count}: need at least one calibration image", "use e.g. 500")
+    if not 0 <= holdout_fraction < 1:
+        raise UsageError(f"holdout fraction {holdout_fraction} must be in [0, 1)")
+
+
+def _check_preprocess(spec: dict, channels: int) -> None:
+    """Reject preprocessing that cannot apply to this model, before any work is done."""
+    crop = spec.get("crop")
+    if crop not in (None, "none", "square") and (
+        not isinstance(crop, (list, tuple)) or len(crop) != 2 or any(int(v) < 1 for v in crop)
+    ):
+        raise UsageError(f"bad crop {crop!r}", "use square, none or HxW with positive sizes, like 200x200")
+    for key in ("mean", "std"):
+        values = spec.get(key, ())
+        if len(values) not in (1, channels):
+            raise UsageError(f"--{key} has {len(values)} values for a {channels}-channel input",
+                             f"give 1 or {channels} comma-separated values")
+    if any(float(v) <= 0 for v in spec.get("std", ())):
+        raise UsageError("--std must be positive (pixel = (value - mean) / std)", "use e.g. 255 or 127.5")
+    if spec.get("colour") not in ("gray", "rgb", "bgr"):
+        raise UsageError(f"bad colour {spec.get('colour')!r}", "use gray, rgb or bgr")
+    if channels == 1 and spec["colour"] != "gray" or channels == 3 and spec["colour"] == "gray":
+        raise UsageError(f"colour {spec['colour']} does not fit a {channels}-channel model input",
+                         "use --colour gray for 1 channel, rgb or bgr for 3")
 
 
 def _build_target(ctx: BuildContext, target: Target, out: Path, calib_set: ImageSet, model: Path,
@@ -267,6 +318,7 @@ def _build_target(ctx: BuildContext, target: Target, out: Path, calib_set: Image
             if key in parts:
                 manifest[key] = parts[key]
         (writer.dir / "build.log").write_text(ctx.log.text(), encoding="utf-8")
+        ctx.log.check()  # Ctrl-C during the last step: do not publish the bundle
         if verification["passed"]:
             path = writer.commit(manifest)
             ctx.log.info(f"== {target.name}: bundle written to {path} ({seconds:.1f}s)")
@@ -280,6 +332,13 @@ def _build_target(ctx: BuildContext, target: Target, out: Path, calib_set: Image
         error = verification["reason"]
         ctx.log.warn(f"{target.name}: accuracy gate failed ({error}); kept for inspection in {rejected}")
         return BuildResult(target.name, None, False, seconds, manifest, error)
+    except EdgekitError:
+        if dest.exists():
+            # The bundle there came from an earlier build; leaving it would make this failed
+            # build look like it produced it.
+            shutil.rmtree(dest)
+            ctx.log.warn(f"removed {dest}: it was built by an earlier run and does not match this model")
+        raise
     finally:
         writer_cm.__exit__(None, None, None)
 
@@ -300,8 +359,9 @@ def _verification_summary(per_variant: dict, default: str, ctx: BuildContext) ->
         e = d["eval"]
         summary.update(original=e["original"], converted=e["converted"], ratio=e["ratio"],
                        agreement=e["agreement"], sqnr_db=e["sqnr_db"], max_abs_diff=e["max_abs_diff"])
-        bad = [f"{v} ratio {r['eval']['ratio']} < {ctx.min_ratio}" for v, r in per_variant.items()
-               if not r["eval"]["passed"]]
+        bad = [f"{v} ratio {r['eval']['ratio']} < {ctx.min_ratio}" if r["eval"]["ratio"] is not None
+               else f"{v}: the original model scores 0 on the eval set (wrong labels or preprocessing?)"
+               for v, r in per_variant.items() if not r["eval"]["passed"]]
         summary["passed"] = not bad
         summary["reason"] = "; ".join(bad) if bad else None
     else:

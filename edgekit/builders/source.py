@@ -41,6 +41,20 @@ class SourceModel:
     input_name: str = ""
     static_batch: bool = False
 
+    def output_size(self) -> int | None:
+        """Number of values in the (single) output per image, when static."""
+        try:
+            if self.kind == "keras":
+                shape = self.handle.outputs[0].shape
+            elif self.kind == "savedmodel":
+                shape = next(iter(self.handle.structured_outputs.values())).shape
+            else:
+                shape = self.handle.get_outputs()[0].shape
+            dims = [d for d in list(shape)[1:]]
+            return int(np.prod(dims)) if all(isinstance(d, int) and d > 0 for d in dims) else None
+        except (AttributeError, TypeError, StopIteration):
+            return None
+
     def predict(self, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
         """Float32 NHWC batch -> float32 outputs of the original model (first output)."""
         outs = []
@@ -122,6 +136,9 @@ def _load_keras(path: Path) -> SourceModel:
                          "check the file is a complete model saved with model.save()") from exc
     if len(model.inputs) != 1:
         raise ModelError(f"{path} has {len(model.inputs)} inputs; edgekit builds single-image models")
+    if len(model.outputs) != 1:
+        raise ModelError(f"{path} has {len(model.outputs)} outputs; edgekit builds single-output classifiers",
+                         "export a model with one output (e.g. keras.Model(inputs, outputs[0]))")
     return SourceModel(path, "keras", _input_hwc(model.inputs[0].shape, path), model)
 
 
@@ -137,6 +154,9 @@ def _load_savedmodel(path: Path) -> SourceModel:
     if len(inputs) != 1:
         raise ModelError(f"{path} serving signature has {len(inputs)} inputs; edgekit builds single-image models")
     name, spec = next(iter(inputs.items()))
+    if len(fn.structured_outputs) != 1:
+        raise ModelError(f"{path} serving signature has {len(fn.structured_outputs)} outputs; "
+                         "edgekit builds single-output classifiers")
     model = SourceModel(path, "savedmodel", _input_hwc(spec.shape, path), fn, input_name=name)
     model._keepalive = loaded  # type: ignore[attr-defined]  # the signature needs its object alive
     return model
@@ -153,9 +173,15 @@ def _load_onnx(path: Path) -> SourceModel:
         sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise ModelError(f"{path} is not a valid ONNX model: {str(exc).splitlines()[0][:200]}") from exc
+    if len(sess.get_inputs()) != 1 or len(sess.get_outputs()) != 1:
+        raise ModelError(f"{path} has {len(sess.get_inputs())} inputs and {len(sess.get_outputs())} outputs; "
+                         "edgekit builds single-input, single-output classifiers")
     node = sess.get_inputs()[0]
-    shape = [d if isinstance(d, int) else 1 for d in node.shape]
-    if len(shape) != 4:
+    if len(node.shape) != 4:
         raise ModelError(f"{path}: input {node.shape} is not an image batch")
+    if not all(isinstance(d, int) and d > 0 for d in node.shape[1:]):
+        raise ModelError(f"{path}: input shape {node.shape} has symbolic dimensions besides the batch",
+                         "export the ONNX with a fixed image size (only the batch may be dynamic)")
+    shape = [d if isinstance(d, int) else 1 for d in node.shape]
     hwc = tuple(shape[1:]) if shape[3] in (1, 3) else (shape[2], shape[3], shape[1])
     return SourceModel(path, "onnx", hwc, sess, input_name=node.name, static_batch=isinstance(node.shape[0], int))

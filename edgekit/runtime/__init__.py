@@ -62,24 +62,26 @@ def _format_of(path: Path) -> str:
     return {".tflite": "tflite", ".onnx": "onnx"}.get(path.suffix.lower(), path.suffix.lower().lstrip("."))
 
 
-def open_runtime(source: str | Path, model: str | None = None, backend: str | None = None, **options: Any) -> Runtime:
+def open_runtime(source: str | Path, model: str | None = None, backend: str | None = None,
+                 allow_rejected: bool = False, **options: Any) -> Runtime:
     """Open a runtime for a bundle directory or a bare ``.tflite``/``.onnx`` file.
 
     For a bundle, the adapter and its options come from edgekit.json (bundle-wide options, then
     the model entry's own); keyword ``options`` override them (e.g. ``num_threads=1``,
     ``delegate="none"``, ``device="usb:0"``, ``providers=["cpu"]``). ``backend`` (a key of
     :data:`BACKENDS`, e.g. ``"onnxruntime"`` or ``"tensorrt"``) swaps the adapter for models of
-    the formats it runs; the bundle's adapter options are then not applied.
+    the formats it runs; the bundle's adapter options are then not applied. A bundle that
+    failed its accuracy gate is refused unless ``allow_rejected``.
     """
     from edgekit.bundle import load_bundle
-    from edgekit.errors import ModelError, UsageError
+    from edgekit.errors import BundleError, ModelError, UsageError
     from edgekit.plugins import resolve
 
     if backend is not None and backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}", f"choose one of: {', '.join(BACKENDS)}")
     path = Path(source)
     if path.is_dir():
-        bundle = load_bundle(path)
+        bundle = load_bundle(path, allow_rejected=allow_rejected)
         entry = bundle.model(model)
         fmt = entry.format
         adapter = bundle.runtime.get("adapter", "edgekit.runtime.litert:LiteRTRuntime")
@@ -88,6 +90,10 @@ def open_runtime(source: str | Path, model: str | None = None, backend: str | No
             adapter, _, defaults = BACKENDS[backend]
             merged = {**defaults, **{k: v for k, v in entry.extra.get("runtime_options", {}).items()
                                      if k == "precision"}}
+        if adapter.split(":")[0] not in _ADAPTER_HINTS:
+            # A copied bundle must not choose what gets imported and called on the device.
+            raise BundleError(f"{path}: unknown runtime adapter {adapter!r}",
+                              f"adapters are: {', '.join(sorted(_ADAPTER_HINTS))}; rebuild the bundle")
         cls = resolve(adapter, _ADAPTER_HINTS.get(adapter.split(":")[0]))
         return cls(bundle.path / entry.file, input_spec=entry.input, **{**merged, **options})
     if not path.is_file():

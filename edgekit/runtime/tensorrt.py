@@ -88,7 +88,7 @@ class TensorRTRuntime:
         if path.is_dir():
             from edgekit.bundle import load_bundle
 
-            entry = load_bundle(path).model()
+            entry = load_bundle(path, allow_rejected=True).model()
             path, input_spec = path / entry.file, input_spec or entry.input
         if not path.is_file():
             raise ModelError(f"model {path} does not exist")
