@@ -153,21 +153,9 @@ def delegated_nodes(ops: list[dict]) -> set[int]:
     lists the original nodes, then one ``DELEGATE`` node per partition; a partition is
     every node between the kernel's input tensors and its output tensors.
     """
-    original = [o for o in ops if o.get("op_name") != "DELEGATE"]
-    producer = {int(t): o["index"] for o in original for t in o["outputs"]}
-    by_index = {o["index"]: o for o in original}
-    delegated: set[int] = set()
-    for kernel in (o for o in ops if o.get("op_name") == "DELEGATE"):
-        boundary = {int(t) for t in kernel["inputs"]}
-        stack = [int(t) for t in kernel["outputs"]]
-        while stack:
-            tensor = stack.pop()
-            node = producer.get(tensor)
-            if tensor in boundary or node is None or node in delegated:
-                continue
-            delegated.add(node)
-            stack.extend(int(t) for t in by_index[node]["inputs"] if t >= 0)
-    return delegated
+    from edgekit.runtime.litert import delegated_nodes as walk
+
+    return walk(ops)
 
 
 def inspect_litert(path: Path, delegate: str = "xnnpack", num_threads: int | None = None) -> dict[str, Any]:

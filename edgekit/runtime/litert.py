@@ -114,7 +114,7 @@ def delegation_coverage(ops: list[dict]) -> dict[str, int]:
     """
     original = [o for o in ops if o.get("op_name") != "DELEGATE"]
     kernels = [o for o in ops if o.get("op_name") == "DELEGATE"]
-    delegated = _delegated_nodes(original, kernels)
+    delegated = delegated_nodes(ops)
     return {
         "total_nodes": len(original),
         "delegated_nodes": len(delegated),
@@ -123,7 +123,10 @@ def delegation_coverage(ops: list[dict]) -> dict[str, int]:
     }
 
 
-def _delegated_nodes(original: list[dict], kernels: list[dict]) -> set[int]:
+def delegated_nodes(ops: list[dict]) -> set[int]:
+    """Indices of the original nodes that ``DELEGATE`` kernels replaced (see :func:`delegation_coverage`)."""
+    original = [o for o in ops if o.get("op_name") != "DELEGATE"]
+    kernels = [o for o in ops if o.get("op_name") == "DELEGATE"]
     producer = {int(t): o["index"] for o in original for t in o["outputs"]}
     by_index = {o["index"]: o for o in original}
     delegated: set[int] = set()
@@ -239,9 +242,8 @@ class LiteRTRuntime:
         ``--enable_op_profiling`` does); this is the static half of a profile.
         """
         ops = self._interp._get_ops_details()  # no public API for the execution plan
-        kernels = [o for o in ops if o.get("op_name") == "DELEGATE"]
         original = [o for o in ops if o.get("op_name") != "DELEGATE"]
-        delegated = _delegated_nodes(original, kernels)
+        delegated = delegated_nodes(ops)
         total: Counter[str] = Counter(o["op_name"] for o in original)
         on_delegate: Counter[str] = Counter(o["op_name"] for o in original if o["index"] in delegated)
         return [

@@ -42,6 +42,18 @@ def provider_names(providers: list[str] | str | None) -> list[str]:
     return [_PROVIDER_ALIASES.get(p.lower(), p) for p in providers]
 
 
+FALLBACK_HINT = "install the provider, request --providers cpu, or pass --allow-fallback"
+
+
+def check_providers(requested: list[str], used: list[str], allow_fallback: bool,
+                    hint: str = FALLBACK_HINT) -> list[str]:
+    """The requested providers missing from ``used``; BackendUnavailable if any and not ``allow_fallback``."""
+    dropped = [p for p in requested if p not in used]
+    if dropped and not allow_fallback:
+        raise BackendUnavailable(f"ONNX Runtime would silently run without {dropped} (using {used})", hint)
+    return dropped
+
+
 class OnnxRuntime:
     """Run an ``.onnx`` model with ONNX Runtime.
 
@@ -96,13 +108,12 @@ class OnnxRuntime:
             raise ModelError(f"ONNX Runtime cannot load {self.model_path}: {exc}".splitlines()[0]) from exc
         self.init_ms = (time.perf_counter_ns() - t0) / 1e6
         self.providers_used = self._session.get_providers()
-        dropped = [p for p in self.providers_requested if p not in self.providers_used]
-        if dropped and not allow_fallback:
-            raise BackendUnavailable(
-                f"ONNX Runtime would silently run without {dropped} (using {self.providers_used})",
-                "install the provider, request --providers cpu, or pass --allow-fallback",
-            )
+        check_providers(self.providers_requested, self.providers_used, allow_fallback)
         self.num_threads = num_threads
+        self._bind_io(input_spec)
+
+    def _bind_io(self, input_spec: InputSpec | None) -> None:
+        """Read the session's single input and outputs (shared with the GPU adapter)."""
         inputs = self._session.get_inputs()
         if len(inputs) != 1:
             raise ModelError(f"{self.model_path} has {len(inputs)} inputs; edgekit runs single-input models")

@@ -26,6 +26,7 @@ from edgekit.errors import BackendUnavailable, ModelError
 from edgekit.image import InputSpec
 from edgekit.runtime import trt_engine
 from edgekit.runtime.onnxrt import OnnxRuntime, provider_names
+from edgekit.runtime.onnxrt import check_providers as _check_providers
 
 GPU_HINT = (
     "install onnxruntime-gpu (on a Jetson: the JetPack wheel from NVIDIA's Jetson AI Lab index), "
@@ -79,12 +80,8 @@ def cuda_ep_options(
 
 
 def check_providers(requested: list[str], used: list[str], allow_fallback: bool) -> list[str]:
-    """Return the requested providers missing from ``used``; raise BackendUnavailable if any
-    are missing and ``allow_fallback`` is False (the same rule as :class:`OnnxRuntime`)."""
-    dropped = [p for p in requested if p not in used]
-    if dropped and not allow_fallback:
-        raise BackendUnavailable(f"ONNX Runtime would silently run without {dropped} (using {used})", GPU_HINT)
-    return dropped
+    """:func:`edgekit.runtime.onnxrt.check_providers` with the GPU install hint."""
+    return _check_providers(requested, used, allow_fallback, GPU_HINT)
 
 
 class OnnxRuntimeGPU(OnnxRuntime):
@@ -180,13 +177,7 @@ class OnnxRuntimeGPU(OnnxRuntime):
                 stacklevel=2,
             )
         self.num_threads = num_threads
-        inputs = self._session.get_inputs()
-        if len(inputs) != 1:
-            raise ModelError(f"{self.model_path} has {len(inputs)} inputs; edgekit runs single-input models")
-        self._input_name = inputs[0].name
-        self._output_names = [o.name for o in self._session.get_outputs()]
-        self.input_spec = self._spec(inputs[0], input_spec)
-        self.output_quantization = [None] * len(self._output_names)
+        self._bind_io(input_spec)
 
     def describe(self) -> dict[str, Any]:
         """As :meth:`OnnxRuntime.describe`, plus provider options and what was dropped."""
