@@ -3,6 +3,9 @@
 Each contender is a fresh process that loads the demo model, takes one 640x360 frame,
 preprocesses it and prints one result; the clock runs from process start to the first
 result line on its stdout, and peak RSS comes from ``wait4`` (the kernel's ``ru_maxrss``).
+Linux folds the pre-exec memory of a forked child into its ``ru_maxrss``, so the models are
+converted in a separate process: the measuring parent never imports TensorFlow, or every
+child would report at least the parent's size.
 
 * ``edgekit run BUNDLE --camera synthetic --max-frames 1`` on a bundle with the demo
   model's fp32 and int8 TFLite files (made here with BundleWriter);
@@ -121,10 +124,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--workdir", type=Path, help="keep converted models here (shared with bench/precision.py)")
+    ap.add_argument("--prepare-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="edgekit-footprint-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    paths = build_variants("demo", workdir)
+    if args.prepare_only:
+        build_variants("demo", workdir)
+        return 0
+    subprocess.run([sys.executable, __file__, "--prepare-only", "--workdir", str(workdir)], check=True)
+    paths = build_variants("demo", workdir)  # already converted: reads the files, no TensorFlow
+    assert "tensorflow" not in sys.modules, "the measuring parent must stay small (see the module docstring)"
     bundle = make_bundle(paths, workdir / "demo-cpu")
     py = sys.executable
     keras_model = DEMO if DEMO.is_file() else None
