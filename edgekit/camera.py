@@ -41,7 +41,7 @@ from typing import Any, Protocol, runtime_checkable
 import cv2
 import numpy as np
 
-from edgekit.errors import CameraError
+from edgekit.errors import CameraError, UsageError
 from edgekit.image import IMAGE_SUFFIXES, ImageReadError, read_image
 
 
@@ -905,6 +905,11 @@ def _parse_size(size: Any) -> tuple[int, int] | None:
     return width, height
 
 
+def redact_uri(uri: str | int) -> str:
+    """The URI with any ``user:password@`` replaced by ``***@`` (for messages, stats and metrics)."""
+    return re.sub(r"//[^/@]*@", "//***@", str(uri))
+
+
 def _build(label: str, factory: Callable[..., Any], *args: Any, **options: Any) -> Any:
     """Call ``factory`` after checking that it takes every option (a typo such as
     ``looop=True`` gets a clear error instead of a TypeError from deep inside)."""
@@ -913,7 +918,7 @@ def _build(label: str, factory: Callable[..., Any], *args: Any, **options: Any) 
         unknown = sorted(set(options) - set(params))
         if unknown:
             takes = ", ".join(n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY)
-            raise CameraError(f"{label} does not take option(s) {', '.join(unknown)}", f"it takes: {takes}")
+            raise UsageError(f"{label} does not take option(s) {', '.join(unknown)}", f"it takes: {takes}")
     return factory(*args, **options)
 
 
@@ -938,7 +943,7 @@ def _stream_source(url: str, options: dict) -> OpenCVSource:
         cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, int(open_timeout_s * 1000),
         cv2.CAP_PROP_READ_TIMEOUT_MSEC, int(timeout_s * 1000),
     ]  # fmt: skip
-    name = re.sub(r"//[^/@]*@", "//***@", url)  # keep credentials out of messages and stats
+    name = redact_uri(url)
     hint = "check the URL, network and credentials; test it with `ffprobe URL`"
     return _build(name, OpenCVSource, url, api=cv2.CAP_FFMPEG, name=name, hint=hint,
                   **{"params": params, **options})  # fmt: skip

@@ -34,7 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import CameraError, UsageError
+from edgekit.camera import redact_uri
+from edgekit.errors import BackendUnavailable, CameraError, UsageError
 from edgekit.image import Preprocessor
 from edgekit.metrics import fps as fps_of
 from edgekit.metrics import summarize
@@ -186,6 +187,8 @@ class Daemon:
         clock: Callable[[], int] = time.perf_counter_ns,
     ):
         self.config = config
+        self._camera_name = redact_uri(config.camera.uri)  # never publish camera credentials
+        self._fatal: BaseException | None = None
         self._runtime_factory = runtime_factory or self._open_configured_model
         self._camera_factory = camera_factory or open_source
         self._labels = labels
@@ -300,6 +303,8 @@ class Daemon:
             self._loop(max_frames, duration_s)
         finally:
             self.close()
+        if self._fatal is not None:
+            raise self._fatal
         return self.stats()
 
     def close(self) -> None:
@@ -353,8 +358,22 @@ class Daemon:
         while not self._stop.is_set():
             try:
                 source = self._camera_factory(cfg.uri, dict(cfg.options))
+            except (UsageError, BackendUnavailable) as exc:
+                # A wrong option or a missing library will not fix itself: retrying forever
+                # would hide it (and keep systemd from ever seeing the failure).
+                self._fatal = exc
+                self._camera_down(f"cannot open camera {self._camera_name}: {exc}")
+                self._stop.set()
+                self._slot.wake()
+                return
             except Exception as exc:  # CameraError, or anything a driver throws
-                self._camera_down(f"cannot open camera {cfg.uri}: {exc}")
+                if getattr(exc, "retryable", True) is False:  # e.g. a Vector with no SDK configuration
+                    self._fatal = exc
+                    self._camera_down(f"cannot open camera {self._camera_name}: {exc}")
+                    self._stop.set()
+                    self._slot.wake()
+                    return
+                self._camera_down(f"cannot open camera {self._camera_name}: {exc}")
                 self._stop.wait(delay)
                 delay = min(delay * 2, cfg.reconnect_max_s)
                 continue
@@ -362,7 +381,7 @@ class Daemon:
             if opened > 1:
                 with self._lock:
                     self._reconnects["camera"] += 1
-                log.info("camera %s reopened (reconnect %d)", cfg.uri, opened - 1)
+                log.info("camera %s reopened (reconnect %d)", self._camera_name, opened - 1)
             self._source = source
             self._camera_open = True
             ended = False
@@ -370,12 +389,12 @@ class Daemon:
                 ended = self._pump(source)
                 if ended and not self._stop.is_set():
                     if cfg.on_end == "stop":
-                        log.info("camera %s ended; stopping after the last frame", cfg.uri)
+                        log.info("camera %s ended; stopping after the last frame", self._camera_name)
                         self._source_ended.set()
                         return
-                    self._camera_down(f"camera {cfg.uri} stopped delivering frames")
+                    self._camera_down(f"camera {self._camera_name} stopped delivering frames")
             except Exception as exc:  # CameraError or a driver error: reconnect
-                self._camera_down(f"camera {cfg.uri} lost: {exc}")
+                self._camera_down(f"camera {self._camera_name} lost: {exc}")
             finally:
                 self._camera_open = False
                 self._close_source()
@@ -588,7 +607,7 @@ class Daemon:
                        "model": int(health["model"] == "ok"), **{k: v for k, v in health.items() if "error" in k}},
             "errors": errors,
             "reconnects": reconnects,
-            "info": {"device": self.config.device, "camera": self.config.camera.uri,
+            "info": {"device": self.config.device, "camera": self._camera_name,
                      "model": Path(self.config.model.path).name if self.config.model.path else "",
                      "backend": self._runtime_info.get("backend", ""),
                      "delegate": self._runtime_info.get("delegate_requested", "")},
@@ -729,7 +748,7 @@ def main(args: argparse.Namespace) -> int:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         daemon.start()
-        log.info("serving %s from %s", config.model.path, config.camera.uri)
+        log.info("serving %s from %s", config.model.path, redact_uri(config.camera.uri))
         daemon.run(max_frames=args.max_frames, duration_s=args.duration)
     finally:
         daemon.close()  # idempotent; covers a start() that failed half-way

@@ -517,7 +517,7 @@ def check_vector(env: Env) -> list[Check]:
         sec = parser[serial]
         lacking = [k for k in ("cert", "ip", "name", "guid") if not sec.get(k)]
         cert = sec.get("cert")
-        if cert and not Path(cert).expanduser().is_file():
+        if cert and not Path(cert).is_file():  # the SDK opens the path as written (no ~ expansion)
             lacking.append(f"cert file {cert}")
         robots.append(f"{sec.get('name', '?')} (serial {serial}, {sec.get('ip', '?')})")
         if lacking:

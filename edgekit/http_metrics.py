@@ -22,8 +22,14 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, ProcessCollector, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from edgekit.errors import BackendUnavailable
+
+try:
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, ProcessCollector, generate_latest
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+except ImportError as exc:  # the daemon imports this module only when the HTTP endpoint is on
+    raise BackendUnavailable("the metrics endpoint needs prometheus_client",
+                             "pip install 'edgekit[serve]' (or --http off)") from exc
 
 log = logging.getLogger("edgekit.serve")
 

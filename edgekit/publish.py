@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from edgekit.errors import BackendUnavailable
+
 log = logging.getLogger("edgekit.serve")
 
 
@@ -31,13 +33,21 @@ def _default(obj: Any) -> Any:
     return str(obj)
 
 
+class _QuietLogger(logging.LoggerAdapter):
+    """Every paho log record at DEBUG."""
+
+    def log(self, level, msg, *args, **kwargs):  # paho calls .log(level, ...)
+        super().log(logging.DEBUG, msg, *args, **kwargs)
+
+
 class JsonLinesSink:
     """Append JSON lines to stdout (``"-"``) or to a file rotated at ``max_bytes``.
 
     Rotation keeps ``backups`` older files (``file.1`` is the newest); with ``backups=0`` the
     file is truncated instead, so the disk use is bounded by ``max_bytes * (backups + 1)``.
     Lines are flushed as they are written so ``tail -f`` and journald see results at once.
-    Write errors (disk full, file removed) are counted in ``errors``, logged once, and the
+    A file moved or removed under us is noticed (device/inode check) and recreated on the next
+    write. Write errors (disk full, directory gone) are counted in ``errors``, logged once, and the
     file is reopened on the next write. Thread-safe.
     """
 
@@ -58,6 +68,17 @@ class JsonLinesSink:
     def _open(self) -> None:
         self._file = open(self.target, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the daemon's life
         self._size = self._file.tell()
+        st = os.fstat(self._file.fileno())
+        self._identity = (st.st_dev, st.st_ino)
+
+    def _still_ours(self) -> bool:
+        """Whether the path still names the open file (logrotate or a user may have moved or
+        removed it; writes would then vanish into an unlinked file without any error)."""
+        try:
+            st = os.stat(self.target)
+        except FileNotFoundError:
+            return False
+        return (st.st_dev, st.st_ino) == self._identity
 
     def _rotate(self) -> None:
         assert self._file is not None
@@ -70,7 +91,8 @@ class JsonLinesSink:
             older = Path(f"{self.target}.{i}")
             if older.exists():
                 os.replace(older, f"{self.target}.{i + 1}")
-        os.replace(self.target, f"{self.target}.1")
+        if Path(self.target).exists():
+            os.replace(self.target, f"{self.target}.1")
         self._open()
 
     def write(self, record: dict[str, Any]) -> None:
@@ -84,6 +106,10 @@ class JsonLinesSink:
                     sys.stdout.write(line)
                     sys.stdout.flush()
                 else:
+                    if self._file is not None and not self._still_ours():
+                        log.warning("results file %s was moved or removed; reopening it", self.target)
+                        self._file.close()
+                        self._file = None
                     if self._file is None:
                         self._open()
                     size = len(line.encode("utf-8"))
@@ -141,7 +167,10 @@ class MqttPublisher:
         username: str = "",
         password: str | None = None,
     ):
-        import paho.mqtt.client as mqtt
+        try:
+            import paho.mqtt.client as mqtt
+        except ImportError as exc:
+            raise BackendUnavailable("MQTT needs paho-mqtt", "pip install 'edgekit[serve]' (or --mqtt off)") from exc
 
         self.host, self.port, self.topic, self.qos = host, port, topic, qos
         self.keepalive_s = keepalive_s
@@ -156,7 +185,9 @@ class MqttPublisher:
         self._client = mqtt.Client(
             mqtt.CallbackAPIVersion.VERSION2, client_id=client_id or f"edgekit-{os.getpid()}", clean_session=True
         )
-        self._client.enable_logger(logging.getLogger("edgekit.serve.mqtt"))
+        # paho logs routine events (a disconnect on shutdown, each failed retry) at ERROR; our
+        # own callbacks report what matters, so its chatter goes to DEBUG only.
+        self._client.enable_logger(_QuietLogger(logging.getLogger("edgekit.serve.mqtt")))
         if username:
             self._client.username_pw_set(username, password)
         # The broker publishes this for us if the connection drops without a DISCONNECT.

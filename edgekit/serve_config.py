@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -174,6 +175,9 @@ def _check_value(where: str, table: str, key: str, value: Any, default: Any) -> 
             f"{where}: [{table}] {key} must be {_type_name(default)}, got {value!r}",
             f"see deploy/serve.example.toml for the [{table}] table",
         )
+    if expected is float and not math.isfinite(value):
+        # nan slips through every "< minimum" check (and would make a backoff loop spin)
+        raise UsageError(f"{where}: [{table}] {key} = {value!r} is not a finite number", "give a real number")
     choices = _CHOICES.get((table, key))
     if choices is not None and value not in choices:
         raise UsageError(
@@ -186,6 +190,18 @@ def _check_value(where: str, table: str, key: str, value: Any, default: Any) -> 
     if (table, key) == ("mqtt", "port") and value > 65535:
         raise UsageError(f"{where}: [mqtt] port = {value} is not a TCP port", "use 1-65535 (1883 is usual)")
     return value
+
+
+def _camera_uri_relative_to(base_dir: Path, uri: str) -> str:
+    """Make a file/folder camera URI relative to the config file, like the other paths in it."""
+    for prefix in ("file:", "folder:"):
+        if uri.startswith(prefix):
+            rest = uri[len(prefix):]
+            return prefix + (rest if Path(rest).is_absolute() else str(base_dir / rest))
+    looks_like_path = "/" in uri or Path(uri).suffix.lower() in (".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v")
+    if uri and ":" not in uri and looks_like_path:  # a bare video file or image folder (not "synthetic")
+        return uri if Path(uri).is_absolute() else str(base_dir / uri)
+    return uri
 
 
 def _section(where: str, table: str, raw: Any, base_dir: Path | None) -> Any:
@@ -203,6 +219,8 @@ def _section(where: str, table: str, raw: Any, base_dir: Path | None) -> Any:
         value = _check_value(where, table, key, value, getattr(defaults, key))
         if base_dir is not None and (table, key) in _PATH_KEYS and value not in ("", "-"):
             value = str(base_dir / value) if not Path(value).is_absolute() else value
+        if base_dir is not None and (table, key) == ("camera", "uri"):
+            value = _camera_uri_relative_to(base_dir, value)
         values[key] = value
     return cls(**values)
 

@@ -135,6 +135,9 @@ def assign_keys(labels: Sequence[str]) -> dict[str, str]:
 
 def crop_for_dataset(frame: np.ndarray, crop: int, colour: str = "gray") -> np.ndarray:
     """The seed's view of a frame: a centred ``crop x crop`` window, gray by default."""
+    if not 0 < crop <= min(frame.shape[:2]):
+        raise UsageError(f"--crop {crop} does not fit a {frame.shape[1]}x{frame.shape[0]} frame",
+                         f"use 1..{min(frame.shape[:2])} (the seed used 200 on Vector's 640x360)")
     window = crop_center(frame, (crop, crop))
     return np.ascontiguousarray(convert_colour(window, "gray" if colour == "gray" else "bgr"))
 

@@ -264,7 +264,7 @@ def _run(args: argparse.Namespace, runtime: Any, labels: Sequence[str] | None, o
             if labels is None and args.bundle:
                 from edgekit.bundle import load_bundle
 
-                labels = load_bundle(args.bundle).labels
+                labels = load_bundle(args.bundle, allow_rejected=True).labels
             name = getattr(runtime, "name", type(runtime).__name__)
         labels = list(labels or [])
         background = background_index(labels, args.background)

@@ -33,7 +33,7 @@ from edgekit.camera import (
     open_camera,
     synthetic_frame,
 )
-from edgekit.errors import BackendUnavailable, CameraError
+from edgekit.errors import BackendUnavailable, CameraError, UsageError
 
 FAKES = Path(__file__).parent / "fakes"
 W, H, FPS, N = 160, 120, 30, 60
@@ -132,7 +132,7 @@ def test_bad_uris_raise_camera_error(uri, words):
 
 
 def test_unknown_option_is_named(clip):
-    with pytest.raises(CameraError, match="looop") as info:
+    with pytest.raises(UsageError, match="looop") as info:
         open_camera(str(clip), looop=True)
     assert "loop" in info.value.hint
 
