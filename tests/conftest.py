@@ -25,3 +25,12 @@ def demo_bundles(tmp_path_factory):
     results = build(DEMO_MODEL, ["edgetpu", "rpi", "cpu", "jetson"], [CALIB, FRAMES], out=out, eval_dir=EVAL,
                     quiet=True)
     return {r.target: r for r in results}
+
+
+@pytest.fixture(scope="session")
+def model(tmp_path_factory):
+    """``model(name)`` -> path of a small .tflite from tests/tflite_models.py, converted once per session."""
+    from tests import tflite_models
+
+    directory = tmp_path_factory.mktemp("tflite")
+    return lambda name: tflite_models.model_path(name, directory)

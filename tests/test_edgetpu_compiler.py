@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-import tflite_models
 
 from edgekit.builders.edgetpu import (
     ABSENT_REASON,
@@ -35,12 +34,6 @@ from edgekit.edgetpu_rules import check_model
 from edgekit.errors import CompilerError, UsageError
 
 FAKE = Path(__file__).parent / "fixtures" / "edgetpu" / "edgetpu_compiler"
-
-
-@pytest.fixture(scope="session")
-def model(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("tflite")
-    return lambda name: tflite_models.model_path(name, directory)
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import tflite_models
 
 from edgekit.bundle import BundleWriter
 from edgekit.cli import main as cli
@@ -19,12 +18,6 @@ from edgekit.image import InputSpec
 from edgekit.runtime.litert import LiteRTRuntime
 
 FAKE = Path(__file__).parent / "fixtures" / "edgetpu" / "edgetpu_compiler"
-
-
-@pytest.fixture(scope="session")
-def model(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("tflite")
-    return lambda name: tflite_models.model_path(name, directory)
 
 
 @pytest.fixture
