@@ -39,12 +39,12 @@ data: $(STAMP)
 	$(BIN)/python -m scripts.make_demo_data
 
 bench: $(STAMP)
-	$(BIN)/python bench/overhead.py
-	$(BIN)/python bench/preprocess.py
-	$(BIN)/python bench/precision.py
-	$(BIN)/python bench/footprint.py
-	$(BIN)/python bench/daemon_throughput.py
-	$(BIN)/python bench/daemon_soak.py --minutes 3
+	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/preprocess.py
+	$(BIN)/python benchmarks/precision.py
+	$(BIN)/python benchmarks/footprint.py
+	$(BIN)/python benchmarks/daemon_throughput.py
+	$(BIN)/python benchmarks/daemon_soak.py --minutes 3
 
 clean:
 	rm -rf $(DIST) .pytest_cache .ruff_cache

@@ -24,8 +24,8 @@ from edgekit.runtime import open_runtime
 
 
 def build(*args: Any, **kwargs: Any):
-    """Build verified bundles; see :func:`edgekit.builders.pipeline.build` (imports TensorFlow lazily)."""
-    from edgekit.builders.pipeline import build as _build
+    """Build verified bundles; see :func:`edgekit.builders.build.build` (imports TensorFlow lazily)."""
+    from edgekit.builders.build import build as _build
 
     return _build(*args, **kwargs)
 

@@ -34,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
+from edgekit.commands.run import add_runtime_options, at_least, describe_runtime, open_source, runtime_options
 from edgekit.errors import BackendUnavailable, CalibrationError, CameraError, EdgekitError, ModelError, UsageError
 from edgekit.metrics import LatencySummary, machine_context, summarize
 from edgekit.pipeline import OpenModel, Pipeline, open_model, split_model_spec
-from edgekit.run import add_runtime_options, at_least, describe_runtime, open_source, runtime_options
 
 REPEAT_SPREAD_BOUND = 0.05
 """Warn when the per-repeat medians of a variant vary more than this (coefficient of variation)."""

@@ -18,13 +18,13 @@ import traceback
 from edgekit.errors import EdgekitError
 
 VERBS = {
-    "build": ("edgekit.builders.command", "convert a model into verified bundles for one or more targets"),
-    "inspect": ("edgekit.inspect", "show which ops of a .tflite run where (Edge TPU, XNNPACK)"),
-    "run": ("edgekit.run", "run a bundle on a camera and print results and stage latencies"),
+    "build": ("edgekit.commands.build", "convert a model into verified bundles for one or more targets"),
+    "inspect": ("edgekit.commands.inspect", "show which ops of a .tflite run where (Edge TPU, XNNPACK)"),
+    "run": ("edgekit.commands.run", "run a bundle on a camera and print results and stage latencies"),
     "bench": ("edgekit.bench", "benchmark bundles/models side by side with honest statistics"),
-    "serve": ("edgekit.daemon", "on-device service: camera -> model -> MQTT/HTTP metrics"),
-    "doctor": ("edgekit.doctor", "report what this machine can build and run, and what is missing"),
-    "targets": ("edgekit.targets_command", "list targets and whether this machine can build/run each"),
+    "serve": ("edgekit.serve.daemon", "on-device service: camera -> model -> MQTT/HTTP metrics"),
+    "doctor": ("edgekit.commands.doctor", "report what this machine can build and run, and what is missing"),
+    "targets": ("edgekit.commands.targets", "list targets and whether this machine can build/run each"),
 }
 
 

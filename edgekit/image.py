@@ -188,7 +188,7 @@ class Preprocessor:
     def finish(self, img: np.ndarray) -> np.ndarray:
         """Normalise/quantise an image already returned by :meth:`shaped` into a batch of one."""
         if self._cv_lut is not None:
-            out = cv2.LUT(img, self._cv_lut)  # ~4x faster than numpy fancy indexing (bench/preprocess.py)
+            out = cv2.LUT(img, self._cv_lut)  # ~4x faster than numpy fancy indexing (benchmarks/preprocess.py)
         elif self._lut_1d is not None:
             out = self._lut_1d[img]
         else:

@@ -19,7 +19,7 @@ EVAL = ROOT / "eval" / "fashion"
 @pytest.fixture(scope="session")
 def demo_bundles(tmp_path_factory):
     """The demo model built for every target once per test session: {target: BundleResult}."""
-    from edgekit.builders.pipeline import build
+    from edgekit.builders.build import build
 
     out = tmp_path_factory.mktemp("dist")
     results = build(DEMO_MODEL, ["edgetpu", "rpi", "cpu", "jetson"], [CALIB, FRAMES], out=out, eval_dir=EVAL,

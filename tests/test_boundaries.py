@@ -18,7 +18,7 @@ DEVICE_MODULES = [
     "edgekit.metrics",
     "edgekit.results",
     "edgekit.pipeline",
-    "edgekit.run",
+    "edgekit.commands.run",
     "edgekit.bench",
     "edgekit.vector",
     "edgekit.vector.camera",
@@ -26,15 +26,15 @@ DEVICE_MODULES = [
     "edgekit.vector.speech",
     "edgekit.vector.connection",
     "robot.signs",
-    "edgekit.daemon",
-    "edgekit.publish",
-    "edgekit.http_metrics",
-    "edgekit.serve_config",
+    "edgekit.serve.daemon",
+    "edgekit.serve.publish",
+    "edgekit.serve.http",
+    "edgekit.serve.config",
     "edgekit.runtime.tensorrt",
     "edgekit.runtime.trt_engine",
     "edgekit.runtime.onnxrt_gpu",
-    "edgekit.doctor",
-    "edgekit.inspect",
+    "edgekit.commands.doctor",
+    "edgekit.commands.inspect",
 ]
 
 PROBE = """
@@ -57,7 +57,7 @@ def test_device_side_imports_no_tensorflow_keras_or_torch():
 def test_run_and_bench_verbs_stay_light():
     # Building the CLI parser imports every verb's module: run and bench must stay device-side.
     probe = (
-        "import sys, json; from edgekit.cli import build_parser; build_parser(); import edgekit.run, "
+        "import sys, json; from edgekit.cli import build_parser; build_parser(); import edgekit.commands.run, "
         "edgekit.bench; print(json.dumps([m for m in ('tensorflow', 'keras', 'torch') if m in sys.modules]))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)

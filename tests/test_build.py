@@ -90,7 +90,7 @@ def test_calibration_is_deterministic_and_hashed(tmp_path):
 
 
 def test_onnx_input_builds_for_jetson(demo_bundles, tmp_path):
-    from edgekit.builders.pipeline import build
+    from edgekit.builders.build import build
 
     onnx_model = tmp_path / "demo.onnx"
     onnx_model.write_bytes((demo_bundles["jetson"].bundle / "demo_fp32.onnx").read_bytes())
@@ -102,7 +102,7 @@ def test_onnx_input_builds_for_jetson(demo_bundles, tmp_path):
 def test_savedmodel_and_h5_inputs(tmp_path):
     import keras
 
-    from edgekit.builders.pipeline import build
+    from edgekit.builders.build import build
 
     model = keras.models.load_model(DEMO_MODEL)
     model.export(str(tmp_path / "sm"), verbose=False)
@@ -115,8 +115,8 @@ def test_savedmodel_and_h5_inputs(tmp_path):
 
 
 def test_build_side_imports_tensorflow_only_inside_functions():
-    code = ("import sys, edgekit, edgekit.builders.pipeline, edgekit.builders.tflite, edgekit.builders.onnx, "
-            "edgekit.builders.command, edgekit.cli; edgekit.cli.build_parser(); "
+    code = ("import sys, edgekit, edgekit.builders.build, edgekit.builders.tflite, edgekit.builders.onnx, "
+            "edgekit.commands.build, edgekit.cli; edgekit.cli.build_parser(); "
             "print(sorted(m for m in ('tensorflow', 'keras', 'torch', 'tf2onnx') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out.strip().replace("'", '"')) == []
@@ -142,7 +142,7 @@ def fake_compiler(tmp_path, monkeypatch):
 
 
 def test_edgetpu_build_compiles_and_keeps_plain_int8(tmp_path, fake_compiler):
-    from edgekit.builders.pipeline import build
+    from edgekit.builders.build import build
 
     [r] = build(DEMO_MODEL, "edgetpu", [CALIB, FRAMES], out=tmp_path / "out", quiet=True)
     m = load_bundle(r.bundle).manifest

@@ -27,12 +27,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from edgekit.camera import Frame, open_camera
-from edgekit.daemon import Daemon, LatestFrame, RateMeter, sd_notify
 from edgekit.errors import CameraError
 from edgekit.image import InputSpec
-from edgekit.publish import JsonLinesSink
 from edgekit.runtime.fake import FakeRuntime
-from edgekit.serve_config import ServeConfig, override
+from edgekit.serve.config import ServeConfig, override
+from edgekit.serve.daemon import Daemon, LatestFrame, RateMeter, sd_notify
+from edgekit.serve.publish import JsonLinesSink
 
 SPEC = InputSpec(shape=(1, 16, 16, 3))
 LABELS = ["cat", "dog", "bird"]
@@ -203,7 +203,7 @@ def test_camera_faster_than_model_skips_frames_and_latency_stays_bounded(tmp_pat
     assert frames["captured"] - (frames["processed"] + frames["skipped"] + frames["bad"]) in (0, 1, 2)
     # No queue: end-to-end stays near frame interval + inference and does not grow. (A queue
     # would add 20 ms per frame here.) The p99 goal of 2 x (interval + inference p99) is
-    # measured by bench/daemon_throughput.py; here the median is held to it, robust to load.
+    # measured by benchmarks/daemon_throughput.py; here the median is held to it, robust to load.
     bound = 2 * (frame_interval_ms + latency["inference"]["p50"])
     assert latency["end_to_end"]["p50"] <= bound, (latency, bound)
     lines = read_lines(tmp_path / "results.jsonl")
@@ -381,7 +381,7 @@ def test_model_that_cannot_load_fails_start_with_its_error(tmp_path):
 
 def test_serve_does_not_import_heavy_libraries():
     code = (
-        "import sys, edgekit.daemon, edgekit.publish, edgekit.http_metrics, edgekit.serve_config\n"
+        "import sys, edgekit.serve.daemon, edgekit.serve.publish, edgekit.serve.http, edgekit.serve.config\n"
         "bad = [m for m in ('tensorflow', 'keras', 'torch', 'edgekit.build') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

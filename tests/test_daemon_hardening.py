@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from edgekit.daemon import Daemon
 from edgekit.errors import UsageError
-from edgekit.publish import JsonLinesSink
-from edgekit.serve_config import from_dict
+from edgekit.serve.config import from_dict
+from edgekit.serve.daemon import Daemon
+from edgekit.serve.publish import JsonLinesSink
 from tests.test_daemon import fake_runtime, http_get, make_config, running, wait_until
 
 

@@ -26,10 +26,10 @@ import numpy as np
 import pytest
 
 from edgekit.camera import open_camera
-from edgekit.daemon import Daemon
 from edgekit.image import InputSpec
 from edgekit.runtime.fake import FakeRuntime
-from edgekit.serve_config import ServeConfig, override
+from edgekit.serve.config import ServeConfig, override
+from edgekit.serve.daemon import Daemon
 
 paho = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt not installed (pip install 'edgekit[serve]')")
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from edgekit import doctor
 from edgekit.cli import main as cli_main
-from edgekit.doctor import MISSING, OK, WARN, Env, run_checks
+from edgekit.commands import doctor
+from edgekit.commands.doctor import MISSING, OK, WARN, Env, run_checks
 
 HARDWARE = [
     "libedgetpu",
@@ -196,7 +196,7 @@ def test_gpu_from_proc_when_nvidia_smi_is_absent(jetson_like, tmp_path):
 
 def test_doctor_imports_no_tensorflow_and_runs_no_shell():
     code = (
-        "import sys; from edgekit import doctor; doctor.run_checks(); "
+        "import sys; from edgekit.commands import doctor; doctor.run_checks(); "
         "print(sorted(m for m in ('tensorflow', 'keras', 'torch') if m in sys.modules))"
     )
     out = subprocess.run(

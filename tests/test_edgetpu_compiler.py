@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.builders.edgetpu import (
+from edgekit.builders.edgetpu_compiler import (
     ABSENT_REASON,
     compile_for_edgetpu,
     compile_model,
@@ -30,8 +30,8 @@ from edgekit.builders.edgetpu import (
     parse_size,
     tpu_op_threshold,
 )
-from edgekit.edgetpu_rules import check_model
 from edgekit.errors import CompilerError, UsageError
+from edgekit.tflite.edgetpu_rules import check_model
 
 FAKE = Path(__file__).parent / "fixtures" / "edgetpu" / "edgetpu_compiler"
 

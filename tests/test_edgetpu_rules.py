@@ -10,7 +10,8 @@ import sys
 import pytest
 import tflite_models
 
-from edgekit.edgetpu_rules import (
+from edgekit.errors import ModelError
+from edgekit.tflite.edgetpu_rules import (
     CACHE_BYTES,
     IMPLEMENTED_RULES,
     NOT_IMPLEMENTED_RULES,
@@ -18,8 +19,7 @@ from edgekit.edgetpu_rules import (
     check_graph,
     check_model,
 )
-from edgekit.errors import ModelError
-from edgekit.tflite_graph import OperatorInfo, read_graph
+from edgekit.tflite.graph import OperatorInfo, read_graph
 
 
 @pytest.fixture(scope="session")
@@ -220,8 +220,8 @@ def test_truncated_tflite_is_a_model_error(model, tmp_path):
 def test_reading_and_checking_never_import_tensorflow(model):
     code = (
         "import sys\n"
-        "from edgekit.edgetpu_rules import check_model\n"
-        "import edgekit.inspect, edgekit.builders.edgetpu\n"
+        "from edgekit.tflite.edgetpu_rules import check_model\n"
+        "import edgekit.commands.inspect, edgekit.builders.edgetpu_compiler\n"
         f"r = check_model({str(model('gather_int8'))!r})\n"
         "assert r.cut.opcode == 'GATHER'\n"
         "bad = [m for m in ('tensorflow', 'keras', 'torch') if m in sys.modules]\n"

@@ -146,7 +146,7 @@ def test_fp16_onnx_on_cuda_agrees_with_cpu_and_the_original_model(tmp_path):
     import keras
     from conftest import CALIB, DEMO_MODEL
 
-    from edgekit.builders.pipeline import build
+    from edgekit.builders.build import build
     from edgekit.bundle import load_bundle
     from edgekit.image import Preprocessor, read_image
 

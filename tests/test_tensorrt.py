@@ -195,7 +195,7 @@ def jetson_bundle(tmp_path_factory):
     """A real jetson bundle of the demo model (the lead's build pipeline; a few seconds)."""
     from conftest import CALIB, DEMO_MODEL
 
-    from edgekit.builders.pipeline import build
+    from edgekit.builders.build import build
 
     (result,) = build(DEMO_MODEL, "jetson", [CALIB], out=tmp_path_factory.mktemp("dist"), quiet=True)
     assert result.passed

@@ -88,7 +88,7 @@ def build(ctx, target, out_dir: Path) -> dict:
 
 def _edgetpu(ctx, out_dir: Path, models: list[dict], verification: dict) -> dict:
     """Offline Edge TPU report, then edgetpu_compiler when installed (see builders/edgetpu.py)."""
-    from edgekit.builders.edgetpu import compile_for_edgetpu
+    from edgekit.builders.edgetpu_compiler import compile_for_edgetpu
 
     int8 = next(m for m in models if m["name"] == "int8")
     with ctx.log.step("[edgetpu] compatibility check and edgetpu_compiler"):

@@ -223,7 +223,7 @@ class LiteRTRuntime:
         # (scale, zero_point) per output, None for float outputs: what results.Decoder needs.
         self.output_quantization = [_quantization(d) for d in self.output_details]
 
-    # The three calls below are the whole hot path; keep it that way (bench/overhead.py).
+    # The three calls below are the whole hot path; keep it that way (benchmarks/overhead.py).
     def infer(self, tensor: np.ndarray) -> list[np.ndarray]:
         """Run one inference on a tensor shaped and typed as ``input_spec``."""
         interp = self._interp

@@ -1,7 +1,7 @@
 """Offline Edge TPU compatibility check: which ops of a ``.tflite`` the Edge TPU can run.
 
 Works without the compiler (which exists only for x86-64 Linux) and without TensorFlow:
-the graph is read with :mod:`edgekit.tflite_graph` and every operator is checked against
+the graph is read with :mod:`edgekit.tflite.graph` and every operator is checked against
 the rules Coral publishes ("TensorFlow models on the Edge TPU", coral.ai/docs/edgetpu/
 models-intro): fully int8/uint8 quantised tensors, static shapes, only the 3 innermost
 dimensions > 1, an op from the supported-operations table, and that table's per-op
@@ -9,7 +9,7 @@ limits. The compiler maps one segment: it cuts the graph at the first op it cann
 map (in execution order) and everything from there on runs on the CPU.
 
 This is a *prediction*; ``edgetpu_compiler`` has the last word (see
-:mod:`edgekit.builders.edgetpu`). :data:`IMPLEMENTED_RULES` and
+:mod:`edgekit.builders.edgetpu_compiler`). :data:`IMPLEMENTED_RULES` and
 :data:`NOT_IMPLEMENTED_RULES` say exactly what is and is not modelled.
 
 >>> report = check_model("model_int8.tflite")          # doctest: +SKIP
@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from edgekit.tflite_graph import Graph, OperatorInfo, TensorInfo, read_graph
+from edgekit.tflite.graph import Graph, OperatorInfo, TensorInfo, read_graph
 
 # The compiler's name and why it may be absent; shared by the build (builders/edgetpu.py) and
 # `edgekit inspect`, which must not import the build side.

@@ -7,7 +7,7 @@ frame every other camera source delivers (a row with the PIL -> numpy conversion
 included is printed too). The frame is a real photo (scikit-image's ``astronaut``),
 scaled and cropped to 640x360. Calls alternate, p50 of each. Goal: ratio <= 0.3.
 
-    python bench/preprocess.py [--count 2000]
+    python benchmarks/preprocess.py [--count 2000]
 """
 
 from __future__ import annotations

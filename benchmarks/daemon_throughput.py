@@ -12,8 +12,8 @@ interleaved A/B/A/B in one process and reported as ratios:
 2. ``outrun``: a clip paced at three times the model's rate. End-to-end p99 (capture ->
    result) against 2 x (frame interval + inference p99), and the share of frames skipped.
 
-    python bench/daemon_throughput.py                      # builds the CNNs with TensorFlow first
-    python bench/daemon_throughput.py --model m.tflite --seconds 8 --repeats 3 --json out.json
+    python benchmarks/daemon_throughput.py                      # builds the CNNs with TensorFlow first
+    python benchmarks/daemon_throughput.py --model m.tflite --seconds 8 --repeats 3 --json out.json
 
 Figures, not pass/fail: the exit code is 0 unless something crashed.
 """
@@ -36,11 +36,11 @@ import cv2
 import numpy as np
 
 from edgekit.camera import Frame, open_camera
-from edgekit.daemon import Daemon
 from edgekit.metrics import machine_context, summarize
 from edgekit.pipeline import Pipeline
 from edgekit.runtime import open_runtime
-from edgekit.serve_config import ServeConfig, override
+from edgekit.serve.config import ServeConfig, override
+from edgekit.serve.daemon import Daemon
 
 MODEL_SCRIPT = textwrap.dedent("""\
     import sys, keras, tensorflow as tf

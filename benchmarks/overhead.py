@@ -3,7 +3,7 @@
 Both run the same ``.tflite`` file with the same thread count, alternating call by call
 (edgekit, bare, bare, edgekit, ...) so that machine drift hits both alike. Goal: <= 1.03.
 
-    python bench/overhead.py [--models demo,mobilenetv2] [--variants int8,fp32] [--count 3000]
+    python benchmarks/overhead.py [--models demo,mobilenetv2] [--variants int8,fp32] [--count 3000]
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default="int8,fp32")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--count", type=int, default=3000, help="calls per implementation (default 3000)")
-    ap.add_argument("--workdir", type=Path, help="keep converted models here (shared with bench/precision.py)")
+    ap.add_argument("--workdir", type=Path, help="keep converted models here (shared with benchmarks/precision.py)")
     args = ap.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="edgekit-overhead-"))
     workdir.mkdir(parents=True, exist_ok=True)

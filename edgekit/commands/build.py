@@ -64,7 +64,7 @@ def _preprocess_overrides(args: argparse.Namespace) -> dict:
 
 def main(args: argparse.Namespace) -> int:
     """Run the build and print the summary table."""
-    from edgekit.builders.pipeline import build
+    from edgekit.builders.build import build
     from edgekit.errors import VerificationFailed
 
     options = {k: getattr(args, k) for k in ("io_dtype", "compiler", "min_runtime_version", "min_tpu_ops",

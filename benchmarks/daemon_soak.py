@@ -8,8 +8,8 @@ the process's RSS from /proc and the daemon's /stats. It reports RSS after warm-
 the end, and the slope of a least-squares line through the samples (MB per minute, and MB per
 hour extrapolated), then stops the daemon with SIGTERM and times the exit.
 
-    python bench/daemon_soak.py --minutes 3
-    python bench/daemon_soak.py --minutes 30 --json soak.json --plot soak.png
+    python benchmarks/daemon_soak.py --minutes 3
+    python benchmarks/daemon_soak.py --minutes 30 --json soak.json --plot soak.png
 
 Figures, not pass/fail.
 """

@@ -17,7 +17,7 @@ Runs alternate and repeat (``--repeats``); medians are printed. The first run of
 reads cold files; later ones hit the page cache, as on a device that restarts its service.
 Goals: RSS ratio <= 0.2, edgekit cold start <= 1.0 s.
 
-    python bench/footprint.py [--repeats 5]
+    python benchmarks/footprint.py [--repeats 5]
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def measure(cmd: list[str]) -> tuple[float, float, float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--workdir", type=Path, help="keep converted models here (shared with bench/precision.py)")
+    ap.add_argument("--workdir", type=Path, help="keep converted models here (shared with benchmarks/precision.py)")
     ap.add_argument("--prepare-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="edgekit-footprint-"))

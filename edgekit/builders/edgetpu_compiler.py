@@ -3,7 +3,7 @@
 The compiler exists only for x86-64 Linux (Coral's apt repository, package
 ``edgetpu-compiler``). When it is absent nothing pretends: the result says
 "not compiled" with the reason, and the offline prediction of
-:mod:`edgekit.edgetpu_rules` stays the only report.
+:mod:`edgekit.tflite.edgetpu_rules` stays the only report.
 
 The compiler is run with an argument list (no shell), in its own process group so a
 timeout also kills the child process it compiles in, and its exit code is checked. A
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgekit.edgetpu_rules import ABSENT_REASON, COMPILER  # shared with `edgekit inspect`
 from edgekit.errors import CompilerError, UsageError
+from edgekit.tflite.edgetpu_rules import ABSENT_REASON, COMPILER  # shared with `edgekit inspect`
 
 MAPPED = "Mapped to Edge TPU"
 _KILL_GRACE_S = 5
@@ -312,7 +312,7 @@ def tpu_op_threshold(report: Any, min_share: float, fail: bool = False) -> str |
 
     Args:
         report: the compiler's report dict (after compiling) or the offline
-            :class:`~edgekit.edgetpu_rules.CompatReport` (no compiler).
+            :class:`~edgekit.tflite.edgetpu_rules.CompatReport` (no compiler).
         min_share: 0..1, e.g. 0.95.
         fail: raise instead of returning a warning (``--strict-tpu-ops``).
 
@@ -359,7 +359,7 @@ def compile_for_edgetpu(
         CompilerError: compile failure/timeout/0 ops mapped, or the threshold with
             ``strict_tpu_ops``.
     """
-    from edgekit.edgetpu_rules import check_model
+    from edgekit.tflite.edgetpu_rules import check_model
 
     offline = check_model(int8_model, min_runtime_version)
     result = compile_model(int8_model, out_dir, compiler, timeout_s, min_runtime_version)

@@ -8,7 +8,7 @@ inference p50 with 1 and 2 threads through ``LiteRTRuntime.infer`` and through a
 interleaved in rounds. It prints the edgekit/bare ratio and the speedup over fp32 for
 both, so a lost int8 speedup would show.
 
-    python bench/precision.py [--models demo,mobilenetv2] [--rounds 10] [--per-round 20]
+    python benchmarks/precision.py [--models demo,mobilenetv2] [--rounds 10] [--per-round 20]
 
 A host script: it imports TensorFlow to convert (``--workdir`` keeps the converted files).
 """

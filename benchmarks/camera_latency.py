@@ -9,7 +9,7 @@
    thread (gets the newest). The camera is simulated; the queueing it models is real.
 3. the same slow consumer on a paced 30 fps clip: frame age and how many frames were skipped.
 
-Usage: python bench/camera_latency.py [--json out.json]
+Usage: python benchmarks/camera_latency.py [--json out.json]
 """
 
 from __future__ import annotations

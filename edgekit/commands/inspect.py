@@ -1,6 +1,6 @@
 """``edgekit inspect MODEL --target T``: what will run where, op by op.
 
-- ``--target edgetpu``: the offline Edge TPU prediction (:mod:`edgekit.edgetpu_rules`):
+- ``--target edgetpu``: the offline Edge TPU prediction (:mod:`edgekit.tflite.edgetpu_rules`):
   every op with its dtypes, whether the Edge TPU runs it and why not, where the graph is
   cut, the share of ops and parameters on the TPU and the parameter cache estimate.
 - ``--target rpi`` / ``cpu`` (any LiteRT target): *measured* XNNPACK delegation -- the
@@ -90,7 +90,7 @@ def inspect_edgetpu(path: Path, runtime_version: int | None = None) -> dict[str,
     """The offline Edge TPU report as a dict, plus whether a compiler is installed."""
     import shutil
 
-    from edgekit.edgetpu_rules import ABSENT_REASON, COMPILER, check_model
+    from edgekit.tflite.edgetpu_rules import ABSENT_REASON, COMPILER, check_model
 
     report = check_model(path, runtime_version)
     compiler = shutil.which(COMPILER)
@@ -109,7 +109,7 @@ def inspect_edgetpu(path: Path, runtime_version: int | None = None) -> dict[str,
 
 def format_edgetpu(result: dict[str, Any]) -> str:
     """Human-readable text for :func:`inspect_edgetpu`'s dict."""
-    from edgekit.edgetpu_rules import format_bytes
+    from edgekit.tflite.edgetpu_rules import format_bytes
 
     r = result["report"]
     lines = [
@@ -205,7 +205,7 @@ def inspect_litert(path: Path, delegate: str = "xnnpack", num_threads: int | Non
 
 
 def _dtype_label(ins: list[str], outs: list[str]) -> str:
-    """Same style as :meth:`edgekit.tflite_graph.Graph.dtype_label`: ``int8`` or ``uint8->int8``."""
+    """Same style as :meth:`edgekit.tflite.graph.Graph.dtype_label`: ``int8`` or ``uint8->int8``."""
     ins, outs = list(dict.fromkeys(ins)), list(dict.fromkeys(outs))
     if not ins or ins == outs:
         return ",".join(outs or ins) or "-"

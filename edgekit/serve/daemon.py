@@ -13,7 +13,7 @@ reopened; unusable frames are counted and skipped; a broker that is down only dr
 MQTT copy of results (JSON lines keep them). SIGTERM/SIGINT finish the current frame, flush
 the outputs, publish ``offline`` and return within a few seconds.
 
->>> from edgekit.serve_config import ServeConfig, override        # doctest: +SKIP
+>>> from edgekit.serve.config import ServeConfig, override        # doctest: +SKIP
 >>> config = override(ServeConfig(), "model", path="dist/demo-cpu")
 >>> with Daemon(config) as daemon:
 ...     daemon.run(max_frames=100)
@@ -40,9 +40,9 @@ from edgekit.image import Preprocessor
 from edgekit.metrics import fps as fps_of
 from edgekit.metrics import summarize
 from edgekit.pipeline import is_valid_frame
-from edgekit.publish import JsonLinesSink, MqttPublisher, to_json
 from edgekit.results import Decoder, output_quantization
-from edgekit.serve_config import ServeConfig, load_config, override, parse_address
+from edgekit.serve.config import ServeConfig, load_config, override, parse_address
+from edgekit.serve.publish import JsonLinesSink, MqttPublisher, to_json
 
 log = logging.getLogger("edgekit.serve")
 
@@ -163,7 +163,7 @@ class Daemon:
     """The service, usable from Python (tests, robot glue) as well as from ``edgekit serve``.
 
     Args:
-        config: a validated :class:`~edgekit.serve_config.ServeConfig`.
+        config: a validated :class:`~edgekit.serve.config.ServeConfig`.
         runtime_factory: ``() -> Runtime``; opens the model (default: ``[model]`` through
             :func:`edgekit.pipeline.open_model`). Called again to reopen a model that keeps failing.
         camera_factory: ``(uri, options) -> FrameSource``; opens the camera (default:
@@ -250,7 +250,7 @@ class Daemon:
         return self
 
     def _start_http(self, host: str, port: int) -> None:
-        from edgekit.http_metrics import HttpEndpoint, ServeMetrics
+        from edgekit.serve.http import HttpEndpoint, ServeMetrics
 
         if host not in ("127.0.0.1", "localhost", "::1"):
             log.warning("HTTP metrics listen on %s: reachable from the network", host)

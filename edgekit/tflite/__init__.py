@@ -1,0 +1,1 @@
+"""Host-side .tflite tooling: the flatbuffer graph reader and the offline Edge TPU rules."""
