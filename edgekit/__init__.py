@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
-
+from edgekit._version import __version__
 from edgekit.bundle import Bundle, load_bundle
 from edgekit.errors import EdgekitError
 from edgekit.image import InputSpec, Preprocessor, preprocess

@@ -17,14 +17,11 @@ The same is available from Python: :func:`run_bench` and :func:`evaluate`.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import itertools
 import json
-import os
 import re
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +31,6 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.commands.run import add_runtime_options, at_least, describe_runtime, open_source, runtime_options
 from edgekit.errors import BackendUnavailable, CalibrationError, CameraError, EdgekitError, ModelError, UsageError
 from edgekit.metrics import LatencySummary, machine_context, summarize
 from edgekit.pipeline import OpenModel, Pipeline, open_model, split_model_spec
@@ -157,7 +153,7 @@ class BenchReport:
 
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
         """JSON-ready report; ``samples`` includes every raw latency sample (ms)."""
-        from edgekit import __version__
+        from edgekit._version import __version__
 
         out = {
             "edgekit": __version__,
@@ -336,9 +332,10 @@ def synthetic_frames(n: int = 32, size: tuple[int, int] = (640, 360), seed: int 
 
 def camera_frames(uri: str, n: int = 32) -> list[np.ndarray]:
     """The first ``n`` usable frames of a camera, held in memory so every variant sees the same ones."""
+    from edgekit.camera import open_camera
     from edgekit.pipeline import is_valid_frame
 
-    source = open_source(uri)
+    source = open_camera(uri)
     try:
         frames = [f.array.copy() for f in itertools.islice(source, n) if is_valid_frame(f.array)]
     finally:
@@ -799,109 +796,3 @@ def format_eval(results: list[EvalResult]) -> str:
 # CLI
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    """Add ``edgekit bench``'s arguments."""
-    parser.add_argument(
-        "models",
-        nargs="+",
-        metavar="BUNDLE_OR_MODEL",
-        help="bundle dirs (BUNDLE or BUNDLE:VARIANT) or .tflite/.onnx files; the first is the reference for ratios",
-    )
-    parser.add_argument(
-        "--variants",
-        default="default",
-        help="for bundles: 'default', 'all' or a list such as fp32,int8 (default: default)",
-    )
-    src = parser.add_mutually_exclusive_group()
-    src.add_argument("--synthetic", action="store_true", help="synthetic frames (the default input)")
-    src.add_argument("--camera", metavar="URI", help="take --frames frames from this camera and replay them")
-    parser.add_argument(
-        "--frames", type=at_least(1), default=32, help="frames held in memory and replayed (default 32)"
-    )
-    g = parser.add_argument_group("measurement")
-    g.add_argument(
-        "--min-duration", type=at_least(0.0, float), default=2.0, metavar="S", help="seconds per run (default 2)"
-    )
-    g.add_argument("--min-count", type=at_least(1), default=100, metavar="N", help="frames per run (default 100)")
-    g.add_argument("--max-duration", type=float, metavar="S", help="give up on a run after S s (marked invalid)")
-    g.add_argument("--repeats", type=at_least(1), default=3, help="interleaved repeats (default 3)")
-    g.add_argument(
-        "--warmup", type=at_least(0), default=10, help="frames left out at the start of each run (default 10)"
-    )
-    g.add_argument("--max-cv", type=float, default=0.25, help="warn above this coefficient of variation")
-    add_runtime_options(parser, several_backends=True)
-    o = parser.add_argument_group("output")
-    o.add_argument("--json", metavar="FILE", help="full report with raw samples and machine context")
-    o.add_argument("--csv", metavar="FILE", help="one row per variant and repeat")
-    o.add_argument("--plot", metavar="PNG", help="box plot here and a latency-over-time plot beside it")
-    o.add_argument("--profile", action="store_true", help="per-op profile (ONNX Runtime: measured; LiteRT: static)")
-    o.add_argument("--eval", metavar="DIR", help="accuracy mode: ImageFolder with one subfolder per class")
-    o.add_argument(
-        "--skip-unavailable",
-        action="store_true",
-        help="leave out (with a warning) variants this machine cannot run, e.g. an Edge TPU bundle",
-    )
-
-
-def main(args: argparse.Namespace) -> int:
-    """Run the benchmark (or the accuracy evaluation) and print the table."""
-    options = {k: v for k, v in runtime_options(args).items() if v is not None}
-    for flag in ("json", "csv", "plot"):
-        # fail before minutes of measuring, not after
-        target = getattr(args, flag)
-        if target and not os.access(Path(target).resolve().parent, os.W_OK):
-            raise UsageError(
-                f"--{flag} {target}: cannot write to {Path(target).resolve().parent}",
-                "choose an existing, writable directory",
-            )
-    if args.eval:
-        results = evaluate(args.models, args.eval, args.variants, options, args.labels)
-        print(format_eval(results))
-        if args.json:
-            Path(args.json).write_text(
-                json.dumps(
-                    {"machine": machine_context(), "eval": [r.__dict__ for r in results]}, indent=1, default=_jsonable
-                )
-                + "\n"
-            )
-        return 0
-    config = BenchConfig(
-        min_duration_s=args.min_duration,
-        min_count=args.min_count,
-        max_duration_s=args.max_duration,
-        repeats=args.repeats,
-        warmup=args.warmup,
-        max_cv=args.max_cv,
-        frames=args.frames,
-        camera=args.camera,
-        profile=args.profile,
-        skip_unavailable=args.skip_unavailable,
-        runtime_options=options,
-        labels=args.labels,
-    )
-
-    def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    report = run_bench(args.models, config, args.variants, progress)
-    m = report.machine
-    print(
-        f"machine: {m['cpu_model']}, {m['cores_usable']}/{m['cores']} cores, "
-        f"governor {m['governor'] or 'unreadable'}, "
-        f"load {', '.join(f'{x:.2f}' for x in m['load_average'] or [])}"
-    )
-    for v in report.variants:
-        print(f"  {v.name}: {describe_runtime(v.runtime)}, first inference {v.first_inference_ms or 0:.2f} ms")
-    print(report.table())
-    if args.profile:
-        for v in report.variants:
-            print(format_profile(v))
-    for w in report.warnings:
-        print(f"warning: {w}", file=sys.stderr)
-    if args.json:
-        print(f"json: {report.write_json(args.json)}")
-    if args.csv:
-        print(f"csv: {report.write_csv(args.csv)}")
-    if args.plot:
-        print("plots: " + ", ".join(str(p) for p in write_plots(report, args.plot)))
-    return 0 if report.valid else 1

@@ -21,8 +21,8 @@ VERBS = {
     "build": ("edgekit.commands.build", "convert a model into verified bundles for one or more targets"),
     "inspect": ("edgekit.commands.inspect", "show which ops of a .tflite run where (Edge TPU, XNNPACK)"),
     "run": ("edgekit.commands.run", "run a bundle on a camera and print results and stage latencies"),
-    "bench": ("edgekit.bench", "benchmark bundles/models side by side with honest statistics"),
-    "serve": ("edgekit.serve.daemon", "on-device service: camera -> model -> MQTT/HTTP metrics"),
+    "bench": ("edgekit.commands.bench", "benchmark bundles/models side by side with honest statistics"),
+    "serve": ("edgekit.commands.serve", "on-device service: camera -> model -> MQTT/HTTP metrics"),
     "doctor": ("edgekit.commands.doctor", "report what this machine can build and run, and what is missing"),
     "targets": ("edgekit.commands.targets", "list targets and whether this machine can build/run each"),
 }
@@ -34,7 +34,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     With ``only``, just that verb's module is imported and configured: ``edgekit run`` on a
     device then never imports the build side's modules, not even to describe ``build``.
     """
-    from edgekit import __version__
+    from edgekit._version import __version__
 
     parser = argparse.ArgumentParser(prog="edgekit", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"edgekit {__version__}")

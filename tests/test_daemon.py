@@ -27,11 +27,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from edgekit.camera import Frame, open_camera
+from edgekit.camera.mailbox import FrameMailbox
 from edgekit.errors import CameraError
 from edgekit.image import InputSpec
 from edgekit.runtime.fake import FakeRuntime
 from edgekit.serve.config import ServeConfig, override
-from edgekit.serve.daemon import Daemon, LatestFrame, RateMeter, sd_notify
+from edgekit.serve.daemon import Daemon, RateMeter, sd_notify
 from edgekit.serve.publish import JsonLinesSink
 
 SPEC = InputSpec(shape=(1, 16, 16, 3))
@@ -124,7 +125,7 @@ class ListSource:
 
 # ---------------------------------------------------------------------------------------- parts
 def test_latest_frame_keeps_only_the_newest():
-    slot = LatestFrame()
+    slot = FrameMailbox()
     assert slot.put("a") is False
     assert slot.put("b") is True  # "a" was never taken: skipped
     assert slot.take(0.01) == "b"

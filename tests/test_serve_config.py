@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from edgekit.commands.serve import build_config, configure
 from edgekit.errors import UsageError
 from edgekit.serve.config import ServeConfig, load_config, override, parse_address
-from edgekit.serve.daemon import build_config, configure
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "deploy" / "serve.example.toml"
 
@@ -153,7 +153,7 @@ def test_parse_address(text, expected):
 def test_print_config_shows_the_effective_values(tmp_path, capsys):
     import json
 
-    from edgekit.serve.daemon import main
+    from edgekit.commands.serve import main
 
     path = write(tmp_path, '[model]\npath = "m.tflite"\n')
     assert main(parse_flags("--config", str(path), "--top-k", "4", "--print-config")) == 0

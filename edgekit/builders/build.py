@@ -111,7 +111,7 @@ def read_sidecars(model_path: Path) -> tuple[list[str] | None, dict]:
 def _versions() -> dict:
     import importlib.metadata as md
 
-    from edgekit import __version__
+    from edgekit._version import __version__
 
     out = {"edgekit": __version__, "python": platform.python_version()}
     for pkg in ("tensorflow-cpu", "tensorflow", "keras", "ai-edge-litert", "tf2onnx", "onnx", "onnxruntime",

@@ -107,7 +107,7 @@ def _read(path: Path) -> str | None:
 
 def check_python(env: Env) -> list[Check]:
     """Python, edgekit, numpy, OpenCV and the (host-side) build tools."""
-    from edgekit import __version__
+    from edgekit._version import __version__
 
     out = [
         Check("python", "Python", OK, f"{platform.python_version()} ({platform.machine()}, {sys.executable})"),
@@ -593,7 +593,7 @@ def targets_summary(checks: list[Check]) -> dict[str, dict[str, Any]]:
 
 def report(checks: list[Check]) -> dict[str, Any]:
     """The JSON document ``--json`` prints."""
-    from edgekit import __version__
+    from edgekit._version import __version__
 
     return {
         "edgekit": __version__,

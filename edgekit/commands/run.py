@@ -18,71 +18,8 @@ import time
 from typing import Any, TextIO
 
 from edgekit.errors import CameraError, UsageError
-
-
-def at_least(minimum: float, kind: type = int):
-    """An argparse type accepting numbers >= ``minimum`` (a clear message instead of odd results)."""
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from exc
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
-        return value
-
-    return parse
-
-
-def add_runtime_options(parser: argparse.ArgumentParser, several_backends: bool = False) -> None:
-    """Options shared by run and bench that override a bundle's runtime options."""
-    g = parser.add_argument_group("runtime")
-    g.add_argument("--device", help="LiteRT Edge TPU device: usb, usb:N, pci, pci:N (default: the bundle's)")
-    g.add_argument(
-        "--threads", type=at_least(1), metavar="N", help="CPU threads (LiteRT interpreter; ONNX Runtime intra-op)"
-    )
-    g.add_argument(
-        "--delegate",
-        choices=["xnnpack", "none", "edgetpu"],
-        help="LiteRT delegate (default: the bundle's; 'none' = plain built-in kernels); ignored by ONNX Runtime",
-    )
-    g.add_argument(
-        "--providers", help="ONNX Runtime providers in order, comma-separated (cpu,cuda,tensorrt); ignored by LiteRT"
-    )
-    g.add_argument(
-        "--allow-fallback",
-        action="store_true",
-        default=None,
-        help="accept ONNX Runtime dropping a requested provider (refused by default)",
-    )
-    g.add_argument("--labels", metavar="FILE", help="labels file for a bare model (a bundle has its own)")
-    g.add_argument(
-        "--allow-rejected",
-        action="store_true",
-        default=None,
-        help="run a bundle that failed its accuracy gate at build time (for inspection)",
-    )
-    g.add_argument(
-        "--backend",
-        choices=["litert", "onnxruntime", "onnxruntime-cuda", "onnxruntime-trt", "tensorrt"],
-        action="append" if several_backends else "store",
-        help="run with this backend instead of the bundle's (applies to models of its format)"
-        + ("; repeat to compare backends" if several_backends else ""),
-    )
-
-
-def runtime_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The runtime keyword overrides given on the command line (None = keep the bundle's)."""
-    return {
-        "num_threads": args.threads,
-        "delegate": args.delegate,
-        "device": args.device,
-        "providers": args.providers,
-        "allow_fallback": args.allow_fallback,
-        "backend": getattr(args, "backend", None),
-        "allow_rejected": getattr(args, "allow_rejected", None),
-    }
+from edgekit.options import add_runtime_options, at_least, runtime_options
+from edgekit.runtime import describe_runtime
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -113,16 +50,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON object per frame on stdout, summary last")
 
 
-def open_source(uri: str, **options: Any):
-    """Open a camera source by URI through ``edgekit.camera.open_camera`` (imported lazily)."""
-    from edgekit import camera
-
-    opener = getattr(camera, "open_camera", None)
-    if opener is None:
-        raise UsageError("this edgekit build has no camera sources", "install a full edgekit")
-    return opener(uri, **options)
-
-
 def main(args: argparse.Namespace) -> int:
     """Run the model on the camera until the source ends, a limit is reached or Ctrl-C."""
     from edgekit.pipeline import Pipeline, open_model
@@ -134,7 +61,9 @@ def main(args: argparse.Namespace) -> int:
     with open_model(args.model, args.variant, args.labels, **runtime_options(args)) as model:
         info = model.runtime.describe()
         _print_header(model, info, args, out if args.json else log)
-        source = open_source(args.camera)
+        from edgekit.camera import open_camera
+
+        source = open_camera(args.camera)
         pipeline = Pipeline(model.runtime, model.labels, top_k=args.top_k, warmup=args.warmup)
         interrupted = False
         error: CameraError | None = None
@@ -193,25 +122,6 @@ def _print_header(model, info: dict, args, out: TextIO) -> None:
         out.write(json.dumps({"model": model.name, "camera": args.camera, "runtime": info}) + "\n")
         return
     out.write(f"edgekit run: {model.name} on {args.camera}: {describe_runtime(info)}\n")
-
-
-def describe_runtime(info: dict) -> str:
-    """One line saying what really runs (backend, delegate/providers, node coverage, threads)."""
-    parts = [f"{info.get('backend')} {info.get('version')}"]
-    if "delegate_requested" in info:
-        if info.get("delegate_applied"):
-            parts.append(
-                f"{info['delegate_requested']} ({info['delegated_nodes']}/{info['total_nodes']} nodes delegated)"
-            )
-        else:
-            parts.append(f"{info['delegate_requested']} (no delegate applied; built-in CPU kernels)")
-    if "providers_used" in info:
-        parts.append("providers " + ",".join(info["providers_used"]))
-    if info.get("num_threads"):
-        parts.append(f"{info['num_threads']} thread(s)")
-    if info.get("init_ms") is not None:
-        parts.append(f"init {info['init_ms']:.1f} ms")
-    return ", ".join(parts)
 
 
 def _print_summary(summary: dict, args, out: TextIO, log: TextIO) -> None:

@@ -109,3 +109,22 @@ def open_runtime(source: str | Path, model: str | None = None, backend: str | No
         raise ModelError(f"{path}: unsupported model file", "give a bundle directory, a .tflite or an .onnx file")
     cls = resolve(adapter, _ADAPTER_HINTS.get(adapter.split(":")[0]))
     return cls(path, **{**defaults, **options})
+
+
+def describe_runtime(info: dict) -> str:
+    """One line saying what really runs (backend, delegate/providers, node coverage, threads)."""
+    parts = [f"{info.get('backend')} {info.get('version')}"]
+    if "delegate_requested" in info:
+        if info.get("delegate_applied"):
+            parts.append(
+                f"{info['delegate_requested']} ({info['delegated_nodes']}/{info['total_nodes']} nodes delegated)"
+            )
+        else:
+            parts.append(f"{info['delegate_requested']} (no delegate applied; built-in CPU kernels)")
+    if "providers_used" in info:
+        parts.append("providers " + ",".join(info["providers_used"]))
+    if info.get("num_threads"):
+        parts.append(f"{info['num_threads']} thread(s)")
+    if info.get("init_ms") is not None:
+        parts.append(f"init {info['init_ms']:.1f} ms")
+    return ", ".join(parts)

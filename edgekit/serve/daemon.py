@@ -21,11 +21,8 @@ the outputs, publish ``offline`` and return within a few seconds.
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -35,13 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.camera import redact_uri
+from edgekit.camera.mailbox import FrameMailbox
 from edgekit.errors import BackendUnavailable, CameraError, UsageError
 from edgekit.image import Preprocessor
 from edgekit.metrics import fps as fps_of
 from edgekit.metrics import summarize
 from edgekit.pipeline import is_valid_frame
 from edgekit.results import Decoder, output_quantization
-from edgekit.serve.config import ServeConfig, load_config, override, parse_address
+from edgekit.serve.config import ServeConfig, parse_address
 from edgekit.serve.publish import JsonLinesSink, MqttPublisher, to_json
 
 log = logging.getLogger("edgekit.serve")
@@ -50,39 +48,6 @@ LATENCY_WINDOW = 1000  # recent frames behind the percentiles in /stats (bounded
 RATE_WINDOW_S = 5.0  # FPS gauges average over this many seconds
 STATS_LOG_INTERVAL_S = 60.0  # a stats line in the journal this often
 POLL_S = 0.1  # how often an idle loop checks for stop: bounds the reaction to SIGTERM
-
-
-class LatestFrame:
-    """A one-slot mailbox between the capture thread and the inference loop.
-
-    ``put`` replaces an untaken frame (and says so: that frame is skipped); ``take`` waits
-    for a frame. No queue can build up, so a slow model never sees stale frames.
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._frame: Any = None
-
-    def put(self, frame: Any) -> bool:
-        """Offer the newest frame; True when it replaced one that was never taken."""
-        with self._cond:
-            dropped = self._frame is not None
-            self._frame = frame
-            self._cond.notify()
-        return dropped
-
-    def take(self, timeout: float) -> Any:
-        """The newest frame, waiting up to ``timeout`` seconds; None if none arrived."""
-        with self._cond:
-            if self._frame is None:
-                self._cond.wait(timeout)
-            frame, self._frame = self._frame, None
-        return frame
-
-    def wake(self) -> None:
-        """Release a waiting ``take`` early (used on stop)."""
-        with self._cond:
-            self._cond.notify_all()
 
 
 class RateMeter:
@@ -195,7 +160,7 @@ class Daemon:
         self._clock = clock
         self._stop = threading.Event()
         self._source_ended = threading.Event()
-        self._slot = LatestFrame()
+        self._slot = FrameMailbox()
         self._lock = threading.Lock()
         self._counts = {"captured": 0, "processed": 0, "skipped": 0, "bad": 0}
         self._errors = {"camera": 0, "inference": 0, "output": 0}
@@ -654,104 +619,5 @@ def _percentiles(samples_ns: list[int]) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------- command line
-def configure(parser: argparse.ArgumentParser) -> None:
-    """Options of ``edgekit serve``; every one overrides the matching key of --config."""
-    parser.add_argument("--config", metavar="TOML", help="configuration file (see deploy/serve.example.toml)")
-    parser.add_argument("--bundle", "--model", dest="model_path", metavar="PATH",
-                        help="bundle directory, .tflite or .onnx (config: [model] path)")
-    parser.add_argument("--model-name", help="model inside the bundle (config: [model] name)")
-    parser.add_argument("--labels", help="labels file for a bare model (config: [model] labels)")
-    parser.add_argument("--threads", type=int, help="runtime CPU threads (config: [model] threads)")
-    parser.add_argument("--delegate", help="LiteRT delegate: xnnpack, none, edgetpu (config: [model] delegate)")
-    parser.add_argument("--edgetpu-device", help="Edge TPU device: usb, usb:0, pci:0 (config: [model] device)")
-    parser.add_argument("--providers", help="ONNX Runtime providers in order, e.g. tensorrt,cuda,cpu "
-                        "(config: [model] providers)")
-    parser.add_argument("--allow-fallback", action="store_true", default=None,
-                        help="ONNX Runtime: run even without some requested providers (config: [model] allow_fallback)")
-    parser.add_argument("--top-k", type=int, help="classes per result (config: [model] top_k)")
-    parser.add_argument("--camera", metavar="URI", help="camera, e.g. v4l2:0, picamera2, a file (config: [camera] uri)")
-    parser.add_argument("--output", metavar="PATH",
-                        help="JSON lines: '-' stdout, 'off', or a file (config: [output] jsonl)")
-    parser.add_argument("--mqtt", metavar="HOST[:PORT]",
-                        help="MQTT broker, 'off' to disable (config: [mqtt] host, port)")
-    parser.add_argument("--mqtt-topic", help="topic prefix, {device} is replaced (config: [mqtt] topic)")
-    parser.add_argument("--device-name", help="device name in topics and results (config: [mqtt] device)")
-    parser.add_argument("--http", metavar="HOST:PORT",
-                        help="metrics endpoint (127.0.0.1 unless told), 'off' to disable (config: [http] listen)")
-    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
-                        help="diagnostics on stderr (config: [log] level)")
-    parser.add_argument("--max-frames", type=int, help="stop after this many results (tests, benchmarks)")
-    parser.add_argument("--duration", type=float, metavar="S", help="stop after this many seconds")
-    parser.add_argument("--print-config", action="store_true",
-                        help="validate, print the effective configuration as JSON and exit")
 
 
-def build_config(args: argparse.Namespace) -> ServeConfig:
-    """The configuration file (if any) with every given flag applied on top."""
-    config = load_config(getattr(args, "config", None))
-
-    def flag(name: str) -> Any:
-        return getattr(args, name, None)
-
-    def off(value: str | None) -> str | None:
-        return "" if value in ("off", "none") else value
-
-    config = override(config, "model", path=flag("model_path"), name=flag("model_name"), labels=flag("labels"),
-                      threads=flag("threads"), delegate=flag("delegate"), device=flag("edgetpu_device"),
-                      providers=flag("providers"), allow_fallback=flag("allow_fallback"), top_k=flag("top_k"))
-    config = override(config, "camera", uri=flag("camera"))
-    config = override(config, "output", jsonl=off(flag("output")))
-    mqtt = off(flag("mqtt"))
-    if mqtt:
-        host, port = parse_address(mqtt, 1883, "--mqtt")
-        config = override(config, "mqtt", host=host, port=port)
-    elif mqtt == "":
-        config = override(config, "mqtt", host="")
-    config = override(config, "mqtt", topic=flag("mqtt_topic"), device=flag("device_name"))
-    config = override(config, "http", listen=off(flag("http")))
-    config = override(config, "log", level=flag("log_level"))
-    return config
-
-
-def _setup_logging(level: str) -> None:
-    logger = logging.getLogger("edgekit")
-    logger.setLevel(level.upper())
-    if not logger.handlers:
-        handler = logging.StreamHandler()
-        # journald stamps lines itself; elsewhere a timestamp helps.
-        fmt = "%(levelname)s %(message)s"
-        if not os.environ.get("INVOCATION_ID"):
-            fmt = "%(asctime)s " + fmt
-        handler.setFormatter(logging.Formatter(fmt))
-        logger.addHandler(handler)
-        logger.propagate = False
-
-
-def main(args: argparse.Namespace) -> int:
-    """``edgekit serve``: run until SIGTERM/SIGINT (exit 0), ``--max-frames`` or ``--duration``."""
-    config = build_config(args)
-    if getattr(args, "print_config", False):
-        print(json.dumps(config.to_dict(), indent=2))
-        return 0
-    if not config.model.path:
-        raise UsageError("no model to serve", "give --bundle DIR (or --model FILE) or set [model] path in --config")
-    _setup_logging(config.log.level)
-    daemon = Daemon(config)
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        log.info("%s: finishing the current frame and stopping", signal.Signals(signum).name)
-        daemon.stop()
-        # A second signal interrupts at once (the operator means it).
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        daemon.start()
-        log.info("serving %s from %s", config.model.path, redact_uri(config.camera.uri))
-        daemon.run(max_frames=args.max_frames, duration_s=args.duration)
-    finally:
-        daemon.close()  # idempotent; covers a start() that failed half-way
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-    return 0
