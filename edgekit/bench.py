@@ -33,7 +33,8 @@ import numpy as np
 
 from edgekit.errors import BackendUnavailable, CalibrationError, CameraError, EdgekitError, ModelError, UsageError
 from edgekit.metrics import LatencySummary, machine_context, summarize
-from edgekit.pipeline import OpenModel, Pipeline, open_model, split_model_spec
+from edgekit.model import OpenModel, open_model, split_model_spec
+from edgekit.pipeline import Pipeline
 
 REPEAT_SPREAD_BOUND = 0.05
 """Warn when the per-repeat medians of a variant vary more than this (coefficient of variation)."""

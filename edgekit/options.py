@@ -2,7 +2,7 @@
 
 The same knob has one name everywhere (``--device``, ``--backend``, ``--threads``,
 ``--delegate``, ``--providers``, ``--allow-fallback``); :func:`runtime_options` turns the parsed
-flags into the keyword overrides :func:`edgekit.pipeline.open_model` takes. Imports argparse only.
+flags into the keyword overrides :func:`edgekit.model.open_model` takes. Imports argparse only.
 """
 
 from __future__ import annotations

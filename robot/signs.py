@@ -254,7 +254,7 @@ def _run(args: argparse.Namespace, runtime: Any, labels: Sequence[str] | None, o
         if runtime is None:
             if not args.bundle:
                 raise UsageError("--bundle is required", "build one with: edgekit build MODEL --target cpu")
-            from edgekit.pipeline import open_model
+            from edgekit.model import open_model
 
             model = stack.enter_context(open_model(args.bundle, num_threads=args.threads,
                                                    delegate=args.delegate, device=args.device))

@@ -315,7 +315,7 @@ def test_default_model_path_opens_a_real_bundle_with_its_labels(tmp_path, tiny_t
                         "input": spec.to_dict(), "outputs": [{"name": "scores"}]}],
         })
     config = make_config(tmp_path, None, model={"path": str(bundle), "top_k": 2}, http={"listen": ""})
-    stats = Daemon(config).run(max_frames=5)  # no factories: [model] path -> edgekit.pipeline.open_model
+    stats = Daemon(config).run(max_frames=5)  # no factories: [model] path -> edgekit.model.open_model
     assert stats["frames"]["processed"] == 5 and stats["runtime"]["backend"] == "ai_edge_litert"
     assert stats["info"]["model"] == "tiny-cpu"
     lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]

@@ -10,7 +10,8 @@ import pytest
 from edgekit.camera import Frame, open_camera
 from edgekit.errors import CameraError, ModelError
 from edgekit.image import InputSpec
-from edgekit.pipeline import Pipeline, is_valid_frame, open_model, split_model_spec
+from edgekit.model import open_model, split_model_spec
+from edgekit.pipeline import Pipeline, is_valid_frame
 from edgekit.runtime.fake import FakeRuntime
 
 SPEC = InputSpec(shape=(1, 8, 8, 1), colour="gray")

@@ -52,7 +52,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the model on the camera until the source ends, a limit is reached or Ctrl-C."""
-    from edgekit.pipeline import Pipeline, open_model
+    from edgekit.model import open_model
+    from edgekit.pipeline import Pipeline
 
     if args.max_frames is not None and args.max_frames < 1:
         raise UsageError("--max-frames must be at least 1")

@@ -130,7 +130,7 @@ class Daemon:
     Args:
         config: a validated :class:`~edgekit.serve.config.ServeConfig`.
         runtime_factory: ``() -> Runtime``; opens the model (default: ``[model]`` through
-            :func:`edgekit.pipeline.open_model`). Called again to reopen a model that keeps failing.
+            :func:`edgekit.model.open_model`). Called again to reopen a model that keeps failing.
         camera_factory: ``(uri, options) -> FrameSource``; opens the camera (default:
             :func:`edgekit.camera.open_camera`). Called again after every camera loss.
         labels: class names; default from the config (bundle or labels file).
@@ -228,8 +228,8 @@ class Daemon:
         log.info("metrics on http://%s:%d/metrics", *self.http.address)
 
     def _open_configured_model(self) -> Any:
-        """The default runtime factory: ``[model]`` through :func:`edgekit.pipeline.open_model`."""
-        from edgekit.pipeline import open_model
+        """The default runtime factory: ``[model]`` through :func:`edgekit.model.open_model`."""
+        from edgekit.model import open_model
 
         m = self.config.model
         if not m.path:

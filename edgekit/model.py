@@ -1,0 +1,92 @@
+"""Opening a model: ``PATH`` or ``BUNDLE:VARIANT`` -> a runtime plus what decoding needs (labels).
+
+>>> with open_model("dist/demo-cpu:int8") as model:                   # doctest: +SKIP
+...     outputs = model.runtime.infer(tensor)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgekit.errors import ModelError
+
+
+@dataclass
+class OpenModel:
+    """A runtime opened from a bundle or a bare model file, with what decoding needs.
+
+    A context manager: leaving it closes the runtime.
+    """
+
+    name: str
+    path: Path
+    variant: str | None
+    runtime: Any
+    labels: list[str] = field(default_factory=list)
+    precision: str | None = None
+    target: str | None = None
+
+    def close(self) -> None:
+        self.runtime.close()
+
+    def __enter__(self) -> OpenModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def split_model_spec(spec: str | Path) -> tuple[Path, str | None]:
+    """``"dist/demo-cpu:fp16"`` -> (``dist/demo-cpu``, ``"fp16"``); an existing path is taken whole."""
+    text = str(spec)
+    if Path(text).exists() or ":" not in text:
+        return Path(text), None
+    path, _, variant = text.rpartition(":")
+    return Path(path), variant or None
+
+
+def read_labels(path: str | Path) -> list[str]:
+    """Read a labels file: one label per line, blank lines ignored."""
+    try:
+        return [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelError(
+            f"cannot read labels file {path}: {exc}", "give a UTF-8 text file, one label per line"
+        ) from exc
+
+
+def open_model(
+    spec: str | Path,
+    variant: str | None = None,
+    labels: str | Path | None = None,
+    **options: Any,
+) -> OpenModel:
+    """Open a bundle (``BUNDLE`` or ``BUNDLE:VARIANT``) or a bare ``.tflite``/``.onnx`` file.
+
+    ``options`` override the bundle's runtime options (``num_threads``, ``delegate``,
+    ``device``, ``providers``, ``allow_fallback``, ``profile``); options left None are not
+    passed. ``labels`` names a labels file for a bare model (a bundle carries its own).
+    """
+    from edgekit.bundle import load_bundle
+    from edgekit.runtime import open_runtime
+
+    path, from_spec = split_model_spec(spec)
+    variant = variant or from_spec
+    options = {k: v for k, v in options.items() if v is not None}
+    if path.is_dir():
+        allow_rejected = bool(options.pop("allow_rejected", False))
+        bundle = load_bundle(path, allow_rejected=allow_rejected)
+        entry = bundle.model(variant)
+        runtime = open_runtime(path, model=entry.name, allow_rejected=allow_rejected, **options)
+        names = read_labels(labels) if labels else bundle.labels
+        return OpenModel(f"{path.name}:{entry.name}", path, entry.name, runtime, names, entry.precision, bundle.target)
+    if variant:
+        raise ModelError(
+            f"{path} is not a bundle, so it has no variant {variant!r}",
+            "give BUNDLE_DIR:VARIANT, or the model file alone",
+        )
+    options.pop("allow_rejected", None)
+    runtime = open_runtime(path, **options)
+    return OpenModel(path.name, path, None, runtime, read_labels(labels) if labels else [])
