@@ -1,41 +1,172 @@
-"""The device side never imports TensorFlow, Keras or torch (checked in a fresh process)."""
+"""The house's import rules, derived from the package tree (no hand-kept module list).
+
+- The device side (every module of ``edgekit`` outside ``builders/``, ``commands/`` and ``cli``) never
+  imports TensorFlow, Keras, torch, ``edgekit.builders`` or ``edgekit.commands``: checked statically on
+  every import statement (lazy ones inside functions included) and in a fresh process that imports
+  every device module.
+- ``edgekit.commands`` is imported only by ``edgekit.cli``.
+- Nothing inside ``edgekit`` imports the top package ``edgekit`` (its ``__init__`` is the public API,
+  the top of the house: an import of it from below runs back up the layers).
+- There are no import cycles between edgekit's modules.
+"""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
-DEVICE_MODULES = [
-    "edgekit",
-    "edgekit.runtime",
-    "edgekit.runtime.litert",
-    "edgekit.runtime.onnxrt",
-    "edgekit.runtime.fake",
-    "edgekit.image",
-    "edgekit.bundle",
-    "edgekit.camera",
-    "edgekit.metrics",
-    "edgekit.results",
-    "edgekit.pipeline",
-    "edgekit.commands.run",
-    "edgekit.bench",
-    "edgekit.vector",
-    "edgekit.vector.camera",
-    "edgekit.vector.face",
-    "edgekit.vector.speech",
-    "edgekit.vector.connection",
-    "robot.signs",
-    "edgekit.serve.daemon",
-    "edgekit.serve.publish",
-    "edgekit.serve.http",
-    "edgekit.serve.config",
-    "edgekit.runtime.tensorrt",
-    "edgekit.runtime.trt_engine",
-    "edgekit.runtime.onnxrt_gpu",
-    "edgekit.commands.doctor",
-    "edgekit.commands.inspect",
-]
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "edgekit"
+HEAVY = ("tensorflow", "keras", "torch")
+HOST_ROOMS = ("edgekit.builders", "edgekit.commands", "edgekit.cli")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def all_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def in_room(module: str, rooms: tuple[str, ...]) -> bool:
+    return any(module == r or module.startswith(r + ".") for r in rooms)
+
+
+def device_modules() -> dict[str, Path]:
+    return {m: p for m, p in all_modules().items() if not in_room(m, HOST_ROOMS)}
+
+
+def imports_of(path: Path, module: str) -> list[tuple[str, int]]:
+    """Every module an import statement in ``path`` names (absolute), with its line."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.append((base, node.lineno))
+            # `from edgekit.x import y` may import the submodule edgekit.x.y
+            found += [(f"{base}.{alias.name}", node.lineno) for alias in node.names]
+    return found
+
+
+def edgekit_edges() -> dict[str, set[str]]:
+    """module -> the edgekit modules it imports (resolved to modules that exist)."""
+    modules = all_modules()
+    edges: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for imported, _ in imports_of(path, name):
+            if imported in modules and imported != name:
+                targets.add(imported)
+        edges[name] = targets
+    return edges
+
+
+def test_the_tree_is_what_the_rules_talk_about():
+    # Guards the derivation itself: if these rooms vanished, the rules below would check nothing.
+    modules = all_modules()
+    for room in ("edgekit.runtime", "edgekit.camera", "edgekit.serve", "edgekit.builders", "edgekit.commands",
+                 "edgekit.pipeline", "edgekit.vector", "edgekit.tflite"):
+        assert any(in_room(m, (room,)) for m in modules), room
+    assert len(device_modules()) >= 30
+
+
+def test_device_side_never_names_the_build_side_or_heavy_libraries():
+    bad = []
+    for name, path in device_modules().items():
+        if name == "edgekit":
+            continue  # the public facade: its build() defers to the build side when called (checked below)
+        for imported, line in imports_of(path, name):
+            top = imported.split(".")[0]
+            if top in HEAVY or in_room(imported, ("edgekit.builders", "edgekit.commands")):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {imported}")
+    assert bad == []
+
+
+def test_commands_are_imported_only_by_the_cli():
+    bad = []
+    for root in ("edgekit", "robot", "scripts", "benchmarks"):
+        for path in sorted((ROOT / root).rglob("*.py")):
+            name = module_name(path)
+            if in_room(name, ("edgekit.commands", "edgekit.cli")):
+                continue
+            bad += [f"{path.relative_to(ROOT)}:{line} imports {imported}" for imported, line in imports_of(path, name)
+                    if in_room(imported, ("edgekit.commands",))]
+    assert bad == []
+
+
+def test_nothing_inside_edgekit_imports_the_top_package():
+    bad = []
+    for name, path in all_modules().items():
+        if name == "edgekit":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "edgekit" and node.level == 0:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} from edgekit import ...")
+            if isinstance(node, ast.Import) and any(a.name == "edgekit" for a in node.names):
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} import edgekit")
+    assert bad == []
+
+
+def find_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one member (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    # Lazy imports inside functions count too: a cycle hidden in a function is still a tangle.
+    assert find_cycles(edgekit_edges()) == []
+
 
 PROBE = """
 import importlib, json, sys
@@ -44,22 +175,36 @@ for name in sys.argv[1:]:
 # Opening a runtime imports its backend: that must not drag TensorFlow in either.
 import ai_edge_litert.interpreter, onnxruntime  # noqa: F401
 print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras", "torch")
-                        or m.startswith("edgekit.builders"))))
+                        or m.startswith(("edgekit.builders", "edgekit.commands")))))
 """
 
 
-def test_device_side_imports_no_tensorflow_keras_or_torch():
-    done = subprocess.run([sys.executable, "-c", PROBE, *DEVICE_MODULES], capture_output=True, text=True, timeout=120)
+def test_importing_every_device_module_loads_no_heavy_library():
+    names = [*device_modules(), "robot.signs"]
+    done = subprocess.run([sys.executable, "-c", PROBE, *names], capture_output=True, text=True, timeout=180,
+                          cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
 
 
-def test_run_and_bench_verbs_stay_light():
-    # Building the CLI parser imports every verb's module: run and bench must stay device-side.
+def test_the_public_facade_reaches_the_build_side_only_when_build_is_called():
+    tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    top_level = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert all(not in_room(node.module or "", ("edgekit.builders",)) for node in top_level
+               if isinstance(node, ast.ImportFrom))
+
+
+def test_device_verbs_stay_light():
+    # Building the parser for a device verb imports that verb's module only: none of them may pull the
+    # build side or TensorFlow in.
     probe = (
-        "import sys, json; from edgekit.cli import build_parser; build_parser(); import edgekit.commands.run, "
-        "edgekit.bench; print(json.dumps([m for m in ('tensorflow', 'keras', 'torch') if m in sys.modules]))"
+        "import sys, json\n"
+        "from edgekit.cli import build_parser\n"
+        "for verb in ('run', 'bench', 'serve', 'doctor', 'inspect', 'targets'):\n"
+        "    build_parser(verb)\n"
+        "print(json.dumps([m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'torch')\n"
+        "                  or m.startswith('edgekit.builders')]))\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
