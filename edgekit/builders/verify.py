@@ -8,14 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def dequantize(output: np.ndarray, detail: dict) -> np.ndarray:
-    """Float values of a (possibly quantised) output tensor."""
-    scale, zero_point = detail.get("quantization", (0.0, 0))
-    if output.dtype.kind in "iu" and scale:
-        # widen before subtracting: uint8 - zero_point would wrap around
-        return (output.astype(np.int32) - int(zero_point)).astype(np.float32) * np.float32(scale)
-    return output.astype(np.float32)
+from edgekit.results import dequantize
 
 
 def run_litert(path, tensors: np.ndarray, delegate: str = "xnnpack") -> np.ndarray:
@@ -23,8 +16,9 @@ def run_litert(path, tensors: np.ndarray, delegate: str = "xnnpack") -> np.ndarr
     from edgekit.runtime.litert import LiteRTRuntime
 
     with LiteRTRuntime(path, delegate=delegate) as rt:
-        detail = rt.output_details[0]
-        return np.stack([dequantize(rt.infer(t[None])[0], detail)[0] for t in tensors])
+        # (scale, zero_point) of the output, None when it is float: the device decodes the same way
+        scale, zero_point = rt.output_quantization[0] or (None, None)
+        return np.stack([dequantize(rt.infer(t[None])[0], scale, zero_point)[0] for t in tensors])
 
 
 def run_onnx(path, tensors: np.ndarray) -> np.ndarray:
