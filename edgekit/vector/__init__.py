@@ -3,7 +3,8 @@
 - :mod:`edgekit.vector.camera`: ``VectorSource``, the robot's camera as a FrameSource.
 - :mod:`edgekit.vector.speech`: say text and show images or labels on the face screen.
 - :mod:`edgekit.vector.face`: numpy <-> the face screen's RGB565 bytes (no SDK needed).
-- :mod:`edgekit.vector.fake`: ``FakeVector``, a loopback robot the real SDK connects to.
+- :mod:`edgekit.vector.fake`: ``FakeVector``, a loopback robot the real SDK connects to
+  (frames in ``fake_frames``, the gRPC servicer in ``fake_servicer``).
 - :mod:`edgekit.vector.connection`: connecting, SDK errors -> ``VectorError``, clean disconnects.
 
 Importing this package imports neither the SDK nor grpc; ``from edgekit.vector import

@@ -13,7 +13,8 @@ robot was made to say and show. Used by the tests and by ``robot.signs --fake``.
 ...     robot.said, robot.shown
 
 Needs ``grpcio`` and ``cryptography`` (both installed with the SDK) and the SDK itself for
-the generated messages.
+the generated messages. The frames are prepared by :mod:`edgekit.vector.fake_frames`, the
+RPCs answered by :mod:`edgekit.vector.fake_servicer`.
 """
 
 from __future__ import annotations
@@ -27,23 +28,24 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor, Future
 from pathlib import Path
-from typing import Any
 
-import cv2
 import numpy as np
 
-from edgekit.errors import BackendUnavailable, CameraError
-from edgekit.image import IMAGE_SUFFIXES, ImageReadError, read_image
+from edgekit.errors import CameraError
 from edgekit.vector.connection import close_at_exit, forget_at_exit
-from edgekit.vector.face import decode_rgb565
+
+# Frames and the gRPC servicer live in their own modules; these names stay importable from
+# here, where tests and robot/ have always found them.
+from edgekit.vector.fake_frames import CAMERA_SIZE as CAMERA_SIZE
+from edgekit.vector.fake_frames import VIDEO_SUFFIXES as VIDEO_SUFFIXES
+from edgekit.vector.fake_frames import load_frames as load_frames
+from edgekit.vector.fake_servicer import add_servicer, bearer_check, import_grpc
 
 DEFAULT_NAME = "Vector-T3S7"
 DEFAULT_SERIAL = "00e20100"
-CAMERA_SIZE = (640, 360)  # what a real Vector streams (width, height)
-VIDEO_SUFFIXES = (".mp4", ".avi", ".mkv", ".mov", ".m4v", ".webm")
 
 
 def make_certificate(name: str) -> tuple[bytes, bytes]:
@@ -98,81 +100,6 @@ def write_sdk_config(
     with open(ini, "w", encoding="utf-8") as f:
         parser.write(f)
     return ini
-
-
-def load_frames(
-    source: str | Path | Sequence[np.ndarray] | None,
-    size: tuple[int, int] | None = CAMERA_SIZE,
-    hold: int = 1,
-    max_frames: int = 3000,
-    jpeg_quality: int = 90,
-) -> list[bytes]:
-    """Camera frames as JPEG bytes, encoded once up front so streaming costs nothing.
-
-    Args:
-        source: an image folder (sorted by name), a video file, a sequence of OpenCV
-            frames (gray or BGR uint8), or None for synthetic numbered frames.
-        size: ``(width, height)`` every frame is resized to (a real Vector sends 640x360);
-            None keeps each frame's size.
-        hold: repeat every source image this many consecutive frames (a sign held up).
-        max_frames: stop reading a video after this many frames.
-        jpeg_quality: OpenCV JPEG quality, 0-100.
-    """
-    frames: Iterable[np.ndarray]
-    if source is None:
-        frames = (_numbered_frame(i, size or CAMERA_SIZE) for i in range(30))
-    elif isinstance(source, (str, Path)):
-        path = Path(source)
-        if path.is_dir():
-            files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-            if not files:
-                raise CameraError(f"{path} holds no images", f"put {', '.join(IMAGE_SUFFIXES)} files there")
-            try:
-                frames = [read_image(p) for p in files]
-            except ImageReadError as exc:
-                raise CameraError(str(exc), "remove or replace that file") from exc
-        elif path.is_file():
-            frames = _read_video(path, max_frames)
-        else:
-            raise CameraError(f"{path} does not exist", "give an image folder or a video file")
-    else:
-        frames = source
-    encoded = []
-    for frame in frames:
-        if size is not None and frame.shape[1::-1] != tuple(size):
-            frame = cv2.resize(frame, tuple(size), interpolation=cv2.INTER_AREA)
-        ok, buf = cv2.imencode(".jpg", frame, [cv2.IMWRITE_JPEG_QUALITY, int(jpeg_quality)])
-        if not ok:
-            raise CameraError("OpenCV could not JPEG-encode a frame")
-        encoded.extend([buf.tobytes()] * max(1, int(hold)))
-        if len(encoded) >= max_frames:
-            break
-    if not encoded:
-        raise CameraError(f"no frames read from {source}", "check the file plays and is not empty")
-    return encoded[:max_frames]
-
-
-def _read_video(path: Path, max_frames: int) -> list[np.ndarray]:
-    cap = cv2.VideoCapture(str(path))
-    if not cap.isOpened():  # OpenCV reports a bad file by returning a closed capture, not an error
-        raise CameraError(f"OpenCV cannot open the video {path}", f"use one of {', '.join(VIDEO_SUFFIXES)}")
-    frames = []
-    try:
-        while len(frames) < max_frames:
-            ok, frame = cap.read()
-            if not ok:
-                break
-            frames.append(frame)
-    finally:
-        cap.release()
-    return frames
-
-
-def _numbered_frame(i: int, size: tuple[int, int]) -> np.ndarray:
-    w, h = size
-    frame = np.full((h, w, 3), (40 + 7 * i) % 256, dtype=np.uint8)
-    cv2.putText(frame, str(i), (w // 3, h // 2), cv2.FONT_HERSHEY_SIMPLEX, 3.0, (255, 255, 255), 5)
-    return frame
 
 
 class _DaemonExecutor(Executor):
@@ -298,7 +225,7 @@ class FakeVector:
     # ---- lifecycle -------------------------------------------------------------------
     def start(self) -> FakeVector:
         """Generate the certificate and config (first time only) and start serving."""
-        grpc = _import_grpc()
+        grpc = import_grpc()
         if self._server is not None:
             return self
         if self._cert_pem is None:
@@ -311,8 +238,8 @@ class FakeVector:
                 self.home = self._home_arg
         self._stopped.clear()
         self._executor = _DaemonExecutor()
-        server = grpc.server(self._executor, interceptors=[_bearer_check(self)])
-        _add_servicer(server, self)
+        server = grpc.server(self._executor, interceptors=[bearer_check(self)])
+        add_servicer(server, self)
         creds = grpc.ssl_server_credentials([(self._key_pem, self._cert_pem)])
         # port 0 the first time; the same port on restart, so the client's config stays valid
         port = server.add_secure_port(f"127.0.0.1:{self.port or 0}", creds)
@@ -403,183 +330,3 @@ class FakeVector:
     def _forget(self, done: threading.Event) -> None:
         with self._lock:
             self._call_done.discard(done)
-
-
-def _import_grpc():
-    try:
-        import grpc
-    except ImportError as exc:  # pragma: no cover - grpcio comes with the SDK
-        raise BackendUnavailable("FakeVector needs grpcio", "pip install 'edgekit[vector]'") from exc
-    return grpc
-
-
-def _sdk_modules():
-    try:
-        from anki_vector.messaging import external_interface_pb2, external_interface_pb2_grpc, protocol
-    except ImportError as exc:
-        raise BackendUnavailable(
-            "FakeVector needs the Vector SDK's messages (module anki_vector)", "pip install 'edgekit[vector]'"
-        ) from exc
-    return protocol, external_interface_pb2, external_interface_pb2_grpc
-
-
-def _bearer_check(robot: FakeVector):
-    """A server interceptor refusing every call without ``authorization: Bearer <guid>``, as
-    the robot does (the SDK turns the status into VectorUnauthenticatedException)."""
-    grpc = _import_grpc()
-    # (request_streaming, response_streaming) -> the matching handler factory
-    factories = {
-        (False, False): grpc.unary_unary_rpc_method_handler,
-        (False, True): grpc.unary_stream_rpc_method_handler,
-        (True, False): grpc.stream_unary_rpc_method_handler,
-        (True, True): grpc.stream_stream_rpc_method_handler,
-    }
-
-    def deny(request, context):
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, "invalid or missing bearer token")
-
-    def deny_stream(request, context):
-        deny(request, context)
-        yield from ()
-
-    class BearerCheck(grpc.ServerInterceptor):
-        def intercept_service(self, continuation, handler_call_details):
-            handler = continuation(handler_call_details)
-            metadata = dict(handler_call_details.invocation_metadata or ())
-            if handler is None or metadata.get("authorization") == f"Bearer {robot.guid}":
-                return handler
-            make = factories[(handler.request_streaming, handler.response_streaming)]
-            return make(
-                deny_stream if handler.response_streaming else deny,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-
-    return BearerCheck()
-
-
-def _add_servicer(server: Any, robot: FakeVector) -> None:
-    """Register a servicer built from the SDK's generated ExternalInterfaceServicer."""
-    protocol, pb2, pb2_grpc = _sdk_modules()
-    ok = protocol.ResponseStatus(code=protocol.ResponseStatus.OK)
-
-    def status_ok(message_cls):
-        msg = message_cls()
-        if "status" in message_cls.DESCRIPTOR.fields_by_name:
-            msg.status.CopyFrom(ok)
-        return msg
-
-    class Servicer(pb2_grpc.ExternalInterfaceServicer):
-        """What the SDK's connect sequence, camera, speech and face need; every other unary
-        call is acknowledged with an empty OK response and counted in ``robot.calls``."""
-
-        def ProtocolVersion(self, request, context):
-            robot._record("ProtocolVersion")
-            return protocol.ProtocolVersionResponse(
-                result=protocol.ProtocolVersionResponse.SUCCESS, host_version=protocol.PROTOCOL_VERSION_CURRENT
-            )
-
-        def BehaviorControl(self, request_iterator, context):
-            robot._record("BehaviorControl")
-            try:
-                for req in request_iterator:
-                    kind = req.WhichOneof("request_type")
-                    if kind == "control_request" and robot.grant_control:
-                        granted = protocol.ControlGrantedResponse()
-                        yield protocol.BehaviorControlResponse(control_granted_response=granted)
-                    elif kind == "control_release":
-                        yield protocol.BehaviorControlResponse(control_lost_event=protocol.ControlLostResponse())
-            except Exception:  # noqa: BLE001, S110 - the client went away; a robot just drops the stream
-                return
-
-        def EventStream(self, request, context):
-            robot._record("EventStream")
-            done = robot._call_event(context)
-            try:
-                # the SDK's connect() waits for one robot_state (it reads the pose from it)
-                while True:
-                    state = protocol.RobotState(pose=protocol.PoseStruct(q0=1.0), head_angle_rad=0.0)
-                    yield protocol.EventResponse(status=ok, event=protocol.Event(robot_state=state))
-                    if done.wait(0.5):
-                        return
-            finally:
-                robot._forget(done)
-
-        def CameraFeed(self, request, context):
-            robot._record("CameraFeed")
-            done = robot._call_event(context)
-            frames, n = robot._frames, len(robot._frames)
-            period = 1.0 / robot.fps
-            with robot._lock:
-                robot._streaming += 1
-            try:
-                t0 = time.monotonic()
-                for k in itertools.count():
-                    if not robot.loop and k >= n:
-                        done.wait()  # camera stays on, nothing new: a covered lens
-                        return
-                    # absolute deadlines, so the rate does not drift with send time
-                    if done.wait(max(0.0, t0 + k * period - time.monotonic())):
-                        return
-                    image_id = next(robot._image_ids)
-                    with robot._lock:
-                        robot.frames_sent += 1
-                        robot.last_image_id = image_id
-                    if not robot.loop and k == n - 1:
-                        robot.exhausted.set()
-                    yield protocol.CameraFeedResponse(
-                        frame_time_stamp=int(time.monotonic() * 1000) & 0xFFFFFFFF,
-                        image_id=image_id,
-                        image_encoding=protocol.ImageChunk.JPEG_COLOR,
-                        data=frames[k % n],
-                    )
-            finally:
-                with robot._lock:
-                    robot._streaming -= 1
-                robot._forget(done)
-
-        def IsImageStreamingEnabled(self, request, context):
-            robot._record("IsImageStreamingEnabled")
-            with robot._lock:
-                on = robot._streaming > 0
-            return protocol.IsImageStreamingEnabledResponse(is_image_streaming_enabled=on)
-
-        def GetCameraConfig(self, request, context):
-            robot._record("GetCameraConfig")
-            # the numbers a real Vector reports (fov ~ 90 x 50 degrees)
-            return protocol.CameraConfigResponse(
-                focal_length_x=290.0, focal_length_y=290.0, center_x=320.0, center_y=180.0,
-                fov_x=1.5708, fov_y=0.8727, min_camera_exposure_time_ms=1, max_camera_exposure_time_ms=67,
-                min_camera_gain=0.1, max_camera_gain=3.9,
-            )
-
-        def SayText(self, request, context):
-            robot._record("SayText")
-            if robot.say_delay_s:
-                time.sleep(robot.say_delay_s)
-            with robot._lock:
-                robot.said.append(request.text)
-            return protocol.SayTextResponse(status=ok, state=protocol.SayTextResponse.FINISHED)
-
-        def DisplayFaceImageRGB(self, request, context):
-            robot._record("DisplayFaceImageRGB")
-            try:
-                image = decode_rgb565(request.face_data)
-            except ValueError as exc:
-                context.abort(_import_grpc().StatusCode.INVALID_ARGUMENT, str(exc))
-            with robot._lock:
-                robot.shown.append(image)
-            return status_ok(protocol.DisplayFaceImageRGBResponse)
-
-    service = pb2.DESCRIPTOR.services_by_name["ExternalInterface"]
-    for method in service.methods:
-        if method.client_streaming or method.server_streaming or method.name in Servicer.__dict__:
-            continue
-        response_cls = getattr(protocol, method.output_type.name)
-
-        def acknowledge(self, request, context, _name=method.name, _cls=response_cls):
-            robot._record(_name)
-            return status_ok(_cls)
-
-        setattr(Servicer, method.name, acknowledge)
-    pb2_grpc.add_ExternalInterfaceServicer_to_server(Servicer(), server)
