@@ -79,3 +79,29 @@ def test_bench_and_run_refuse_bad_numbers_and_paths(demo_bundles, capsys, argv, 
         code = exc.code
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_backend_table_rows_name_importable_adapters_and_formats():
+    from edgekit.plugins import resolve
+    from edgekit.runtime import BACKENDS
+
+    assert list(BACKENDS) == ["litert", "onnxruntime", "onnxruntime-cuda", "onnxruntime-trt", "tensorrt"]
+    for name, row in BACKENDS.items():
+        assert row[1] == row.formats and row.formats and row.install_hint, name  # BACKENDS[name][1] = formats
+        assert isinstance(resolve(row.adapter), type), name  # adapter modules import without their library
+
+
+def test_bundle_cannot_name_a_function_of_an_adapter_module(demo_bundles, tmp_path):
+    import json
+    import shutil
+
+    from edgekit.errors import BundleError
+
+    copy = tmp_path / "b"
+    shutil.copytree(demo_bundles["cpu"].bundle, copy)
+    manifest = json.loads((copy / "edgekit.json").read_text())
+    # the module is an adapter's, the attribute is not an adapter: only rows of the table may be named
+    manifest["runtime"]["adapter"] = "edgekit.runtime.litert:load_edgetpu_delegate"
+    (copy / "edgekit.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="unknown runtime adapter"):
+        open_runtime(copy)

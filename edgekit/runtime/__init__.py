@@ -13,6 +13,9 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from edgekit.image import InputSpec
+from edgekit.runtime.backends import BACKENDS, Backend, default_backend, install_hint, known_adapters
+
+__all__ = ["BACKENDS", "Backend", "Runtime", "describe_runtime", "open_runtime"]
 
 
 @runtime_checkable
@@ -34,28 +37,6 @@ class Runtime(Protocol):
     def __enter__(self) -> Runtime: ...
 
     def __exit__(self, *exc: object) -> None: ...
-
-
-_ADAPTER_HINTS = {
-    "edgekit.runtime.litert": "pip install 'edgekit[litert]'",
-    "edgekit.runtime.onnxrt": "pip install 'edgekit[onnx]'",
-    "edgekit.runtime.onnxrt_gpu": "pip install 'edgekit[jetson]' (onnxruntime-gpu) on a machine with an NVIDIA GPU",
-    "edgekit.runtime.tensorrt": (
-        "TensorRT ships with JetPack (sudo apt install nvidia-jetpack); pip install cuda-python"
-    ),
-}
-
-# --backend NAME -> (adapter, model formats it runs, its default options). A backend replaces the
-# bundle's adapter only for models of those formats, so one bench command can mix a TFLite bundle
-# with `--backend onnxruntime` for an ONNX one.
-BACKENDS: dict[str, tuple[str, tuple[str, ...], dict[str, Any]]] = {
-    "litert": ("edgekit.runtime.litert:LiteRTRuntime", ("tflite",), {}),
-    "onnxruntime": ("edgekit.runtime.onnxrt:OnnxRuntime", ("onnx",), {"providers": ["cpu"]}),
-    "onnxruntime-cuda": ("edgekit.runtime.onnxrt_gpu:OnnxRuntimeGPU", ("onnx",), {"providers": ["cuda"]}),
-    "onnxruntime-trt": ("edgekit.runtime.onnxrt_gpu:OnnxRuntimeGPU", ("onnx",),
-                        {"providers": ["tensorrt", "cuda"]}),
-    "tensorrt": ("edgekit.runtime.tensorrt:TensorRTRuntime", ("onnx",), {"precision": "fp16"}),
-}
 
 
 def _format_of(path: Path) -> str:
@@ -84,31 +65,27 @@ def open_runtime(source: str | Path, model: str | None = None, backend: str | No
         bundle = load_bundle(path, allow_rejected=allow_rejected)
         entry = bundle.model(model)
         fmt = entry.format
-        adapter = bundle.runtime.get("adapter", "edgekit.runtime.litert:LiteRTRuntime")
+        adapter = bundle.runtime.get("adapter", BACKENDS["litert"].adapter)
         merged = {**bundle.runtime.get("options", {}), **entry.extra.get("runtime_options", {})}
-        if backend and fmt in BACKENDS[backend][1]:
-            adapter, _, defaults = BACKENDS[backend]
+        if backend and fmt in BACKENDS[backend].formats:
+            adapter, defaults = BACKENDS[backend].adapter, BACKENDS[backend].defaults
             merged = {**defaults, **{k: v for k, v in entry.extra.get("runtime_options", {}).items()
                                      if k == "precision"}}
-        if adapter.split(":")[0] not in _ADAPTER_HINTS:
+        if adapter not in known_adapters():
             # A copied bundle must not choose what gets imported and called on the device.
             raise BundleError(f"{path}: unknown runtime adapter {adapter!r}",
-                              f"adapters are: {', '.join(sorted(_ADAPTER_HINTS))}; rebuild the bundle")
-        cls = resolve(adapter, _ADAPTER_HINTS.get(adapter.split(":")[0]))
+                              f"adapters are: {', '.join(known_adapters())}; rebuild the bundle")
+        cls = resolve(adapter, install_hint(adapter))
         return cls(bundle.path / entry.file, input_spec=entry.input, **{**merged, **options})
     if not path.is_file():
         raise ModelError(f"model {path} does not exist", "give a bundle directory, a .tflite or an .onnx file")
     fmt = _format_of(path)
-    if backend and fmt in BACKENDS[backend][1]:
-        adapter, _, defaults = BACKENDS[backend]
-    elif fmt == "tflite":
-        adapter, defaults = BACKENDS["litert"][0], {}
-    elif fmt == "onnx":
-        adapter, defaults = BACKENDS["onnxruntime"][0], {}
-    else:
+    name = backend if backend and fmt in BACKENDS[backend].formats else default_backend(fmt)
+    if name is None:
         raise ModelError(f"{path}: unsupported model file", "give a bundle directory, a .tflite or an .onnx file")
-    cls = resolve(adapter, _ADAPTER_HINTS.get(adapter.split(":")[0]))
-    return cls(path, **{**defaults, **options})
+    row = BACKENDS[name]
+    cls = resolve(row.adapter, row.install_hint)
+    return cls(path, **{**row.defaults, **options})
 
 
 def describe_runtime(info: dict) -> str:
