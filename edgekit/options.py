@@ -1,14 +1,30 @@
 """Runtime options on the command line: one set of flags for run, bench, serve and the robot demo.
 
 The same knob has one name everywhere (``--device``, ``--backend``, ``--threads``,
-``--delegate``, ``--providers``, ``--allow-fallback``); :func:`runtime_options` turns the parsed
-flags into the keyword overrides :func:`edgekit.model.open_model` takes. Imports argparse only.
+``--delegate``, ``--providers``, ``--allow-fallback``); :func:`runtime_options` is the one
+mapping from parsed flags to the keyword overrides :func:`edgekit.model.open_model` takes.
+Old spellings stay as hidden aliases that still work and print a one-line deprecation note
+(:func:`add_deprecated_alias`). Imports argparse only (the backend names are read lazily).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
+
+# Flag destination -> open_model keyword. The [model] table of `edgekit serve` uses the
+# destination names as its keys, so a flag, a config key and a Python keyword line up.
+RUNTIME_FLAGS: dict[str, str] = {
+    "device": "device",
+    "backend": "backend",
+    "threads": "num_threads",
+    "delegate": "delegate",
+    "providers": "providers",
+    "allow_fallback": "allow_fallback",
+    "allow_rejected": "allow_rejected",
+}
+DELEGATES = ("xnnpack", "none", "edgetpu")
 
 
 def at_least(minimum: float, kind: type = int):
@@ -26,27 +42,69 @@ def at_least(minimum: float, kind: type = int):
     return parse
 
 
-def add_runtime_options(parser: argparse.ArgumentParser, several_backends: bool = False) -> None:
-    """Options shared by run and bench that override a bundle's runtime options."""
+def backend_names() -> list[str]:
+    """The ``--backend`` choices: the keys of :data:`edgekit.runtime.BACKENDS`."""
+    from edgekit.runtime import BACKENDS  # the table only; no backend library is imported
+
+    return list(BACKENDS)
+
+
+def add_runtime_options(
+    parser: argparse.ArgumentParser, several_backends: bool = False, config_table: str | None = None
+) -> None:
+    """Add the runtime knobs that override a bundle's runtime options.
+
+    Args:
+        parser: the verb's parser.
+        several_backends: ``--backend`` may be repeated (bench compares backends).
+        config_table: the configuration table whose keys the flags override (serve's
+            ``model``); named in each help line, and ``--threads 0`` is then accepted
+            (the file's "runtime default").
+    """
+
+    def note(key: str) -> str:
+        return f" (config: [{config_table}] {key})" if config_table else ""
+
     g = parser.add_argument_group("runtime")
-    g.add_argument("--device", help="LiteRT Edge TPU device: usb, usb:N, pci, pci:N (default: the bundle's)")
     g.add_argument(
-        "--threads", type=at_least(1), metavar="N", help="CPU threads (LiteRT interpreter; ONNX Runtime intra-op)"
+        "--device", help="Edge TPU device: usb, usb:N, pci, pci:N (default: the bundle's)" + note("device")
+    )
+    g.add_argument(
+        "--backend",
+        choices=backend_names(),
+        action="append" if several_backends else "store",
+        help="run with this backend instead of the bundle's (applies to models of its format)"
+        + ("; repeat to compare backends" if several_backends else "")
+        + note("backend"),
+    )
+    g.add_argument(
+        "--threads",
+        type=at_least(0 if config_table else 1),
+        metavar="N",
+        help="CPU threads (LiteRT interpreter; ONNX Runtime intra-op)" + note("threads"),
     )
     g.add_argument(
         "--delegate",
-        choices=["xnnpack", "none", "edgetpu"],
-        help="LiteRT delegate (default: the bundle's; 'none' = plain built-in kernels); ignored by ONNX Runtime",
+        choices=DELEGATES,
+        help="LiteRT delegate (default: the bundle's; 'none' = plain built-in kernels); ignored by ONNX Runtime"
+        + note("delegate"),
     )
     g.add_argument(
-        "--providers", help="ONNX Runtime providers in order, comma-separated (cpu,cuda,tensorrt); ignored by LiteRT"
+        "--providers",
+        help="ONNX Runtime providers in order, comma-separated (cpu,cuda,tensorrt); ignored by LiteRT"
+        + note("providers"),
     )
     g.add_argument(
         "--allow-fallback",
         action="store_true",
         default=None,
-        help="accept ONNX Runtime dropping a requested provider (refused by default)",
+        help="accept ONNX Runtime dropping a requested provider (refused by default)" + note("allow_fallback"),
     )
+
+
+def add_bundle_options(parser: argparse.ArgumentParser) -> None:
+    """``--labels`` and ``--allow-rejected``: how run and bench take a bare model or a rejected bundle."""
+    g = parser.add_argument_group("model")
     g.add_argument("--labels", metavar="FILE", help="labels file for a bare model (a bundle has its own)")
     g.add_argument(
         "--allow-rejected",
@@ -54,23 +112,41 @@ def add_runtime_options(parser: argparse.ArgumentParser, several_backends: bool 
         default=None,
         help="run a bundle that failed its accuracy gate at build time (for inspection)",
     )
-    g.add_argument(
-        "--backend",
-        choices=["litert", "onnxruntime", "onnxruntime-cuda", "onnxruntime-trt", "tensorrt"],
-        action="append" if several_backends else "store",
-        help="run with this backend instead of the bundle's (applies to models of its format)"
-        + ("; repeat to compare backends" if several_backends else ""),
-    )
+
+
+class _DeprecatedAlias(argparse.Action):
+    """Store like the new flag, after a one-line note on stderr naming the new spelling."""
+
+    def __init__(self, option_strings, dest, replacement: str = "", **kwargs):
+        self.replacement = replacement
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog}: note: {option_string} is deprecated; use {self.replacement}", file=sys.stderr)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+def add_deprecated_alias(parser: Any, old: str, new: str, flag: bool = False) -> None:
+    """Accept ``old`` as a hidden spelling of the option ``new`` (same destination).
+
+    ``flag``: the option takes no value (a ``store_true`` switch).
+    """
+    dest = new.lstrip("-").replace("-", "_")
+    extra: dict[str, Any] = {"nargs": 0, "const": True} if flag else {}
+    parser.add_argument(old, dest=dest, action=_DeprecatedAlias, replacement=new, help=argparse.SUPPRESS,
+                        default=argparse.SUPPRESS, **extra)
 
 
 def runtime_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The runtime keyword overrides given on the command line (None = keep the bundle's)."""
-    return {
-        "num_threads": args.threads,
-        "delegate": args.delegate,
-        "device": args.device,
-        "providers": args.providers,
-        "allow_fallback": args.allow_fallback,
-        "backend": getattr(args, "backend", None),
-        "allow_rejected": getattr(args, "allow_rejected", None),
-    }
+    """The :func:`~edgekit.model.open_model` keyword overrides the user gave on the command line.
+
+    A flag the user did not give (None) is left out, so the bundle's own option stands.
+    """
+    given = {keyword: getattr(args, dest, None) for dest, keyword in RUNTIME_FLAGS.items()}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def config_values(options: dict[str, Any]) -> dict[str, Any]:
+    """:func:`runtime_options` renamed to the keys of serve's ``[model]`` table (``num_threads`` -> ``threads``)."""
+    to_key = {keyword: dest for dest, keyword in RUNTIME_FLAGS.items()}
+    return {to_key[k]: v for k, v in options.items()}

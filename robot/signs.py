@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from edgekit.errors import CameraError, EdgekitError, UsageError
 from edgekit.metrics import LatencyRecorder
+from edgekit.options import add_runtime_options, runtime_options
 from edgekit.pipeline import Pipeline
 
 SEED_BACKGROUND_INDEX = 26  # the seed's 27-class models: a-z, then background
@@ -209,9 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-speech", action="store_true", help="show labels on the face but do not speak")
     p.add_argument("--max-frames", type=int, metavar="N", help="stop after N processed frames")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
-    p.add_argument("--threads", type=int, metavar="N", help="CPU threads for the interpreter")
-    p.add_argument("--delegate", choices=["xnnpack", "none", "edgetpu"], help="LiteRT delegate override")
-    p.add_argument("--device", help="Edge TPU device: usb, usb:N, pci, pci:N")
+    add_runtime_options(p)
     p.add_argument("--reconnect", action="store_true", help="reconnect when the robot drops out")
     p.add_argument("--connect-timeout", type=float, default=10.0, metavar="S", help="(default 10)")
     fake = p.add_argument_group("fake robot (--fake)")
@@ -256,8 +255,7 @@ def _run(args: argparse.Namespace, runtime: Any, labels: Sequence[str] | None, o
                 raise UsageError("--bundle is required", "build one with: edgekit build MODEL --target cpu")
             from edgekit.model import open_model
 
-            model = stack.enter_context(open_model(args.bundle, num_threads=args.threads,
-                                                   delegate=args.delegate, device=args.device))
+            model = stack.enter_context(open_model(args.bundle, **runtime_options(args)))
             runtime, labels = model.runtime, labels or model.labels
             name = model.name
         else:

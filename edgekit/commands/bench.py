@@ -11,7 +11,7 @@ from pathlib import Path
 from edgekit.bench import BenchConfig, _jsonable, evaluate, format_eval, format_profile, run_bench, write_plots
 from edgekit.errors import UsageError
 from edgekit.metrics import machine_context
-from edgekit.options import add_runtime_options, at_least, runtime_options
+from edgekit.options import add_bundle_options, add_runtime_options, at_least, runtime_options
 from edgekit.runtime import describe_runtime
 
 
@@ -46,6 +46,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--max-cv", type=float, default=0.25, help="warn above this coefficient of variation")
     add_runtime_options(parser, several_backends=True)
+    add_bundle_options(parser)
     o = parser.add_argument_group("output")
     o.add_argument("--json", metavar="FILE", help="full report with raw samples and machine context")
     o.add_argument("--csv", metavar="FILE", help="one row per variant and repeat")
@@ -61,7 +62,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the benchmark (or the accuracy evaluation) and print the table."""
-    options = {k: v for k, v in runtime_options(args).items() if v is not None}
+    options = runtime_options(args)
     for flag in ("json", "csv", "plot"):
         # fail before minutes of measuring, not after
         target = getattr(args, flag)

@@ -18,7 +18,7 @@ import time
 from typing import Any, TextIO
 
 from edgekit.errors import CameraError, UsageError
-from edgekit.options import add_runtime_options, at_least, runtime_options
+from edgekit.options import add_bundle_options, add_runtime_options, at_least, runtime_options
 from edgekit.runtime import describe_runtime
 
 
@@ -33,6 +33,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--model", dest="variant", metavar="VARIANT", help="which model of the bundle (fp32, int8...)")
     add_runtime_options(parser)
+    add_bundle_options(parser)
     parser.add_argument("--max-frames", type=at_least(1), metavar="N", help="stop after N results")
     parser.add_argument("--duration", type=at_least(0.0, float), metavar="S", help="stop after S seconds")
     parser.add_argument("--top-k", type=at_least(1), default=3, help="classes shown per frame (default 3)")

@@ -11,6 +11,7 @@ from typing import Any
 
 from edgekit.camera import redact_uri
 from edgekit.errors import UsageError
+from edgekit.options import add_deprecated_alias, add_runtime_options, config_values, runtime_options
 from edgekit.serve.config import ServeConfig, load_config, override, parse_address
 from edgekit.serve.daemon import Daemon
 
@@ -24,13 +25,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="bundle directory, .tflite or .onnx (config: [model] path)")
     parser.add_argument("--model-name", help="model inside the bundle (config: [model] name)")
     parser.add_argument("--labels", help="labels file for a bare model (config: [model] labels)")
-    parser.add_argument("--threads", type=int, help="runtime CPU threads (config: [model] threads)")
-    parser.add_argument("--delegate", help="LiteRT delegate: xnnpack, none, edgetpu (config: [model] delegate)")
-    parser.add_argument("--edgetpu-device", help="Edge TPU device: usb, usb:0, pci:0 (config: [model] device)")
-    parser.add_argument("--providers", help="ONNX Runtime providers in order, e.g. tensorrt,cuda,cpu "
-                        "(config: [model] providers)")
-    parser.add_argument("--allow-fallback", action="store_true", default=None,
-                        help="ONNX Runtime: run even without some requested providers (config: [model] allow_fallback)")
+    add_runtime_options(parser, config_table="model")
+    add_deprecated_alias(parser, "--edgetpu-device", "--device")
     parser.add_argument("--top-k", type=int, help="classes per result (config: [model] top_k)")
     parser.add_argument("--camera", metavar="URI", help="camera, e.g. v4l2:0, picamera2, a file (config: [camera] uri)")
     parser.add_argument("--output", metavar="PATH",
@@ -60,8 +56,7 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         return "" if value in ("off", "none") else value
 
     config = override(config, "model", path=flag("model_path"), name=flag("model_name"), labels=flag("labels"),
-                      threads=flag("threads"), delegate=flag("delegate"), device=flag("edgetpu_device"),
-                      providers=flag("providers"), allow_fallback=flag("allow_fallback"), top_k=flag("top_k"))
+                      top_k=flag("top_k"), **config_values(runtime_options(args)))
     config = override(config, "camera", uri=flag("camera"))
     config = override(config, "output", jsonl=off(flag("output")))
     mqtt = off(flag("mqtt"))

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.errors import UsageError
+from edgekit.runtime import BACKENDS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -41,6 +42,7 @@ class ModelConfig:
     device: str = ""  # Edge TPU device: usb, usb:0, pci:0 ("" = first found)
     providers: str = ""  # ONNX Runtime providers in order, e.g. "tensorrt,cuda,cpu" ("" = the bundle's)
     allow_fallback: bool = False  # ONNX Runtime: accept a session without some requested providers
+    backend: str = ""  # a key of edgekit.runtime.BACKENDS, e.g. "onnxruntime" ("" = the bundle's adapter)
     top_k: int = 3
     reopen_after_errors: int = 5  # consecutive inference errors before the runtime is reopened
 
@@ -137,6 +139,7 @@ SECTIONS: dict[str, type] = {
 _PATH_KEYS = {("model", "path"), ("model", "labels"), ("output", "jsonl"), ("mqtt", "password_file")}
 _CHOICES = {
     ("model", "delegate"): ("", "xnnpack", "none", "edgetpu"),
+    ("model", "backend"): ("", *BACKENDS),
     ("camera", "on_end"): ("reconnect", "stop"),
     ("log", "level"): ("debug", "info", "warning", "error"),
     ("mqtt", "qos"): (0, 1, 2),

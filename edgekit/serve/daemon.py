@@ -111,7 +111,8 @@ def model_options(config: ServeConfig) -> dict[str, Any]:
     """Runtime options from ``[model]``; unset ones are left to the bundle/adapter."""
     m = config.model
     options = {"num_threads": m.threads or None, "delegate": m.delegate or None, "device": m.device or None,
-               "providers": m.providers or None, "allow_fallback": m.allow_fallback or None}
+               "providers": m.providers or None, "allow_fallback": m.allow_fallback or None,
+               "backend": m.backend or None}
     return {k: v for k, v in options.items() if v is not None}
 
 

@@ -1,0 +1,92 @@
+"""One runtime-options surface: run, bench, serve and the robot demo spell each knob the same way
+and map it to the same open_model keywords; old spellings still work with a deprecation note."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgekit.cli import build_parser
+from edgekit.options import runtime_options
+from edgekit.runtime import BACKENDS
+from edgekit.serve.daemon import model_options
+
+KNOBS = ["--device", "usb:1", "--backend", "onnxruntime", "--threads", "2", "--delegate", "none",
+         "--providers", "cpu", "--allow-fallback"]
+EXPECTED = {"device": "usb:1", "backend": "onnxruntime", "num_threads": 2, "delegate": "none",
+            "providers": "cpu", "allow_fallback": True}
+
+
+def parse(verb: str, *argv: str):
+    return build_parser(verb).parse_args([verb, *argv])
+
+
+def robot_parser():
+    from robot.signs import build_parser as robot_build_parser
+
+    return robot_build_parser()
+
+
+def test_every_front_end_maps_the_same_flags_to_the_same_keywords():
+    run = parse("run", "m.tflite", "--camera", "synthetic", *KNOBS)
+    bench = parse("bench", "m.tflite", *KNOBS)
+    robot = robot_parser().parse_args(["--fake", "frames", *KNOBS])
+    assert runtime_options(run) == EXPECTED
+    assert runtime_options(robot) == EXPECTED
+    assert runtime_options(bench) == {**EXPECTED, "backend": ["onnxruntime"]}  # bench compares backends
+
+    from edgekit.commands.serve import build_config
+
+    config = build_config(parse("serve", *KNOBS))
+    assert model_options(config) == EXPECTED  # through [model] and back: nothing renamed or lost
+
+
+def test_flags_not_given_are_never_passed():
+    assert runtime_options(parse("run", "m.tflite", "--camera", "synthetic")) == {}
+    assert runtime_options(robot_parser().parse_args(["--fake", "frames"])) == {}
+    assert runtime_options(parse("run", "m.tflite", "--camera", "synthetic", "--allow-rejected")) == {
+        "allow_rejected": True
+    }
+
+
+def test_backend_choices_are_the_runtime_table():
+    for verb, argv in (("run", ["m", "--camera", "synthetic"]), ("bench", ["m"]), ("serve", [])):
+        for name in BACKENDS:
+            parse(verb, *argv, "--backend", name)
+    with pytest.raises(SystemExit):
+        parse("serve", "--backend", "teapot")
+
+
+def test_serve_old_spelling_still_works_with_a_note(capsys):
+    from edgekit.commands.serve import build_config
+
+    config = build_config(parse("serve", "--edgetpu-device", "pci:0", "--device-name", "pi-7"))
+    assert config.model.device == "pci:0"
+    assert config.mqtt.device == "pi-7"  # --device-name stays the MQTT name
+    err = capsys.readouterr().err
+    assert "--edgetpu-device is deprecated; use --device" in err and len(err.strip().splitlines()) == 1
+    # The new spelling prints nothing.
+    assert build_config(parse("serve", "--device", "usb")).model.device == "usb"
+    assert capsys.readouterr().err == ""
+
+
+def test_serve_backend_is_a_config_key(tmp_path):
+    from edgekit.commands.serve import build_config
+    from edgekit.errors import UsageError
+    from edgekit.serve.config import load_config
+
+    path = tmp_path / "serve.toml"
+    path.write_text('[model]\npath = "m.onnx"\nbackend = "tensorrt"\n', encoding="utf-8")
+    assert model_options(load_config(path))["backend"] == "tensorrt"
+    flagged = build_config(parse("serve", "--config", str(path), "--backend", "onnxruntime"))
+    assert model_options(flagged)["backend"] == "onnxruntime"  # the flag overrides the file
+    path.write_text('[model]\nbackend = "onnxrt"\n', encoding="utf-8")
+    with pytest.raises(UsageError, match="backend"):
+        load_config(path)
+
+
+def test_serve_threads_zero_still_means_the_runtime_default():
+    from edgekit.commands.serve import build_config
+
+    assert "num_threads" not in model_options(build_config(parse("serve", "--threads", "0")))
+    with pytest.raises(SystemExit):
+        parse("run", "m", "--camera", "synthetic", "--threads", "0")
