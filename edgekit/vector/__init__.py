@@ -5,7 +5,8 @@
 - :mod:`edgekit.vector.face`: numpy <-> the face screen's RGB565 bytes (no SDK needed).
 - :mod:`edgekit.vector.fake`: ``FakeVector``, a loopback robot the real SDK connects to
   (frames in ``fake_frames``, the gRPC servicer in ``fake_servicer``).
-- :mod:`edgekit.vector.connection`: connecting, SDK errors -> ``VectorError``, clean disconnects.
+- :mod:`edgekit.vector.connection`: connecting and clean disconnects.
+- :mod:`edgekit.vector.diagnosis`: ``VectorError``; SDK errors -> a reason and a fix hint.
 
 Importing this package imports neither the SDK nor grpc; ``from edgekit.vector import
 VectorSource`` imports only what that name needs.

@@ -3,8 +3,8 @@
 The SDK (``wirepod_vector_sdk``, import name ``anki_vector``) is imported on first use, so
 ``import edgekit.vector`` costs nothing on machines without it. Every failure the SDK can
 report while connecting becomes a :class:`VectorError` whose ``reason`` says what went
-wrong and whose hint says what to do; callers such as the daemon use
-:attr:`VectorError.retryable` to decide whether reconnecting can help.
+wrong and whose hint says what to do (:mod:`edgekit.vector.diagnosis`); callers such as the
+daemon use :attr:`VectorError.retryable` to decide whether reconnecting can help.
 """
 
 from __future__ import annotations
@@ -13,42 +13,26 @@ import configparser
 import contextlib
 import logging
 import os
-import socket
-import ssl
 import threading
 import weakref
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import BackendUnavailable, CameraError
+from edgekit.errors import BackendUnavailable
 
-CONFIGURE_HINT = "run: python -m anki_vector.configure (wire-pod users: python -m anki_vector.configure_pod)"
-RETRYABLE = frozenset({"not_found", "disconnected", "stalled", "control"})
+# The error type and the translation of SDK errors live in diagnosis; re-exported here, where
+# callers (camera, speech, the daemon, tests) have always found them.
+from edgekit.vector.diagnosis import CONFIGURE_HINT as CONFIGURE_HINT
+from edgekit.vector.diagnosis import RETRYABLE as RETRYABLE
+from edgekit.vector.diagnosis import VectorError as VectorError
+from edgekit.vector.diagnosis import describe_error as describe_error
+from edgekit.vector.diagnosis import diagnose_unreachable as diagnose_unreachable
+from edgekit.vector.diagnosis import first_line, translate
 
 _home_lock = threading.Lock()
 _open_at_exit: weakref.WeakSet = weakref.WeakSet()
 _hook_lock = threading.Lock()
 _hook_installed = False
-
-
-class VectorError(CameraError):
-    """A Vector that cannot be reached, refuses us, or stopped streaming.
-
-    ``reason`` is one of: ``config`` (sdk_config.ini missing or incomplete), ``not_found``
-    (nothing answers at the configured address), ``certificate`` (something answers but
-    not with this robot's certificate/name), ``unauthenticated`` (wrong or expired guid),
-    ``control`` (behaviour control not granted), ``version``, ``disconnected``, ``stalled``
-    (no new camera image for too long), ``sdk`` (anything else the SDK raised).
-    """
-
-    def __init__(self, reason: str, message: str, hint: str | None = None):
-        super().__init__(message, hint)
-        self.reason = reason
-
-    @property
-    def retryable(self) -> bool:
-        """True when waiting and reconnecting may help (robot asleep, moved, busy)."""
-        return self.reason in RETRYABLE
 
 
 def import_sdk() -> Any:
@@ -169,7 +153,7 @@ def connect(
                 behavior_control_level=None,
             )
     except (sdk.exceptions.VectorConfigurationException, ValueError) as exc:
-        raise VectorError("config", f"the Vector SDK rejects the configuration: {_first_line(exc)}",
+        raise VectorError("config", f"the Vector SDK rejects the configuration: {first_line(exc)}",
                           CONFIGURE_HINT) from exc
     try:
         robot.connect(timeout=timeout_s)
@@ -185,98 +169,6 @@ def connect(
             raise translate(sdk.exceptions.VectorControlTimeoutException(), serial, section, timeout_s) from exc
         raise
     return robot
-
-
-def translate(exc: BaseException, serial: str, section: dict[str, str] | None = None,
-              timeout_s: float | None = None, connected: bool = False) -> VectorError:
-    """Turn an SDK exception into a VectorError with a reason and a fix hint.
-
-    ``connected``: the error came from a working session (so an unreachable robot means a
-    lost connection, and no network probe is made: this may run on the SDK's own thread).
-    """
-    from anki_vector import exceptions as ex
-
-    section = section or {}
-    where = f"{section.get('ip', '?')}:{section.get('port', '443')}"
-    name = section.get("name", "?")
-    if isinstance(exc, ex.VectorUnauthenticatedException):
-        return VectorError(
-            "unauthenticated",
-            f"Vector {name} ({serial}) refused the SDK's credentials (guid)",
-            f"the guid in sdk_config.ini is wrong or expired: {CONFIGURE_HINT}",
-        )
-    if isinstance(exc, ex.VectorControlTimeoutException):
-        return VectorError(
-            "control",
-            f"Vector {name} did not grant behaviour control within {timeout_s or '?'} s",
-            "another SDK program or the app holds control, or Vector is busy (charging, on its side): "
-            "close the other program and try again",
-        )
-    if isinstance(exc, (ex.VectorNotFoundException, ex.VectorUnavailableException)):
-        if connected:
-            return VectorError("disconnected", f"lost the connection to Vector {name}: {_first_line(exc)}",
-                               "check the robot is on and on the network, then reconnect")
-        return diagnose_unreachable(serial, section)
-    if isinstance(exc, ex.VectorInvalidVersionException):
-        return VectorError("version", f"Vector {name} and this SDK speak different protocol versions",
-                           "update the robot (wire-pod) or pip install -U wirepod_vector_sdk")
-    if isinstance(exc, ex.VectorControlException):
-        return VectorError("control", f"Vector {name}: {_first_line(exc)}",
-                           "connect with behavior_control=True to speak or use the face")
-    if isinstance(exc, ex.VectorConfigurationException):
-        return VectorError("config", f"Vector SDK configuration: {_first_line(exc)}", CONFIGURE_HINT)
-    return VectorError("sdk", f"Vector {name} at {where}: {type(exc).__name__}: {_first_line(exc)}")
-
-
-def diagnose_unreachable(serial: str, section: dict[str, str]) -> VectorError:
-    """Tell "nothing answers" from "something answers with the wrong certificate".
-
-    The SDK reports both as VectorNotFoundException after its timeout. A TCP connect and
-    a TLS handshake against the pinned certificate tell them apart in milliseconds.
-    """
-    ip, port, name = section.get("ip", ""), int(section.get("port", 443)), section.get("name", "?")
-    where = f"{ip}:{port}"
-    try:
-        with socket.create_connection((ip, port), timeout=2.0) as sock:
-            problem = _certificate_problem(sock, section)
-    except OSError as exc:
-        return VectorError(
-            "not_found",
-            f"Vector {name} ({serial}) is not reachable at {where} ({exc.strerror or exc})",
-            "check it is switched on, awake and on this network; if its IP changed, " + CONFIGURE_HINT,
-        )
-    if problem:
-        return VectorError(
-            "certificate",
-            f"the robot at {where} is not {name} as configured: {problem}",
-            "the name or certificate in sdk_config.ini is wrong or stale: " + CONFIGURE_HINT,
-        )
-    return VectorError(
-        "not_found",
-        f"Vector {name} ({serial}) at {where} accepts connections but did not complete the SDK handshake",
-        "restart the robot (or wire-pod) and try again",
-    )
-
-
-def _certificate_problem(sock: socket.socket, section: dict[str, str]) -> str | None:
-    """Why the pinned certificate and robot name do not match what the peer presents, or None."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.set_alpn_protocols(["h2"])
-    # the SDK pins the robot's own certificate; compare names ourselves, as the CN alone may carry it
-    ctx.check_hostname = False
-    try:
-        ctx.load_verify_locations(cafile=section["cert"])
-        with ctx.wrap_socket(sock, server_hostname=section.get("name")) as tls:
-            peer = tls.getpeercert() or {}
-    except ssl.SSLCertVerificationError as exc:
-        return f"its certificate does not match the pinned one ({exc.verify_message})"
-    except (ssl.SSLError, OSError) as exc:
-        return f"TLS handshake failed ({exc})"
-    names = {v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"}
-    names |= {v for k, v in peer.get("subjectAltName", ()) if k == "DNS"}
-    if section.get("name") not in names:
-        return f"its certificate names {', '.join(sorted(names)) or 'nobody'}, not {section.get('name')}"
-    return None
 
 
 def disconnect(robot: Any, timeout_s: float = 3.0) -> None:
@@ -363,15 +255,6 @@ def stop_camera_feed(robot: Any, timeout_s: float = 3.0) -> None:
     camera._camera_feed_task = None
 
 
-def describe_error(exc: BaseException) -> str:
-    """One line for an exception; grpc errors as ``CODE: details``."""
-    code, details = getattr(exc, "code", None), getattr(exc, "details", None)
-    if callable(code) and callable(details):
-        with contextlib.suppress(Exception):
-            return f"{code().name}: {details()}"
-    return _first_line(exc)
-
-
 def close_at_exit(obj: Any) -> None:
     """Call ``obj.close()`` when the interpreter shuts down, unless it was closed before
     (call :func:`forget_at_exit` from ``close``).
@@ -406,8 +289,3 @@ def _close_all() -> None:
     for obj in objs:
         with contextlib.suppress(Exception):
             obj.close()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
