@@ -1,0 +1,290 @@
+"""What every camera source shares: :class:`Frame`, the :class:`FrameSource` contract, frame
+counters, the iterator/context-manager base and :class:`LatestFrameSource` (the grabber
+thread behind every live camera).
+
+Frames follow OpenCV's convention (uint8, B,G,R). The array in a :class:`Frame` belongs to
+the consumer: no source writes into it after handing it out. Sources are not thread-safe:
+iterate one from a single thread (the grabber thread is internal).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from edgekit.errors import CameraError
+
+DEFAULT_TIMEOUT_S = 5.0  # a live camera silent this long mid-run is reported as stopped
+DEFAULT_OPEN_TIMEOUT_S = 10.0  # RTSP and USB cameras can take seconds to deliver the first frame
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One captured image (OpenCV convention: uint8, gray 2-D or HxWx3 BGR).
+
+    ``t_capture_ns`` is ``time.perf_counter_ns()`` when the frame was captured (or arrived),
+    ``index`` the source's running frame number (gaps mean frames were skipped).
+    """
+
+    array: np.ndarray
+    t_capture_ns: int
+    index: int
+
+
+@runtime_checkable
+class FrameSource(Protocol):
+    """What every camera source provides."""
+
+    def __iter__(self) -> Iterator[Frame]: ...
+
+    def close(self) -> None: ...
+
+
+def parse_size(size: Any) -> tuple[int, int] | None:
+    """``(w, h)``, ``[w, h]`` or ``"WxH"`` -> ``(w, h)``; None stays None.
+
+    Raises CameraError for anything else or a size that is not positive.
+    """
+    if size is None:
+        return None
+    if isinstance(size, str):
+        m = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", size)
+        if not m:
+            raise CameraError(f"bad size {size!r}", "write it as WIDTHxHEIGHT, e.g. 640x480")
+        size = (m.group(1), m.group(2))
+    try:
+        width, height = (int(v) for v in size)
+    except (TypeError, ValueError) as exc:
+        raise CameraError(f"bad size {size!r}", "give (width, height)") from exc
+    if width <= 0 or height <= 0:
+        raise CameraError(f"bad size {size!r}", "width and height must be positive")
+    return width, height
+
+
+def redact_uri(uri: str | int) -> str:
+    """The URI with any ``user:password@`` replaced by ``***@`` (for messages, stats and metrics)."""
+    return re.sub(r"//[^/@]*@", "//***@", str(uri))
+
+
+# ----------------------------------------------------------------------------------------------
+# Common parts: counters, context manager
+# ----------------------------------------------------------------------------------------------
+
+
+class _Counters:
+    """Frame counters shared by a grabber thread and its consumer (hence the lock)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.captured = self.delivered = self.skipped = self.read_errors = 0
+        self._first_ns: int | None = None
+        self._last_ns: int | None = None
+
+    def on_capture(self, t_ns: int) -> None:
+        with self._lock:
+            self.captured += 1
+            if self._first_ns is None:
+                self._first_ns = t_ns
+            self._last_ns = t_ns
+
+    def add(self, *, delivered: int = 0, skipped: int = 0, read_errors: int = 0) -> None:
+        with self._lock:
+            self.delivered += delivered
+            self.skipped += skipped
+            self.read_errors += read_errors
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            span_ns = (self._last_ns or 0) - (self._first_ns or 0)
+            # n timestamps span n-1 intervals: (n-1)/span, not n/span (which overstates FPS).
+            fps = (self.captured - 1) * 1e9 / span_ns if self.captured > 1 and span_ns > 0 else None
+            return {
+                "captured": self.captured,
+                "delivered": self.delivered,
+                "skipped": self.skipped,
+                "read_errors": self.read_errors,
+                "capture_fps": fps,
+            }
+
+
+class _SourceBase:
+    """Iterator + context manager + ``stats()`` plumbing shared by every source."""
+
+    kind = "source"
+
+    def __init__(self, name: str):
+        self.name = name
+        self._counters = _Counters()
+        self._closed = False
+        self._info: dict[str, Any] = {}  # what the source really delivers (size, backend, ...)
+
+    def __iter__(self) -> Iterator[Frame]:
+        return self
+
+    def __next__(self) -> Frame:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the camera or file. Safe to call twice; iteration then stops."""
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called (or a sequence reached its end)."""
+        return self._closed
+
+    def stats(self) -> dict[str, Any]:
+        """Counters so far: ``captured`` (frames the source produced), ``delivered``,
+        ``skipped`` (overtaken by a newer frame before delivery), ``read_errors``
+        (failed or corrupt reads, never delivered), ``capture_fps`` (measured, (n-1)/span,
+        None before two frames), plus ``source``, ``kind`` and what the source reports
+        about itself (``size`` as (width, height), ``nominal_fps``, backend settings)."""
+        return {"source": self.name, "kind": self.kind, **self._counters.snapshot(), **self._info}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}{' closed' if self._closed else ''}>"
+
+
+# ----------------------------------------------------------------------------------------------
+# Live sources: a grabber thread keeps only the newest frame
+# ----------------------------------------------------------------------------------------------
+
+
+class LatestFrameSource(_SourceBase):
+    """Runs ``read()`` on a grabber thread and hands the consumer only the newest frame.
+
+    ``read`` returns ``(ok, array)`` like ``cv2.VideoCapture.read``; a False, a None or
+    empty array, or an exception counts as a read error and the thread keeps trying (with a
+    short back-off so a dead device does not spin a core). ``release`` is called on the
+    grabber thread when it ends, so a device is never released while a read is in progress.
+
+    ``next()`` returns the newest frame not yet delivered, waiting for one if needed. It
+    raises :class:`CameraError` when no first frame arrives within ``open_timeout_s`` or no
+    new frame within ``timeout_s`` later on (a camera that stopped), instead of hanging.
+    Frame indices count successful captures, so a gap of ``g`` means ``g`` frames were
+    overtaken (counted in ``stats()["skipped"]``). ``close()`` wakes a waiting consumer.
+    """
+
+    kind = "live"
+
+    def __init__(
+        self,
+        read: Callable[[], tuple[bool, np.ndarray | None]],
+        *,
+        name: str = "live",
+        release: Callable[[], None] | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        open_timeout_s: float = DEFAULT_OPEN_TIMEOUT_S,
+        join_timeout_s: float = 1.0,
+    ):
+        super().__init__(name)
+        if timeout_s <= 0 or open_timeout_s <= 0:
+            raise CameraError(f"{name}: timeouts must be positive", "pass timeout_s=/open_timeout_s= > 0")
+        self._read = read
+        self._release = release
+        self._timeout_s = float(timeout_s)
+        self._open_timeout_s = float(open_timeout_s)
+        self._join_timeout_s = join_timeout_s
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._latest: Frame | None = None
+        self._last_index = -1  # index of the last delivered frame
+        self._last_error: BaseException | None = None  # the latest failed read, for messages
+        self._fatal: BaseException | None = None  # what killed the grabber thread, if anything
+        self._thread = threading.Thread(target=self._grab_loop, name=f"edgekit-grab {name}", daemon=True)
+        self._thread.start()
+
+    def _grab_loop(self) -> None:
+        failures = 0
+        index = 0
+        try:
+            while not self._stop.is_set():
+                try:
+                    ok, array = self._read()
+                except Exception as exc:  # a driver hiccup must not kill the grabber: count it
+                    ok, array, self._last_error = False, None, exc
+                t_ns = time.perf_counter_ns()
+                if not ok or array is None or getattr(array, "size", 0) == 0:
+                    self._counters.add(read_errors=1)
+                    failures += 1
+                    self._stop.wait(min(0.002 * failures, 0.05))
+                    continue
+                failures = 0
+                frame = Frame(array, t_ns, index)
+                index += 1
+                self._counters.on_capture(t_ns)
+                if "size" not in self._info and getattr(array, "ndim", 0) >= 2:
+                    self._info["size"] = (int(array.shape[1]), int(array.shape[0]))
+                with self._cond:
+                    self._latest = frame  # the previous one, if never taken, is simply dropped
+                    self._cond.notify_all()
+        except BaseException as exc:  # a bug, not a bad frame: the consumer raises it (chained)
+            with self._cond:
+                self._fatal = exc
+                self._cond.notify_all()
+        finally:
+            if self._release is not None:
+                # Releasing a device that has died may fail too; there is nothing left to do.
+                with contextlib.suppress(Exception):
+                    self._release()
+
+    def __next__(self) -> Frame:
+        first = self._last_index < 0
+        timeout_s = self._open_timeout_s if first else self._timeout_s
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while not self._closed and (self._latest is None or self._latest.index <= self._last_index):
+                if self._fatal is not None:
+                    raise CameraError(
+                        f"{self.name}: frame grabber failed ({type(self._fatal).__name__}: {self._fatal})",
+                        "this is a bug in the source's read function; run with --debug for the traceback",
+                    ) from self._fatal
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise self._stalled(first, timeout_s)
+                self._cond.wait(remaining)
+            if self._closed:
+                raise StopIteration
+            frame = self._latest
+        skipped = frame.index - self._last_index - 1
+        self._last_index = frame.index
+        self._counters.add(delivered=1, skipped=skipped)
+        return frame
+
+    def _stalled(self, first: bool, timeout_s: float) -> CameraError:
+        why = f"; last error: {self._last_error}" if self._last_error else ""
+        if first:
+            return CameraError(
+                f"{self.name}: opened but delivered no frame within {timeout_s:g} s{why}",
+                "check the camera/stream is live; slow streams may need a larger open_timeout_s=",
+            )
+        return CameraError(
+            f"{self.name}: camera stopped delivering frames (none for {timeout_s:g} s){why}",
+            "check the cable, power or network; pass timeout_s= to wait longer",
+        )
+
+    def close(self) -> None:
+        """Stop the grabber and wake a waiting consumer. Returns after at most
+        ``join_timeout_s``; a grabber stuck in a blocking read releases the device itself
+        when that read returns."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(self._join_timeout_s)

@@ -1,0 +1,106 @@
+"""OpenCV sources: USB/V4L2 cameras and network streams through ``cv2.VideoCapture``, each
+read by a grabber thread that keeps only the newest frame."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import cv2
+import numpy as np
+
+from edgekit.camera.base import DEFAULT_OPEN_TIMEOUT_S, DEFAULT_TIMEOUT_S, LatestFrameSource, parse_size
+from edgekit.errors import CameraError
+
+
+def _fourcc_str(value: float) -> str:
+    code = int(value)
+    chars = "".join(chr((code >> (8 * i)) & 0xFF) for i in range(4))
+    return chars if chars.isprintable() and code else ""
+
+
+class OpenCVSource(LatestFrameSource):
+    """Any source ``cv2.VideoCapture`` can open (USB/V4L2 device, RTSP/HTTP URL, even a
+    file), read by a grabber thread that keeps only the newest frame.
+
+    Args:
+        source: a device index, a URL or path, or an already-open capture-like object with
+            ``read()`` and ``release()`` (and optionally ``isOpened()``/``get()``/``set()``).
+        api: OpenCV backend (``cv2.CAP_V4L2``, ``cv2.CAP_FFMPEG``, ...); default any.
+        fourcc: pixel format to ask a device for, e.g. ``"MJPG"`` (USB cameras deliver far
+            higher frame rates compressed than as raw YUYV over USB 2).
+        size: ``(width, height)`` or ``"WxH"`` to request; the camera may pick another size,
+            ``stats()["size"]`` says what it delivers.
+        fps: frame rate to request.
+        buffer_size: driver queue length (1 = lowest latency; ignored by files/FFMPEG).
+        params: extra ``cv2.VideoCapture`` open parameters (``[prop, value, ...]``).
+        timeout_s, open_timeout_s: see :class:`LatestFrameSource`.
+
+    Raises:
+        CameraError: when the capture does not open (``cv2.VideoCapture`` itself raises
+            nothing and returns at once with ``isOpened()`` False when no camera is there).
+    """
+
+    kind = "opencv"
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        api: int | None = None,
+        fourcc: str | None = None,
+        size: Any = None,
+        fps: float | None = None,
+        buffer_size: int | None = None,
+        params: list[int] | None = None,
+        name: str | None = None,
+        hint: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        open_timeout_s: float = DEFAULT_OPEN_TIMEOUT_S,
+    ):
+        label = name or (f"camera {source}" if isinstance(source, (int, str)) else type(source).__name__)
+        if hasattr(source, "read"):
+            cap = source
+        else:
+            try:
+                cap = cv2.VideoCapture(source, cv2.CAP_ANY if api is None else api, list(params or []))
+            except cv2.error as exc:
+                raise CameraError(f"{label}: cannot open ({exc})", hint) from exc
+        if not getattr(cap, "isOpened", lambda: True)():
+            cap.release()
+            raise CameraError(f"{label}: cannot open", hint or "check the device or URL")
+        try:
+            info = _configure_capture(cap, fourcc=fourcc, size=parse_size(size), fps=fps, buffer_size=buffer_size)
+        except Exception:
+            cap.release()
+            raise
+        super().__init__(cap.read, name=label, release=cap.release, timeout_s=timeout_s, open_timeout_s=open_timeout_s)
+        self._info.update(info)
+
+
+def _configure_capture(cap: Any, *, fourcc, size, fps, buffer_size) -> dict[str, Any]:
+    """Request settings on an open capture and return what it actually reports."""
+    if not (hasattr(cap, "set") and hasattr(cap, "get")):
+        return {}  # a plain read()/release() object: nothing to request or report
+    # V4L2 applies these in order; the pixel format must come before the size, or the driver
+    # may reject a size that only exists for MJPG.
+    if fourcc:
+        cap.set(cv2.CAP_PROP_FOURCC, cv2.VideoWriter_fourcc(*fourcc))
+    if size:
+        cap.set(cv2.CAP_PROP_FRAME_WIDTH, size[0])
+        cap.set(cv2.CAP_PROP_FRAME_HEIGHT, size[1])
+    if fps:
+        cap.set(cv2.CAP_PROP_FPS, fps)
+    if buffer_size:
+        cap.set(cv2.CAP_PROP_BUFFERSIZE, buffer_size)
+    info: dict[str, Any] = {}
+    with_backend = getattr(cap, "getBackendName", None)
+    if with_backend is not None:
+        with contextlib.suppress(cv2.error):
+            info["backend"] = with_backend()
+    nominal = cap.get(cv2.CAP_PROP_FPS)
+    info["nominal_fps"] = float(nominal) if nominal and np.isfinite(nominal) and 0 < nominal < 1000 else None
+    fcc = _fourcc_str(cap.get(cv2.CAP_PROP_FOURCC))
+    if fcc:
+        info["fourcc"] = fcc
+    return info
