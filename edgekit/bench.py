@@ -56,6 +56,7 @@ class BenchConfig:
     max_cv: float = 0.25
     frames: int = 32
     camera: str | None = None
+    camera_options: dict[str, Any] = field(default_factory=dict)  # open_camera(camera, **camera_options)
     frame_size: tuple[int, int] = (640, 360)
     profile: bool = False
     runtime_options: dict[str, Any] = field(default_factory=dict)
@@ -331,12 +332,15 @@ def synthetic_frames(n: int = 32, size: tuple[int, int] = (640, 360), seed: int 
     return frames
 
 
-def camera_frames(uri: str, n: int = 32) -> list[np.ndarray]:
-    """The first ``n`` usable frames of a camera, held in memory so every variant sees the same ones."""
+def camera_frames(uri: str, n: int = 32, **options: Any) -> list[np.ndarray]:
+    """The first ``n`` usable frames of a camera, held in memory so every variant sees the same ones.
+
+    ``options`` go to :func:`edgekit.camera.open_camera` (``fps``, ``size``...).
+    """
     from edgekit.camera import open_camera
     from edgekit.pipeline import is_valid_frame
 
-    source = open_camera(uri)
+    source = open_camera(uri, **options)
     try:
         frames = [f.array.copy() for f in itertools.islice(source, n) if is_valid_frame(f.array)]
     finally:
@@ -465,7 +469,7 @@ def run_bench(
     say = progress or (lambda _line: None)
     pairs = expand_variants(models, variants)
     frames = (
-        camera_frames(config.camera, config.frames)
+        camera_frames(config.camera, config.frames, **config.camera_options)
         if config.camera
         else synthetic_frames(config.frames, config.frame_size)
     )

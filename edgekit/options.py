@@ -137,6 +137,44 @@ def add_deprecated_alias(parser: Any, old: str, new: str, flag: bool = False) ->
                         default=argparse.SUPPRESS, **extra)
 
 
+def camera_help(fallback: str) -> str:
+    """``--camera`` help listing the URI forms :mod:`edgekit.camera` knows (``fallback`` if it cannot say)."""
+    import edgekit.camera
+
+    forms_of = getattr(edgekit.camera, "camera_uri_forms", None)  # newer camera packages generate the list
+    forms = forms_of() if callable(forms_of) else None
+    text = forms if isinstance(forms, str) else ", ".join(forms) if forms else fallback
+    return "camera URI: " + text.replace("%", "%%")  # argparse formats help with %
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """An argparse type for ``KEY=VALUE`` (the value may itself hold '=')."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key.strip(), value
+
+
+def add_camera_options(parser: Any, config_table: str | None = None) -> None:
+    """``--camera-option KEY=VALUE`` / ``-O``: options for :func:`edgekit.camera.open_camera`, repeatable."""
+    parser.add_argument(
+        "-O",
+        "--camera-option",
+        dest="camera_option",
+        action="append",
+        type=key_value,
+        metavar="KEY=VALUE",
+        help="camera source option, e.g. -O fps=30 -O size=640x480; repeatable"
+        + (f" (config: [{config_table}] options)" if config_table else ""),
+    )
+
+
+def camera_options(args: argparse.Namespace) -> dict[str, str]:
+    """The ``--camera-option`` items as keyword arguments for ``open_camera`` (strings; the source
+    coerces them). A key given twice keeps its last value, as on any command line."""
+    return dict(getattr(args, "camera_option", None) or [])
+
+
 def runtime_options(args: argparse.Namespace) -> dict[str, Any]:
     """The :func:`~edgekit.model.open_model` keyword overrides the user gave on the command line.
 

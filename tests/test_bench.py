@@ -240,3 +240,28 @@ def test_skip_unavailable_leaves_out_what_cannot_run_here(models, tmp_path, caps
     cap = capsys.readouterr()
     assert "light.onnx" in cap.out and "demo-edgetpu" not in cap.out
     assert "warning: skipped demo-edgetpu: model_int8.tflite is compiled for the Edge TPU" in cap.err
+
+
+def test_camera_options_reach_the_bench_camera(models, monkeypatch):
+    from edgekit import camera
+    from edgekit.camera import Frame
+
+    seen = {}
+
+    class TwoFrames:
+        def __iter__(self):
+            return iter([Frame(f, 0, i) for i, f in enumerate(synthetic_frames(2, (160, 90)))])
+
+        def close(self):
+            pass
+
+    def open_camera(uri, **options):
+        seen.update(uri=uri, options=options)
+        return TwoFrames()
+
+    monkeypatch.setattr(camera, "open_camera", open_camera)
+    argv = ["bench", str(models["onnx"]), "--camera", "v4l2:1", "-O", "fps=30", "--frames", "2"]
+    assert cli([*argv, "--min-duration", "0.02", "--min-count", "5", "--repeats", "1"]) == 0
+    assert seen == {"uri": "v4l2:1", "options": {"fps": "30"}}
+    with pytest.raises(SystemExit):
+        cli(["bench", str(models["onnx"]), "--camera", "v4l2:1", "-O", "=30"])

@@ -90,3 +90,27 @@ def test_serve_threads_zero_still_means_the_runtime_default():
     assert "num_threads" not in model_options(build_config(parse("serve", "--threads", "0")))
     with pytest.raises(SystemExit):
         parse("run", "m", "--camera", "synthetic", "--threads", "0")
+
+
+def test_serve_camera_options_override_the_files_keys(tmp_path):
+    from edgekit.commands.serve import build_config
+
+    path = tmp_path / "serve.toml"
+    path.write_text('[camera]\nuri = "v4l2:0"\noptions = { fps = 30, fourcc = "MJPG" }\n', encoding="utf-8")
+    config = build_config(parse("serve", "--config", str(path), "-O", "fps=15", "--camera-option", "size=640x480"))
+    assert config.camera.options == {"fps": "15", "fourcc": "MJPG", "size": "640x480"}
+    assert build_config(parse("serve", "--config", str(path))).camera.options == {"fps": 30, "fourcc": "MJPG"}
+    with pytest.raises(SystemExit):
+        parse("serve", "-O", "fps")
+
+
+def test_camera_help_lists_the_camera_packages_uri_forms(monkeypatch):
+    import edgekit.camera
+    from edgekit.options import camera_help
+
+    monkeypatch.setattr(edgekit.camera, "camera_uri_forms", lambda: ["v4l2:N", "synthetic[:WxH[@fps]]"],
+                        raising=False)
+    assert camera_help("file:clip.mp4") == "camera URI: v4l2:N, synthetic[:WxH[@fps]]"
+    assert "synthetic[:WxH[@fps]]" in build_parser("run")._subparsers._group_actions[0].choices["run"].format_help()
+    monkeypatch.delattr(edgekit.camera, "camera_uri_forms")
+    assert camera_help("file:clip.mp4") == "camera URI: file:clip.mp4"  # an older camera package

@@ -278,3 +278,26 @@ def test_real_process_exits_and_sigint_is_clean(bundle):
             p.kill()
     assert p.returncode == 0, err
     assert "interrupted" in out and "Traceback" not in err
+
+
+def test_camera_options_reach_open_camera(bundle, capsys, monkeypatch):
+    seen = {}
+
+    def open_camera(uri, **options):
+        seen.update(uri=uri, options=options)
+        return ScriptedSource(3)
+
+    monkeypatch.setattr(camera, "open_camera", open_camera)
+    argv = ["run", str(bundle), "--camera", "v4l2:0", "-O", "fps=30", "--camera-option", "fourcc=MJPG", "--json"]
+    assert cli([*argv, "-O", "size=640x480", "-O", "fps=15"]) == 0
+    # Strings: the source coerces them to the types it declares; the last of a repeated key wins.
+    assert seen == {"uri": "v4l2:0", "options": {"fps": "15", "fourcc": "MJPG", "size": "640x480"}}
+    capsys.readouterr()
+    assert cli(["run", str(bundle), "--camera", "v4l2:0"]) == 0
+    assert seen["options"] == {}  # no -O: nothing passed, the source's defaults stand
+
+
+def test_malformed_camera_option_is_a_usage_error(bundle, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli(["run", str(bundle), "--camera", "synthetic", "-O", "fps"])
+    assert exc.value.code == 2 and "not KEY=VALUE" in capsys.readouterr().err

@@ -11,7 +11,15 @@ from pathlib import Path
 from edgekit.bench import BenchConfig, _jsonable, evaluate, format_eval, format_profile, run_bench, write_plots
 from edgekit.errors import UsageError
 from edgekit.metrics import machine_context
-from edgekit.options import add_bundle_options, add_runtime_options, at_least, runtime_options
+from edgekit.options import (
+    add_bundle_options,
+    add_camera_options,
+    add_runtime_options,
+    at_least,
+    camera_help,
+    camera_options,
+    runtime_options,
+)
 from edgekit.runtime import describe_runtime
 
 
@@ -30,7 +38,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     src = parser.add_mutually_exclusive_group()
     src.add_argument("--synthetic", action="store_true", help="synthetic frames (the default input)")
-    src.add_argument("--camera", metavar="URI", help="take --frames frames from this camera and replay them")
+    src.add_argument(
+        "--camera",
+        metavar="URI",
+        help=camera_help("file:clip.mp4, folder:DIR, v4l2:N, rtsp://...")
+        + "; --frames frames are taken from it and replayed",
+    )
+    add_camera_options(parser)
     parser.add_argument(
         "--frames", type=at_least(1), default=32, help="frames held in memory and replayed (default 32)"
     )
@@ -91,6 +105,7 @@ def main(args: argparse.Namespace) -> int:
         max_cv=args.max_cv,
         frames=args.frames,
         camera=args.camera,
+        camera_options=camera_options(args),
         profile=args.profile,
         skip_unavailable=args.skip_unavailable,
         runtime_options=options,

@@ -18,7 +18,15 @@ import time
 from typing import Any, TextIO
 
 from edgekit.errors import CameraError, UsageError
-from edgekit.options import add_bundle_options, add_runtime_options, at_least, runtime_options
+from edgekit.options import (
+    add_bundle_options,
+    add_camera_options,
+    add_runtime_options,
+    at_least,
+    camera_help,
+    camera_options,
+    runtime_options,
+)
 from edgekit.runtime import describe_runtime
 
 
@@ -29,8 +37,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--camera",
         required=True,
         metavar="URI",
-        help="file:clip.mp4, folder:DIR, synthetic[:WxH[@fps]], v4l2:N, rtsp://...",
+        help=camera_help("file:clip.mp4, folder:DIR, synthetic[:WxH[@fps]], v4l2:N, rtsp://..."),
     )
+    add_camera_options(parser)
     parser.add_argument("--model", dest="variant", metavar="VARIANT", help="which model of the bundle (fp32, int8...)")
     add_runtime_options(parser)
     add_bundle_options(parser)
@@ -65,7 +74,7 @@ def main(args: argparse.Namespace) -> int:
         _print_header(model, info, args, out if args.json else log)
         from edgekit.camera import open_camera
 
-        source = open_camera(args.camera)
+        source = open_camera(args.camera, **camera_options(args))
         pipeline = Pipeline(model.runtime, model.labels, top_k=args.top_k, warmup=args.warmup)
         interrupted = False
         error: CameraError | None = None

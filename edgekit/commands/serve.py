@@ -11,7 +11,15 @@ from typing import Any
 
 from edgekit.camera import redact_uri
 from edgekit.errors import UsageError
-from edgekit.options import add_deprecated_alias, add_runtime_options, config_values, runtime_options
+from edgekit.options import (
+    add_camera_options,
+    add_deprecated_alias,
+    add_runtime_options,
+    camera_help,
+    camera_options,
+    config_values,
+    runtime_options,
+)
 from edgekit.serve.config import ServeConfig, load_config, override, parse_address
 from edgekit.serve.daemon import Daemon
 
@@ -28,7 +36,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_runtime_options(parser, config_table="model")
     add_deprecated_alias(parser, "--edgetpu-device", "--device")
     parser.add_argument("--top-k", type=int, help="classes per result (config: [model] top_k)")
-    parser.add_argument("--camera", metavar="URI", help="camera, e.g. v4l2:0, picamera2, a file (config: [camera] uri)")
+    parser.add_argument("--camera", metavar="URI",
+                        help=camera_help("v4l2:0, picamera2, a file") + " (config: [camera] uri)")
+    add_camera_options(parser, config_table="camera")
     parser.add_argument("--output", metavar="PATH",
                         help="JSON lines: '-' stdout, 'off', or a file (config: [output] jsonl)")
     parser.add_argument("--mqtt", metavar="HOST[:PORT]",
@@ -58,6 +68,8 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     config = override(config, "model", path=flag("model_path"), name=flag("model_name"), labels=flag("labels"),
                       top_k=flag("top_k"), **config_values(runtime_options(args)))
     config = override(config, "camera", uri=flag("camera"))
+    if camera_options(args):  # each flag replaces one key of the file's [camera] options
+        config = override(config, "camera", options={**config.camera.options, **camera_options(args)})
     config = override(config, "output", jsonl=off(flag("output")))
     mqtt = off(flag("mqtt"))
     if mqtt:
