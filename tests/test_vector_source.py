@@ -190,6 +190,29 @@ def test_close_from_another_thread_ends_iteration_cleanly():
         assert time.monotonic() - t0 < 3 and count >= 3
 
 
+def test_close_wakes_a_consumer_waiting_on_a_quiet_camera_and_fps_needs_two_frames():
+    one = [np.zeros((360, 640, 3), np.uint8)]
+    with FakeVector(one, fps=20, loop=False) as fake:  # one frame, then nothing new
+        cam = VectorSource(fake.serial, config_home=fake.home, frame_timeout_s=30.0, **FAST).open()
+        seen = []
+        closed_at = []
+
+        def close_soon() -> None:
+            closed_at.append(time.monotonic())
+            cam.close()
+
+        for frame in cam:
+            seen.append(frame.index)
+            threading.Timer(0.3, close_soon).start()
+        ended = time.monotonic()
+        stats = cam.stats()
+    assert seen == [1]
+    assert ended - closed_at[0] < 1.0  # woken by close(), not by the 30 s frame timeout
+    # one image is no interval: the rates are None (unmeasured), not 0
+    assert stats["camera_fps"] is None and stats["recent_fps"] is None
+    assert stats["received"] == stats["delivered"] == 1 and stats["skipped"] == 0
+
+
 def test_stalled_camera_is_reported():
     one = [np.zeros((360, 640, 3), np.uint8)]
     with FakeVector(one, fps=20, loop=False) as fake:  # one frame, then the camera goes quiet

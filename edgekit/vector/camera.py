@@ -1,9 +1,9 @@
 """Vector's camera as an edgekit FrameSource (``--camera vector:SERIAL``).
 
 The SDK streams 640x360 JPEG frames (about 15 fps on a real robot) and decodes each one
-on its connection thread. This source keeps only the newest decoded image: a slow
-consumer gets the latest frame and the ones it missed are counted as skipped, never
-queued.
+on its connection thread. This source keeps only the newest decoded image (in edgekit's
+one newest-frame mailbox, :class:`~edgekit.camera.mailbox.FrameMailbox`): a slow consumer
+gets the latest frame and the ones it missed are counted as skipped, never queued.
 
 >>> with VectorSource("00e20100") as cam:                    # doctest: +SKIP
 ...     for frame in cam:                                  # Frame(array BGR uint8, t_capture_ns, index)
@@ -22,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from edgekit import metrics
 from edgekit.camera import Frame
+from edgekit.camera.mailbox import FrameMailbox
 from edgekit.vector import connection
 from edgekit.vector.connection import VectorError
 
@@ -71,9 +73,10 @@ class VectorSource:
         self.max_reconnects = max_reconnects
         self.backoff_s = backoff_s
         self._robot: Any = None
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()  # guards the counters and arrival times below
         self._closed = threading.Event()
-        self._latest: tuple[int, Any, int] | None = None  # (index, PIL image, t_capture_ns)
+        # holds (index, PIL image, t_capture_ns), or _CLOSED once close() was called
+        self._mailbox = FrameMailbox()
         self._received = 0
         self._delivered = 0
         self._reconnects = 0
@@ -107,7 +110,7 @@ class VectorSource:
         except Exception as exc:
             connection.disconnect(robot)
             raise connection.translate(exc, self.serial, connected=True) from exc
-        with self._cond:
+        with self._lock:
             self._last_activity = time.perf_counter_ns()  # the frame timeout runs from connect
         if self._closed.is_set():  # close() was called from another thread while connecting
             connection.disconnect(robot)
@@ -120,14 +123,15 @@ class VectorSource:
         now_ns = time.perf_counter_ns()
         # CameraImage stamps time.time() when the SDK finished decoding; move it onto our clock
         age_ns = max(0, int((time.time() - image.image_recv_time) * 1e9))
-        with self._cond:
+        with self._lock:
             self._received += 1
             self._arrivals.append(now_ns)
             if self._first_arrival is None:
                 self._first_arrival = now_ns
             self._last_arrival = self._last_activity = now_ns
-            self._latest = (self._received, image.raw_image, now_ns - age_ns)
-            self._cond.notify_all()
+            index = self._received
+        # an untaken older image is replaced: skipped, counted as received - delivered
+        self._mailbox.put((index, image.raw_image, now_ns - age_ns))
 
     @property
     def robot(self) -> Any:
@@ -138,9 +142,8 @@ class VectorSource:
     # ---- iteration -------------------------------------------------------------------
     def __iter__(self) -> Iterator[Frame]:
         self.open()
-        last_index = 0
         while True:
-            item = self._wait_newer(last_index)
+            item = self._wait_newer()
             if item is None:
                 return  # closed
             if isinstance(item, VectorError):
@@ -150,30 +153,27 @@ class VectorSource:
                 self._reconnect(item)
                 continue
             index, image, t_ns = item
-            last_index = index
-            with self._cond:
+            with self._lock:
                 self._delivered += 1
             yield Frame(array=_to_bgr(image), t_capture_ns=t_ns, index=index)
 
-    def _wait_newer(self, last_index: int) -> tuple[int, Any, int] | VectorError | None:
-        """Block until an image newer than ``last_index`` arrives, the source is closed (None),
-        or the connection is found dead (a VectorError)."""
-        with self._cond:
-            while not self._closed.is_set():
-                if self._latest is not None and self._latest[0] > last_index:
-                    return self._latest
-                self._cond.wait(0.2)
-                if self._latest is not None and self._latest[0] > last_index:
-                    return self._latest
-                if self._closed.is_set():
-                    break
-                problem = self._health()
-                if problem is not None:
-                    return problem
+    def _wait_newer(self) -> tuple[int, Any, int] | VectorError | None:
+        """Block until an image not yet delivered arrives, the source is closed (None), or
+        the connection is found dead (a VectorError)."""
+        while not self._closed.is_set():
+            # a short wait, so a dead feed is noticed while no image arrives
+            item = self._mailbox.take(0.2)
+            if item is _CLOSED or self._closed.is_set():
+                break
+            if item is not None:
+                return item
+            problem = self._health()
+            if problem is not None:
+                return problem
         return None
 
     def _health(self) -> VectorError | None:
-        """Called with the lock held while waiting: why the feed is dead, or None."""
+        """Called while waiting for an image: why the feed is dead, or None."""
         task = getattr(getattr(self._robot, "_camera", None), "_camera_feed_task", None)
         # the SDK's feed task ends (with the grpc error) when the robot drops the stream
         if task is not None and task.done():
@@ -184,8 +184,10 @@ class VectorSource:
                 f"Vector {self.serial} stopped streaming camera frames{detail}",
                 "check the robot is on and on the network; reconnect=True retries automatically",
             )
-        if self._last_activity is not None and self.frame_timeout_s:
-            idle_s = (time.perf_counter_ns() - self._last_activity) / 1e9
+        with self._lock:
+            last_activity = self._last_activity
+        if last_activity is not None and self.frame_timeout_s:
+            idle_s = (time.perf_counter_ns() - last_activity) / 1e9
             if idle_s > self.frame_timeout_s:
                 return VectorError(
                     "stalled",
@@ -215,7 +217,7 @@ class VectorSource:
                     ) from exc
                 delay = min(delay * 2, longest)
                 continue
-            with self._cond:
+            with self._lock:
                 self._reconnects += 1
             return
 
@@ -240,29 +242,28 @@ class VectorSource:
         the last 300; ``received``, ``delivered``, ``skipped`` (received but superseded
         before the consumer asked), ``reconnects``.
         """
-        with self._cond:
+        with self._lock:
             arrivals = list(self._arrivals)
             received, delivered = self._received, self._delivered
             first, last = self._first_arrival, self._last_arrival
-
-        def fps(n: int, span_ns: int | None) -> float | None:
-            return (n - 1) / (span_ns / 1e9) if n > 1 and span_ns else None
-
+            reconnects = self._reconnects
+        span_ns = last - first if first is not None and last is not None else 0
+        # None, not 0.0, while there is no interval to measure yet
         return {
-            "camera_fps": fps(received, (last - first) if first is not None and last else None),
-            "recent_fps": fps(len(arrivals), arrivals[-1] - arrivals[0] if arrivals else None),
+            "camera_fps": metrics.rate(received, span_ns) or None,
+            "recent_fps": metrics.fps(arrivals) or None,
             "received": received,
             "delivered": delivered,
             "skipped": received - delivered,
-            "reconnects": self._reconnects,
+            "reconnects": reconnects,
         }
 
     def close(self) -> None:
         """Stop the feed, release behaviour control and disconnect; idempotent, never hangs."""
         self._closed.set()
         connection.forget_at_exit(self)
-        with self._cond:
-            self._cond.notify_all()
+        # wakes a waiting iteration at once (a marker, so no wake-up can be missed)
+        self._mailbox.put(_CLOSED)
         robot, self._robot = self._robot, None
         if robot is not None:
             connection.disconnect(robot)
@@ -272,6 +273,9 @@ class VectorSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_CLOSED = object()  # put in the mailbox by close(): the iteration ends
 
 
 def _to_bgr(image: Any) -> np.ndarray:
