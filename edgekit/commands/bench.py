@@ -8,9 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from edgekit.bench import BenchConfig, _jsonable, evaluate, format_eval, format_profile, run_bench, write_plots
 from edgekit.errors import UsageError
-from edgekit.metrics import machine_context
 from edgekit.options import (
     add_bundle_options,
     add_camera_options,
@@ -20,7 +18,6 @@ from edgekit.options import (
     camera_options,
     runtime_options,
 )
-from edgekit.runtime import describe_runtime
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -76,7 +73,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the benchmark (or the accuracy evaluation) and print the table."""
-    options = runtime_options(args)
     for flag in ("json", "csv", "plot"):
         # fail before minutes of measuring, not after
         target = getattr(args, flag)
@@ -86,16 +82,9 @@ def main(args: argparse.Namespace) -> int:
                 "choose an existing, writable directory",
             )
     if args.eval:
-        results = evaluate(args.models, args.eval, args.variants, options, args.labels)
-        print(format_eval(results))
-        if args.json:
-            Path(args.json).write_text(
-                json.dumps(
-                    {"machine": machine_context(), "eval": [r.__dict__ for r in results]}, indent=1, default=_jsonable
-                )
-                + "\n"
-            )
-        return 0
+        return _evaluate(args)
+    from edgekit.bench import BenchConfig, run_bench
+
     config = BenchConfig(
         min_duration_s=args.min_duration,
         min_count=args.min_count,
@@ -108,7 +97,7 @@ def main(args: argparse.Namespace) -> int:
         camera_options=camera_options(args),
         profile=args.profile,
         skip_unavailable=args.skip_unavailable,
-        runtime_options=options,
+        runtime_options=runtime_options(args),
         labels=args.labels,
     )
 
@@ -116,6 +105,29 @@ def main(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)
 
     report = run_bench(args.models, config, args.variants, progress)
+    _print_report(report, args)
+    return 0 if report.valid else 1
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    """``--eval DIR``: the accuracy table (and the JSON report with ``--json``)."""
+    from edgekit.accuracy import evaluate, format_eval
+    from edgekit.bench_report import jsonable
+    from edgekit.metrics import machine_context
+
+    results = evaluate(args.models, args.eval, args.variants, runtime_options(args), args.labels)
+    print(format_eval(results))
+    if args.json:
+        report = {"machine": machine_context(), "eval": [r.__dict__ for r in results]}
+        Path(args.json).write_text(json.dumps(report, indent=1, default=jsonable) + "\n")
+    return 0
+
+
+def _print_report(report, args: argparse.Namespace) -> None:
+    """The machine line, what runs each variant, the table, profiles, warnings and files written."""
+    from edgekit.bench_report import format_profile
+    from edgekit.runtime import describe_runtime
+
     m = report.machine
     print(
         f"machine: {m['cpu_model']}, {m['cores_usable']}/{m['cores']} cores, "
@@ -135,5 +147,6 @@ def main(args: argparse.Namespace) -> int:
     if args.csv:
         print(f"csv: {report.write_csv(args.csv)}")
     if args.plot:
+        from edgekit.bench_plots import write_plots
+
         print("plots: " + ", ".join(str(p) for p in write_plots(report, args.plot)))
-    return 0 if report.valid else 1

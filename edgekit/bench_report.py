@@ -1,0 +1,300 @@
+"""What ``edgekit bench`` measured, and how it is shown: the report, its table, JSON and CSV,
+noise warnings and per-op profiles. Plots are in :mod:`edgekit.bench_plots`.
+
+:func:`edgekit.bench.run_bench` fills a :class:`BenchReport`; nothing here measures.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgekit.metrics import LatencySummary, summarize
+
+REPEAT_SPREAD_BOUND = 0.05
+"""Warn when the per-repeat medians of a variant vary more than this (coefficient of variation)."""
+
+
+@dataclass
+class RunResult:
+    """One SingleStream run of one variant."""
+
+    repeat: int
+    valid: bool
+    duration_s: float
+    summary: dict[str, Any]
+    samples_ms: dict[str, list[float]]
+    t_s: list[float]
+
+    def stage(self, name: str = "inference") -> LatencySummary:
+        """Latency statistics of one stage of this run (warm-up excluded)."""
+        return summarize(int(v * 1e6) for v in self.samples_ms[name])
+
+
+@dataclass
+class VariantResult:
+    """Everything measured for one variant across repeats."""
+
+    name: str
+    path: str
+    variant: str | None
+    precision: str | None
+    target: str | None
+    runtime: dict[str, Any]
+    init_ms: float | None = None
+    first_inference_ms: float | None = None
+    runs: list[RunResult] = field(default_factory=list)
+    profile: dict[str, Any] | None = None
+
+    @property
+    def valid(self) -> bool:
+        """Every repeat reached both minimums (and there was at least one)."""
+        return bool(self.runs) and all(r.valid for r in self.runs)
+
+    def samples(self, stage: str = "inference") -> list[float]:
+        """All kept samples of a stage (ms) across repeats, in run order."""
+        return [v for r in self.runs for v in r.samples_ms[stage]]
+
+    def pooled(self, stage: str = "inference") -> LatencySummary:
+        """Statistics of a stage over every repeat's samples together."""
+        return summarize(int(v * 1e6) for v in self.samples(stage))
+
+    def repeat_p50s(self) -> list[float]:
+        """The inference median of each repeat (their spread shows drift of the machine)."""
+        return [r.stage().p50_ms for r in self.runs]
+
+    def fps(self) -> float:
+        """Median of the repeats' frame rates."""
+        rates = [r.summary["fps"] for r in self.runs if r.summary["fps"]]
+        return statistics.median(rates) if rates else 0.0
+
+
+@dataclass
+class BenchReport:
+    """The result of :func:`run_bench`: variants in the order given, first = reference."""
+
+    config: Any  # the edgekit.bench.BenchConfig of the run
+    machine: dict[str, Any]
+    variants: list[VariantResult]
+    started: str
+    warnings: list[str] = field(default_factory=list)
+
+    def ratio(self, v: VariantResult, stat: str = "p50_ms") -> float:
+        """Latency of ``v`` divided by the first variant's (below 1: faster than the reference)."""
+        ref = getattr(self.variants[0].pooled(), stat)
+        return getattr(v.pooled(), stat) / ref if ref else float("nan")
+
+    @property
+    def valid(self) -> bool:
+        """Every variant is valid."""
+        return all(v.valid for v in self.variants)
+
+    def table(self) -> str:
+        """The side-by-side table (inference latency, end-to-end p50, FPS, ratios)."""
+        head = (
+            f"{'variant':<26}{'runtime':<34}{'runs x n':>11}{'p50':>9}{'p90':>9}{'p99':>9}{'mean':>9}"
+            f"{'cv':>6}{'e2e p50':>9}{'fps':>9}{'p50 x':>8}{'p90 x':>8}  valid"
+        )
+        lines = [head, "-" * len(head)]
+        for v in self.variants:
+            s = v.pooled()
+            n = f"{len(v.runs)} x {round(s.count / max(1, len(v.runs)))}"
+            lines.append(
+                f"{v.name[:25]:<26}{short_runtime(v.runtime)[:33]:<34}{n:>11}{s.p50_ms:>9.3f}{s.p90_ms:>9.3f}"
+                f"{s.p99_ms:>9.3f}{s.mean_ms:>9.3f}{s.cv:>6.2f}{v.pooled('end_to_end').p50_ms:>9.3f}"
+                f"{v.fps():>9.1f}{self.ratio(v):>7.2f}x{self.ratio(v, 'p90_ms'):>7.2f}x  {'yes' if v.valid else 'NO'}"
+            )
+        lines.append(
+            "latency in ms (inference stage, warm-up excluded, repeats pooled); "
+            "ratios = latency / first variant's (below 1 = faster)"
+        )
+        return "\n".join(lines)
+
+    def to_dict(self, samples: bool = True) -> dict[str, Any]:
+        """JSON-ready report; ``samples`` includes every raw latency sample (ms)."""
+        from edgekit._version import __version__
+
+        out = {
+            "edgekit": __version__,
+            "started": self.started,
+            "config": {k: v for k, v in self.config.__dict__.items()},
+            "machine": self.machine,
+            "valid": self.valid,
+            "warnings": self.warnings,
+            "variants": [],
+        }
+        for v in self.variants:
+            out["variants"].append(
+                {
+                    "name": v.name,
+                    "path": v.path,
+                    "variant": v.variant,
+                    "precision": v.precision,
+                    "target": v.target,
+                    "runtime": v.runtime,
+                    "init_ms": v.init_ms,
+                    "first_inference_ms": v.first_inference_ms,
+                    "valid": v.valid,
+                    "inference": v.pooled().to_dict(),
+                    "end_to_end": v.pooled("end_to_end").to_dict(),
+                    "preprocess": v.pooled("preprocess").to_dict(),
+                    "fps": v.fps(),
+                    "ratio_p50": self.ratio(v),
+                    "ratio_p90": self.ratio(v, "p90_ms"),
+                    "repeat_p50_ms": v.repeat_p50s(),
+                    "profile": v.profile,
+                    "runs": [
+                        {
+                            "repeat": r.repeat,
+                            "valid": r.valid,
+                            "duration_s": r.duration_s,
+                            "summary": r.summary,
+                            **({"samples_ms": r.samples_ms, "t_s": r.t_s} if samples else {}),
+                        }
+                        for r in v.runs
+                    ],
+                }
+            )
+        return out
+
+    def write_json(self, path: str | Path) -> Path:
+        """The full report with raw samples as JSON at ``path``; returns the path."""
+        path = Path(path)
+        path.write_text(json.dumps(self.to_dict(), indent=1, default=jsonable) + "\n")
+        return path
+
+    def write_csv(self, path: str | Path) -> Path:
+        """One row per variant and repeat, plus a pooled row (repeat ``all``) per variant."""
+        path = Path(path)
+        cols = [
+            "variant",
+            "repeat",
+            "valid",
+            "count",
+            "min_ms",
+            "mean_ms",
+            "std_ms",
+            "p50_ms",
+            "p90_ms",
+            "p95_ms",
+            "p99_ms",
+            "max_ms",
+            "cv",
+            "e2e_p50_ms",
+            "fps",
+            "ratio_p50",
+            "ratio_p90",
+        ]
+        with path.open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(cols)
+            for v in self.variants:
+                for r in v.runs:
+                    s = r.stage()
+                    w.writerow(
+                        [
+                            v.name,
+                            r.repeat,
+                            r.valid,
+                            s.count,
+                            *_stats(s),
+                            r.stage("end_to_end").p50_ms,
+                            r.summary["fps"],
+                            "",
+                            "",
+                        ]
+                    )
+                s = v.pooled()
+                w.writerow(
+                    [
+                        v.name,
+                        "all",
+                        v.valid,
+                        s.count,
+                        *_stats(s),
+                        v.pooled("end_to_end").p50_ms,
+                        v.fps(),
+                        self.ratio(v),
+                        self.ratio(v, "p90_ms"),
+                    ]
+                )
+        return path
+
+
+def _stats(s: LatencySummary) -> list[float]:
+    return [s.min_ms, s.mean_ms, s.std_ms, s.p50_ms, s.p90_ms, s.p95_ms, s.p99_ms, s.max_ms, s.cv]
+
+
+def jsonable(obj: Any) -> Any:
+    """``json.dumps(..., default=jsonable)``: numpy scalars, paths and tuples as plain JSON values."""
+    if isinstance(obj, (np.generic,)):
+        return obj.item()
+    if isinstance(obj, (Path, tuple)):
+        return str(obj) if isinstance(obj, Path) else list(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+def short_runtime(info: dict[str, Any]) -> str:
+    """``litert xnnpack 12/12 t2`` or ``onnxruntime CPU t1``: what ran, in a table cell."""
+    backend = str(info.get("backend", "?")).replace("ai_edge_litert", "litert")
+    if "delegate_requested" in info:
+        what = info["delegate_requested"]
+        what += f" {info['delegated_nodes']}/{info['total_nodes']}" if info.get("delegate_applied") else " (cpu)"
+    else:
+        what = ",".join(p.replace("ExecutionProvider", "") for p in info.get("providers_used", []))
+    threads = f" t{info['num_threads']}" if info.get("num_threads") else ""
+    return f"{backend} {what}{threads}"
+
+
+def noise_warnings(report: BenchReport) -> list[str]:
+    """Warnings for noisy or invalid variants: spread within runs and between repeats."""
+    out = []
+    cfg = report.config
+    for v in report.variants:
+        s = v.pooled()
+        if s.count and s.cv > cfg.max_cv:
+            out.append(
+                f"{v.name}: noisy, coefficient of variation {s.cv:.2f} > {cfg.max_cv:.2f} (close other "
+                "programs, set the governor to performance, or raise --min-duration)"
+            )
+        p50s = v.repeat_p50s()
+        if len(p50s) >= 2 and statistics.mean(p50s) > 0:
+            spread = statistics.stdev(p50s) / statistics.mean(p50s)
+            if spread > REPEAT_SPREAD_BOUND:
+                out.append(
+                    f"{v.name}: medians differ between repeats (cv {spread:.2f} > {REPEAT_SPREAD_BOUND}): "
+                    "the machine's speed drifted; compare ratios, not absolute times"
+                )
+        if not v.valid:
+            bad = sum(not r.valid for r in v.runs)
+            out.append(
+                f"{v.name}: {bad} run(s) invalid: --max-duration reached before --min-count frames "
+                "over --min-duration seconds"
+            )
+    return out
+
+
+def format_profile(v: VariantResult, top: int = 12) -> str:
+    """A variant's per-op profile as text."""
+    p = v.profile
+    if not p:
+        return f"{v.name}: no per-op profile for this runtime"
+    lines = [f"{v.name}: per-op profile ({p['kind']})"]
+    if p["kind"] == "measured":
+        lines.append(f"  {'op type':<24}{'calls':>8}{'total ms':>11}{'mean us':>10}{'share':>8}")
+        for r in p["ops"][:top]:
+            lines.append(
+                f"  {r['op_type']:<24}{r['calls']:>8}{r['total_ms']:>11.3f}{r['mean_us']:>10.1f}{r['share']:>8.1%}"
+            )
+        lines.append(f"  trace: {p['trace']} (profiling adds overhead to the latencies above)")
+    else:
+        lines.append(f"  {'op type':<24}{'count':>7}{'delegated':>11}{'cpu':>6}   ({p['note']})")
+        for r in p["ops"][:top]:
+            lines.append(f"  {r['op_type']:<24}{r['count']:>7}{r['delegated']:>11}{r['cpu']:>6}")
+    return "\n".join(lines)
