@@ -105,3 +105,13 @@ def test_bundle_cannot_name_a_function_of_an_adapter_module(demo_bundles, tmp_pa
     (copy / "edgekit.json").write_text(json.dumps(manifest))
     with pytest.raises(BundleError, match="unknown runtime adapter"):
         open_runtime(copy)
+
+
+def test_run_refuses_a_flag_the_adapter_does_not_take_and_accepts_flags_not_given(demo_bundles, capsys):
+    from edgekit.cli import main
+
+    cpu = str(demo_bundles["cpu"].bundle)
+    assert main(["run", cpu, "--camera", "synthetic", "--max-frames", "2", "--providers", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "LiteRTRuntime takes no option 'providers'" in err and "Traceback" not in err
+    assert main(["run", cpu, "--camera", "synthetic", "--max-frames", "2", "--threads", "1"]) == 0

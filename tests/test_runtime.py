@@ -13,7 +13,7 @@ import tflite_models
 from edgekit.bundle import BundleWriter
 from edgekit.errors import BackendUnavailable, BundleError, ModelError
 from edgekit.image import InputSpec, Preprocessor
-from edgekit.runtime import Runtime, open_runtime
+from edgekit.runtime import BACKENDS, Runtime, open_runtime
 from edgekit.runtime import litert as litert_mod
 from edgekit.runtime.litert import LiteRTRuntime, edgetpu_device_string, is_edgetpu_compiled
 from edgekit.runtime.onnxrt import OnnxRuntime, summarize_profile
@@ -308,3 +308,94 @@ def test_bundle_with_a_compiled_model_for_another_machine(models, tmp_path):
     b = write_bundle(tmp_path / "tpu", {"edgetpu": models["compiled"]}, target="edgetpu")
     with pytest.raises(ModelError, match="compiled for the Edge TPU"):
         open_runtime(b)
+
+
+# ---------------------------------------------------------------------------------------------
+# Options: every adapter declares what it takes; open_runtime refuses anything else
+
+
+def _with_options(bundle, runtime=None, entry=None):
+    """Edit a bundle's edgekit.json (not in its sha256 list) to carry other runtime options."""
+    path = bundle / "edgekit.json"
+    manifest = json.loads(path.read_text())
+    if runtime is not None:
+        manifest["runtime"]["options"] = runtime
+    if entry is not None:
+        manifest["models"][0]["runtime_options"] = entry
+    path.write_text(json.dumps(manifest))
+    return bundle
+
+
+def _one_line(exc) -> str:
+    assert "\n" not in exc.message
+    return exc.message
+
+
+def test_bundle_with_an_unknown_runtime_option_is_refused_naming_the_key(models, tmp_path):
+    b = _with_options(write_bundle(tmp_path / "b", {"fp32": models["fp32"]}), runtime={"num_thread": 2})
+    with pytest.raises(BundleError) as info:
+        open_runtime(b)
+    message = _one_line(info.value)
+    assert "'num_thread'" in message and "edgekit.json" in message
+    assert "num_threads" in message and "delegate" in message  # the options LiteRT takes
+    _with_options(b, runtime={}, entry={"providers": ["cpu"]})  # the model entry's options too
+    with pytest.raises(BundleError, match="takes no option 'providers'"):
+        open_runtime(b)
+    _with_options(b, runtime={"delegate": "gpu"}, entry={})  # and values it cannot use
+    with pytest.raises(BundleError, match="delegate='gpu' is not one of: xnnpack, none, edgetpu"):
+        open_runtime(b)
+
+
+def test_a_typo_in_a_python_keyword_is_an_error_naming_it(models, tmp_path):
+    from edgekit.errors import UsageError
+
+    b = write_bundle(tmp_path / "b", {"fp32": models["fp32"]})
+    with pytest.raises(UsageError) as info:
+        open_runtime(b, num_thread=1)
+    assert "'num_thread'" in _one_line(info.value) and info.value.hint == "did you mean 'num_threads'?"
+    with pytest.raises(UsageError, match="LiteRTRuntime takes no option 'providers'"):
+        open_runtime(models["fp32"], providers="cpu")  # an option of another adapter
+    with pytest.raises(UsageError, match="OnnxRuntime takes no option 'delegate'"):
+        open_runtime(models["onnx"], delegate="none")
+    with pytest.raises(UsageError, match="num_threads=0 must be at least 1"):
+        open_runtime(b, num_threads=0)
+    with pytest.raises(TypeError, match="num_thread"):  # the adapters themselves take no **kwargs
+        LiteRTRuntime(models["fp32"], num_thread=1)
+
+
+def test_options_from_the_command_line_may_be_text(models):
+    with open_runtime(models["onnx"], num_threads="1", providers="cpu", allow_fallback=False) as rt:
+        assert rt.describe()["providers_used"] == ["CPUExecutionProvider"]
+
+
+def test_tensorrt_device_must_be_a_cuda_index(tmp_path, models):
+    from edgekit.errors import UsageError
+
+    b = write_bundle(tmp_path / "b", {"onnx": models["onnx"]},
+                     runtime={"adapter": "edgekit.runtime.tensorrt:TensorRTRuntime", "options": {}})
+    with pytest.raises(UsageError, match="TensorRTRuntime option device='usb' must be int"):
+        open_runtime(b, device="usb")  # refused before TensorRT is even looked for
+
+
+@pytest.mark.parametrize("adapter", sorted({row.adapter for row in BACKENDS.values()})
+                         + ["edgekit.runtime.fake:FakeRuntime"])
+def test_declared_options_are_the_constructor_keywords(adapter):
+    import inspect
+
+    from edgekit.plugins import resolve
+
+    cls = resolve(adapter)
+    params = list(inspect.signature(cls).parameters.values())[2:]  # after the model (or fn) and input_spec
+    assert all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params)  # no **kwargs swallowing typos
+    assert [(o.name, o.default) for o in cls.OPTIONS] == [(p.name, p.default) for p in params]
+    for option in cls.OPTIONS:
+        assert option.problem(option.default) is None, option.name
+
+
+def test_backend_defaults_fit_their_adapters():
+    from edgekit.errors import UsageError
+    from edgekit.plugins import resolve
+    from edgekit.runtime import check_options
+
+    for row in BACKENDS.values():
+        check_options(resolve(row.adapter), row.defaults, UsageError)

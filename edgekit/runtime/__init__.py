@@ -13,9 +13,17 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from edgekit.image import InputSpec
-from edgekit.runtime.backends import BACKENDS, Backend, default_backend, install_hint, known_adapters
+from edgekit.runtime.backends import (
+    BACKENDS,
+    Backend,
+    Option,
+    check_options,
+    default_backend,
+    install_hint,
+    known_adapters,
+)
 
-__all__ = ["BACKENDS", "Backend", "Runtime", "describe_runtime", "open_runtime"]
+__all__ = ["BACKENDS", "Backend", "Option", "Runtime", "check_options", "describe_runtime", "open_runtime"]
 
 
 @runtime_checkable
@@ -53,9 +61,13 @@ def open_runtime(source: str | Path, model: str | None = None, backend: str | No
     :data:`BACKENDS`, e.g. ``"onnxruntime"`` or ``"tensorrt"``) swaps the adapter for models of
     the formats it runs; the bundle's adapter options are then not applied. A bundle that
     failed its accuracy gate is refused unless ``allow_rejected``.
+
+    Every option is checked against the adapter's ``OPTIONS``: one the adapter does not take,
+    or a value it cannot use, raises BundleError when edgekit.json holds it and UsageError when
+    the caller passed it, naming the key and the options the adapter takes.
     """
     from edgekit.bundle import load_bundle
-    from edgekit.errors import BundleError, ModelError, UsageError
+    from edgekit.errors import ModelError, UsageError
     from edgekit.plugins import resolve
 
     if backend is not None and backend not in BACKENDS:
@@ -63,20 +75,7 @@ def open_runtime(source: str | Path, model: str | None = None, backend: str | No
     path = Path(source)
     if path.is_dir():
         bundle = load_bundle(path, allow_rejected=allow_rejected)
-        entry = bundle.model(model)
-        fmt = entry.format
-        adapter = bundle.runtime.get("adapter", BACKENDS["litert"].adapter)
-        merged = {**bundle.runtime.get("options", {}), **entry.extra.get("runtime_options", {})}
-        if backend and fmt in BACKENDS[backend].formats:
-            adapter, defaults = BACKENDS[backend].adapter, BACKENDS[backend].defaults
-            merged = {**defaults, **{k: v for k, v in entry.extra.get("runtime_options", {}).items()
-                                     if k == "precision"}}
-        if adapter not in known_adapters():
-            # A copied bundle must not choose what gets imported and called on the device.
-            raise BundleError(f"{path}: unknown runtime adapter {adapter!r}",
-                              f"adapters are: {', '.join(known_adapters())}; rebuild the bundle")
-        cls = resolve(adapter, install_hint(adapter))
-        return cls(bundle.path / entry.file, input_spec=entry.input, **{**merged, **options})
+        return _open_bundle_model(bundle, model, backend, options)
     if not path.is_file():
         raise ModelError(f"model {path} does not exist", "give a bundle directory, a .tflite or an .onnx file")
     fmt = _format_of(path)
@@ -85,7 +84,43 @@ def open_runtime(source: str | Path, model: str | None = None, backend: str | No
         raise ModelError(f"{path}: unsupported model file", "give a bundle directory, a .tflite or an .onnx file")
     row = BACKENDS[name]
     cls = resolve(row.adapter, row.install_hint)
+    check_options(cls, options, UsageError)
     return cls(path, **{**row.defaults, **options})
+
+
+# Entry options that describe the model file rather than how one adapter runs it: they survive
+# a --backend swap (the FP16 ONNX is still FP16 for TensorRT), where the options do not.
+_MODEL_FACTS = ("precision",)
+
+
+def _open_bundle_model(bundle: Any, model: str | None, backend: str | None, options: dict[str, Any]) -> Runtime:
+    """Open one model of a loaded bundle: pick the adapter, merge and check the options."""
+    from edgekit.bundle import MANIFEST
+    from edgekit.errors import BundleError, UsageError
+    from edgekit.plugins import resolve
+
+    entry = bundle.model(model)
+    adapter = bundle.runtime.get("adapter", BACKENDS["litert"].adapter)
+    entry_options = entry.extra.get("runtime_options", {})
+    if not isinstance(bundle.runtime.get("options", {}), dict) or not isinstance(entry_options, dict):
+        raise BundleError(f"{bundle.path}/{MANIFEST}: runtime options are not an object", "rebuild the bundle")
+    from_bundle = {**bundle.runtime.get("options", {}), **entry_options}
+    defaults: dict[str, Any] = {}
+    if backend and entry.format in BACKENDS[backend].formats:
+        adapter, defaults = BACKENDS[backend].adapter, BACKENDS[backend].defaults
+        from_bundle = {k: v for k, v in entry_options.items() if k in _MODEL_FACTS}
+    if adapter not in known_adapters():
+        # A copied bundle must not choose what gets imported and called on the device.
+        raise BundleError(f"{bundle.path}: unknown runtime adapter {adapter!r}",
+                          f"adapters are: {', '.join(known_adapters())}; rebuild the bundle")
+    cls = resolve(adapter, install_hint(adapter))
+    if defaults:  # a swapped-in backend keeps only the model facts its adapter takes
+        taken = {o.name for o in getattr(cls, "OPTIONS", ())}
+        from_bundle = {k: v for k, v in from_bundle.items() if k in taken}
+    check_options(cls, from_bundle, BundleError, f"{bundle.path}/{MANIFEST}: ",
+                  "fix the runtime options in edgekit.json, or rebuild the bundle")
+    check_options(cls, options, UsageError)
+    return cls(bundle.path / entry.file, input_spec=entry.input, **{**defaults, **from_bundle, **options})
 
 
 def describe_runtime(info: dict) -> str:

@@ -10,9 +10,83 @@ bundle must never choose what gets imported and called on the device.
 
 from __future__ import annotations
 
+import difflib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 _GPU_ORT_HINT = "pip install 'edgekit[jetson]' (onnxruntime-gpu) on a machine with an NVIDIA GPU"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option an adapter takes: its name, accepted types, default, and allowed values or range.
+
+    Adapters list theirs in an ``OPTIONS`` class attribute; :func:`check_options` holds merged
+    bundle and caller options against it, so a typo is an error instead of silently nothing.
+    """
+
+    name: str
+    kinds: tuple[type, ...]
+    default: Any = None
+    help: str = ""
+    choices: tuple[Any, ...] = ()
+    minimum: float | None = None
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` does not fit this option, or None when it does (None always fits:
+        it leaves the choice to the adapter)."""
+        if value is None:
+            return None
+        if self.choices:
+            return None if value in self.choices else f"is not one of: {', '.join(map(str, self.choices))}"
+        number = _as_kind(value, self.kinds)
+        if number is _NOT:
+            return f"must be {' or '.join(k.__name__ for k in self.kinds)}"
+        if self.minimum is not None and isinstance(number, (int, float)) and number < self.minimum:
+            return f"must be at least {self.minimum:g}"
+        return None
+
+
+_NOT = object()
+
+
+def _as_kind(value: Any, kinds: tuple[type, ...]) -> Any:
+    """``value`` as the first kind it fits, or ``_NOT``. Numbers may come as text (``--device 0``)."""
+    if isinstance(value, bool):  # bool is an int subclass; only a declared bool takes it
+        return value if bool in kinds else _NOT
+    for kind in kinds:
+        if isinstance(value, kind) or (kind is float and isinstance(value, int)):
+            return value
+    for kind in (int, float):
+        if kind in kinds and isinstance(value, str):
+            try:
+                return kind(value)
+            except ValueError:
+                pass
+    return _NOT
+
+
+def check_options(adapter: type, options: Mapping[str, Any], error: type[Exception], where: str = "",
+                  hint: str = "") -> None:
+    """Raise ``error`` (one line) for the first option ``adapter`` does not declare or whose value
+    does not fit; the message names the key and the options the adapter takes."""
+    declared = {o.name: o for o in getattr(adapter, "OPTIONS", ())}
+    for key, value in options.items():
+        if key not in declared:
+            close = difflib.get_close_matches(key, declared, n=1)
+            raise error(
+                f"{where}{adapter.__name__} takes no option {key!r} (it takes: {', '.join(sorted(declared))})",
+                f"did you mean {close[0]!r}?" if close else hint or None,
+            )
+        why = declared[key].problem(value)
+        if why:
+            raise error(f"{where}{adapter.__name__} option {key}={value!r} {why}", hint or None)
+
+
+PATH = (str, os.PathLike)
+"""Kinds of an option naming a file or directory."""
 
 
 class Backend(NamedTuple):

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from edgekit.image import InputSpec
+from edgekit.runtime.backends import Option
 
 
 class FakeRuntime:
@@ -18,6 +19,11 @@ class FakeRuntime:
     ``delay_s`` makes every inference take at least that long (to model a slow backend).
     ``calls`` counts inferences.
     """
+
+    OPTIONS: ClassVar[tuple[Option, ...]] = (
+        Option("delay_s", (float,), 0.0, "minimum time per inference (s)", minimum=0),
+        Option("name", (str,), "fake", "backend name in describe()"),
+    )
 
     def __init__(
         self,

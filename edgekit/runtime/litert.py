@@ -11,12 +11,13 @@ import mmap
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from edgekit.errors import BackendUnavailable, ModelError
 from edgekit.image import InputSpec
+from edgekit.runtime.backends import Option
 
 EDGETPU_LIBRARY = "libedgetpu.so.1"
 EDGETPU_CUSTOM_OP = b"edgetpu-custom-op"
@@ -159,14 +160,22 @@ class LiteRTRuntime:
             kernels) or ``"edgetpu"`` (``libedgetpu.so.1``).
         num_threads: CPU threads for the interpreter; measure, more is not always faster.
         device: Edge TPU device string (``usb``, ``usb:0``, ``pci:0``...).
+        profile: accepted so one ``--profile`` opens every variant of a benchmark; LiteRT's
+            Python API has no per-op timings, so the profile is the static :meth:`op_profile`.
 
-    Other keywords (``profile``, ``providers``...) belong to other adapters and are
-    ignored, so one set of options can open every variant of a benchmark; LiteRT's Python
-    API has no per-op timings (see :meth:`op_profile` for what it can tell).
+    Any other keyword is an error (see :attr:`OPTIONS`).
 
     ``infer`` returns copies (``get_tensor`` copies), so results stay valid after the next
     call. One instance must not be used from two threads at once.
     """
+
+    OPTIONS: ClassVar[tuple[Option, ...]] = (
+        Option("delegate", (str,), "xnnpack", "xnnpack, none (built-in kernels) or edgetpu",
+               choices=("xnnpack", "none", "edgetpu")),
+        Option("num_threads", (int,), None, "CPU threads for the interpreter", minimum=1),
+        Option("device", (str,), None, "Edge TPU device: usb, usb:N, pci, pci:N"),
+        Option("profile", (bool,), False, "no effect: the op profile is static (op_profile)"),
+    )
 
     def __init__(
         self,
@@ -175,7 +184,7 @@ class LiteRTRuntime:
         delegate: str = "xnnpack",
         num_threads: int | None = None,
         device: str | None = None,
-        **_ignored: Any,
+        profile: bool = False,
     ):
         self.model_path = Path(model_path)
         if not self.model_path.is_file():

@@ -12,12 +12,13 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from edgekit.errors import BackendUnavailable, ModelError
 from edgekit.image import InputSpec
+from edgekit.runtime.backends import Option
 
 _ONNX_DTYPES = {
     "tensor(float)": "float32",
@@ -67,7 +68,15 @@ class OnnxRuntime:
             :func:`summarize_profile`); the trace goes to a temporary directory, not the cwd.
 
     ``infer`` returns arrays owned by the caller. ``InferenceSession.run`` is thread-safe.
+    Any other keyword is an error (see :attr:`OPTIONS`).
     """
+
+    OPTIONS: ClassVar[tuple[Option, ...]] = (
+        Option("providers", (list, tuple, str), None, "execution providers in order (cpu, cuda, tensorrt)"),
+        Option("allow_fallback", (bool,), False, "accept a session without some requested provider"),
+        Option("num_threads", (int,), None, "intra-op threads (None: ONNX Runtime chooses)", minimum=0),
+        Option("profile", (bool,), False, "record ONNX Runtime's per-op profile"),
+    )
 
     def __init__(
         self,
@@ -77,7 +86,6 @@ class OnnxRuntime:
         allow_fallback: bool = False,
         num_threads: int | None = None,
         profile: bool = False,
-        **_ignored: Any,
     ):
         try:
             import onnxruntime as ort

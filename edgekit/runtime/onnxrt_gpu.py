@@ -20,11 +20,12 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from edgekit.errors import BackendUnavailable, ModelError
 from edgekit.image import InputSpec
 from edgekit.runtime import trt_engine
+from edgekit.runtime.backends import PATH, Option
 from edgekit.runtime.onnxrt import OnnxRuntime, provider_names
 from edgekit.runtime.onnxrt import check_providers as _check_providers
 
@@ -100,7 +101,22 @@ class OnnxRuntimeGPU(OnnxRuntime):
 
     ``infer`` returns arrays the caller owns; ``InferenceSession.run`` is thread-safe. The
     first session with the TensorRT EP builds engines (minutes on a Jetson; cached after).
+    Any other keyword is an error (see :attr:`OPTIONS`).
     """
+
+    OPTIONS: ClassVar[tuple[Option, ...]] = (
+        Option("providers", (list, tuple, str), DEFAULT_PROVIDERS, "GPU providers in order (tensorrt, cuda)"),
+        Option("allow_fallback", (bool,), False, "accept a session without some requested provider"),
+        Option("fp16", (bool,), True, "TensorRT EP FP16"),
+        Option("cache_dir", PATH, None, "TensorRT EP engine and timing cache directory"),
+        Option("device_id", (int,), 0, "CUDA device index", minimum=0),
+        Option("workspace_mb", (int,), trt_engine.WORKSPACE_MB, "TensorRT EP workspace limit (MiB)", minimum=1),
+        Option("conv_algo_search", (str,), "HEURISTIC", "cuDNN convolution algorithm search",
+               choices=("EXHAUSTIVE", "HEURISTIC", "DEFAULT")),
+        Option("gpu_mem_limit_mb", (int,), None, "CUDA EP memory limit (MiB)", minimum=1),
+        Option("num_threads", (int,), None, "intra-op threads (None: ONNX Runtime chooses)", minimum=0),
+        Option("profile", (bool,), False, "record ONNX Runtime's per-op profile"),
+    )
 
     def __init__(
         self,
@@ -116,7 +132,6 @@ class OnnxRuntimeGPU(OnnxRuntime):
         gpu_mem_limit_mb: int | None = None,
         num_threads: int | None = None,
         profile: bool = False,
-        **_ignored: Any,
     ):
         try:
             import onnxruntime as ort

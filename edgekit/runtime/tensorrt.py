@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from edgekit.errors import BackendUnavailable, ModelError
 from edgekit.image import InputSpec
 from edgekit.metrics import LatencyRecorder
 from edgekit.runtime import trt_engine
+from edgekit.runtime.backends import PATH, Option
 
 STAGES = ("h2d", "compute", "d2h", "host")
 """Timed stages: the three GPU stages (CUDA events) and the host wall time of ``infer``."""
@@ -70,7 +71,17 @@ class TensorRTRuntime:
     One instance owns one execution context and one stream; ``infer`` holds a lock, so
     concurrent callers are serialised rather than corrupting each other's buffers. Opening
     is slow the first time on a device (the engine build); later opens take about a second.
+    Any other keyword is an error (see :attr:`OPTIONS`).
     """
+
+    OPTIONS: ClassVar[tuple[Option, ...]] = (
+        Option("precision", (str,), "fp16", "engine precision for a build from ONNX", choices=trt_engine.PRECISIONS),
+        Option("workspace_mb", (int,), trt_engine.WORKSPACE_MB, "workspace pool limit (MiB)", minimum=1),
+        Option("cache_dir", PATH, None, "engine cache directory (default: <bundle>/.engines)"),
+        Option("rebuild", (bool,), False, "rebuild the engine even if a cached one is valid"),
+        Option("device", (int,), 0, "CUDA device index", minimum=0),
+        Option("warmup", (int,), 1, "inferences left out of the stage timings", minimum=0),
+    )
 
     def __init__(
         self,
@@ -82,7 +93,6 @@ class TensorRTRuntime:
         rebuild: bool = False,
         device: int = 0,
         warmup: int = 1,
-        **_ignored: Any,
     ):
         path = Path(model_path)
         if path.is_dir():
