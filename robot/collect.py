@@ -56,6 +56,7 @@ class ScriptedKeys:
         self._keys = iter(keys)
 
     def read_key(self, timeout_s: float) -> str | None:
+        """The next scripted key; "" once the script is used up."""
         return next(self._keys, "")
 
 
@@ -66,6 +67,7 @@ class StreamKeys:
         self._stream = stream
 
     def read_key(self, timeout_s: float) -> str | None:
+        """See :meth:`KeySource.read_key`."""
         fd = _fileno(self._stream)
         if fd is not None:
             ready, _, _ = select.select([fd], [], [], timeout_s)
@@ -100,6 +102,7 @@ class TerminalKeys:
             termios.tcsetattr(self._stream.fileno(), termios.TCSADRAIN, self._saved)
 
     def read_key(self, timeout_s: float) -> str | None:
+        """See :meth:`KeySource.read_key`."""
         fd = self._stream.fileno()
         ready, _, _ = select.select([fd], [], [], timeout_s)
         if not ready:

@@ -136,6 +136,7 @@ class CompatReport:
 
     @property
     def cpu_ops(self) -> int:
+        """Operators predicted to run on the CPU."""
         return self.total_ops - self.tpu_ops
 
     @property
@@ -149,6 +150,7 @@ class CompatReport:
         return self.tpu_parameter_bytes / self.parameter_bytes if self.parameter_bytes else 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready dicts, with the derived shares and the cache size."""
         d = asdict(self)
         d.update(
             cpu_ops=self.cpu_ops,

@@ -57,6 +57,7 @@ class TensorInfo:
 
     @property
     def is_constant(self) -> bool:
+        """True for a tensor with data in the file (weights, biases, shape operands)."""
         return self.constant_bytes > 0
 
     @property
@@ -65,6 +66,7 @@ class TensorInfo:
         return self.shape_signature is not None and any(d < 0 for d in self.shape_signature)
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (``edgekit inspect --json``)."""
         return {
             "index": self.index,
             "name": self.name,
@@ -95,6 +97,7 @@ class OperatorInfo:
     options: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (``edgekit inspect --json``)."""
         return {
             "index": self.index,
             "opcode": self.opcode,
@@ -164,6 +167,7 @@ class Graph:
         return f"{','.join(ins)}->{','.join(outs)}"
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (``edgekit inspect --json``)."""
         return {
             "path": str(self.path),
             "file_bytes": self.file_bytes,

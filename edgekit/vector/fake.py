@@ -286,6 +286,7 @@ class FakeVector:
 
     @property
     def running(self) -> bool:
+        """True between start() and stop()."""
         return self._server is not None
 
     @property
