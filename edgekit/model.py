@@ -79,7 +79,7 @@ def open_model(
         allow_rejected = bool(options.pop("allow_rejected", False))
         bundle = load_bundle(path, allow_rejected=allow_rejected)
         entry = bundle.model(variant)
-        runtime = open_runtime(path, model=entry.name, allow_rejected=allow_rejected, **options)
+        runtime = open_runtime(bundle, model=entry.name, **options)  # hashed once, by load_bundle
         names = read_labels(labels) if labels else bundle.labels
         return OpenModel(f"{path.name}:{entry.name}", path, entry.name, runtime, names, entry.precision, bundle.target)
     if variant:

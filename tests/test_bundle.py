@@ -104,3 +104,28 @@ def test_rejected_bundle_needs_explicit_consent(tmp_path):
     with pytest.raises(BundleError, match="failed its accuracy check"):
         load_bundle(dest)
     assert load_bundle(dest, allow_rejected=True).target == "cpu"
+
+
+def test_open_model_hashes_every_bundle_file_once(tmp_path, model, monkeypatch):
+    import collections
+    import shutil
+
+    import edgekit.bundle
+    from edgekit.model import open_model
+
+    with BundleWriter(tmp_path / "b") as w:
+        shutil.copy(model("small_float"), w.dir / "m.tflite")
+        (w.dir / "labels.txt").write_text("a\nb\n")
+        w.commit(dict(_manifest(), labels="labels.txt", runtime={"adapter": "edgekit.runtime.litert:LiteRTRuntime"},
+                      models=[dict(_manifest()["models"][0], input=InputSpec(shape=(1, 32, 32, 1)).to_dict())]))
+    hashed = collections.Counter()
+    real = edgekit.bundle.sha256_file
+
+    def counting(path):
+        hashed[str(path)] += 1
+        return real(path)
+
+    monkeypatch.setattr(edgekit.bundle, "sha256_file", counting)
+    with open_model(tmp_path / "b") as m:
+        assert m.labels == ["a", "b"]
+    assert sorted(hashed.values()) == [1, 1] and len(hashed) == 2  # m.tflite and labels.txt, once each

@@ -8,7 +8,7 @@ library lazily and never import TensorFlow.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from edgekit.runtime.backends import (
 )
 
 __all__ = ["BACKENDS", "Backend", "Option", "Runtime", "check_options", "describe_runtime", "open_runtime"]
+
+if TYPE_CHECKING:
+    from edgekit.bundle import Bundle
 
 
 @runtime_checkable
@@ -51,9 +54,10 @@ def _format_of(path: Path) -> str:
     return {".tflite": "tflite", ".onnx": "onnx"}.get(path.suffix.lower(), path.suffix.lower().lstrip("."))
 
 
-def open_runtime(source: str | Path, model: str | None = None, backend: str | None = None,
+def open_runtime(source: str | Path | Bundle, model: str | None = None, backend: str | None = None,
                  allow_rejected: bool = False, **options: Any) -> Runtime:
-    """Open a runtime for a bundle directory or a bare ``.tflite``/``.onnx`` file.
+    """Open a runtime for a bundle (a directory, or a :class:`~edgekit.bundle.Bundle` already
+    loaded, so its files are not hashed again) or a bare ``.tflite``/``.onnx`` file.
 
     For a bundle, the adapter and its options come from edgekit.json (bundle-wide options, then
     the model entry's own); keyword ``options`` override them (e.g. ``num_threads=1``,
@@ -66,12 +70,14 @@ def open_runtime(source: str | Path, model: str | None = None, backend: str | No
     or a value it cannot use, raises BundleError when edgekit.json holds it and UsageError when
     the caller passed it, naming the key and the options the adapter takes.
     """
-    from edgekit.bundle import load_bundle
+    from edgekit.bundle import Bundle, load_bundle
     from edgekit.errors import ModelError, UsageError
     from edgekit.plugins import resolve
 
     if backend is not None and backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}", f"choose one of: {', '.join(BACKENDS)}")
+    if isinstance(source, Bundle):  # loaded (and checked) by the caller: its allow_rejected stands
+        return _open_bundle_model(source, model, backend, options)
     path = Path(source)
     if path.is_dir():
         bundle = load_bundle(path, allow_rejected=allow_rejected)
@@ -93,7 +99,7 @@ def open_runtime(source: str | Path, model: str | None = None, backend: str | No
 _MODEL_FACTS = ("precision",)
 
 
-def _open_bundle_model(bundle: Any, model: str | None, backend: str | None, options: dict[str, Any]) -> Runtime:
+def _open_bundle_model(bundle: Bundle, model: str | None, backend: str | None, options: dict[str, Any]) -> Runtime:
     """Open one model of a loaded bundle: pick the adapter, merge and check the options."""
     from edgekit.bundle import MANIFEST
     from edgekit.errors import BundleError, UsageError
