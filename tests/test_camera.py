@@ -7,6 +7,7 @@ because the real one only imports on a Raspberry Pi.
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 import threading
@@ -22,18 +23,24 @@ from skimage import data
 
 from edgekit.camera import (
     PICAMERA2_TO_BGR,
+    SCHEMES,
+    CameraOptionError,
     Frame,
     FrameSource,
     ImageFolderSource,
     LatestFrameSource,
     OpenCVSource,
+    Option,
     Picamera2Source,
+    Scheme,
     SyntheticSource,
     VideoFileSource,
+    camera_uri_forms,
     open_camera,
     synthetic_frame,
 )
 from edgekit.errors import BackendUnavailable, CameraError, UsageError
+from edgekit.plugins import resolve
 
 FAKES = Path(__file__).parent / "fakes"
 W, H, FPS, N = 160, 120, 30, 60
@@ -146,6 +153,129 @@ def test_existing_non_video_file_and_undecodable_video(tmp_path):
     junk.write_bytes(b"not a video" * 100)
     with pytest.raises(CameraError, match="not a video OpenCV can read"):
         open_camera(str(junk))
+
+
+# ----------------------------------------------------------------------------------------------
+# The scheme table: URI forms, option names, types and ranges
+# ----------------------------------------------------------------------------------------------
+
+
+def test_unknown_scheme_error_lists_the_forms_from_the_table(monkeypatch):
+    forms = camera_uri_forms()
+    for form in ("v4l2:N", "v4l2:/dev/videoN", "N", "rtsp://...", "http(s)://...", "file:PATH", "PATH.mp4",
+                 "folder:DIR", "DIR", "picamera2[:N]", "synthetic[:WxH[@FPS]]", "vector:SERIAL"):  # fmt: skip
+        assert form in forms
+    with pytest.raises(CameraError, match="unknown camera 'teapot:3'") as info:
+        open_camera("teapot:3")
+    assert info.value.hint == f"use one of: {' | '.join(forms)}"
+    # A row added to the table is opened by it and shows up in the list (nothing else to edit).
+    row = Scheme("pattern", "edgekit.camera.synthetic:open_synthetic", ("pattern[:WxH]",),
+                 (Option("frames", "int", ge=0),), accepts=r"(\d+x\d+)?", bare=True)  # fmt: skip
+    monkeypatch.setitem(SCHEMES, "pattern", row)
+    assert camera_uri_forms()[-1] == "pattern[:WxH]"
+    with open_camera("pattern:32x16", frames="2") as cam:
+        assert [f.array.shape for f in cam] == [(16, 32, 3)] * 2
+    with pytest.raises(CameraError, match="bad camera URI") as info:
+        open_camera("pattern:big")
+    assert info.value.hint == "write pattern[:WxH]"
+
+
+@pytest.mark.parametrize("uri", ["synthetic", "v4l2:99", "http://127.0.0.1:1/x", "picamera2", "vector:00e20100"])
+def test_unknown_option_key_names_the_key_and_lists_the_accepted_ones(uri):
+    # Checked before anything is opened or imported: no camera, stream, picamera2 or SDK needed.
+    with pytest.raises(UsageError, match="unknown camera option.* fsp") as info:
+        open_camera(uri, fsp=15)
+    assert isinstance(info.value, CameraError) and isinstance(info.value, CameraOptionError)
+    scheme = next(s for s in SCHEMES.values() if s.name in uri or (s.name == "stream" and "://" in uri))
+    assert info.value.hint == f"{scheme.name} takes: {', '.join(o.name for o in scheme.options)}"
+    assert "timeout_s" in info.value.hint or "fps" in info.value.hint
+
+
+def test_string_options_are_coerced_to_the_declared_types(tmp_path):
+    with open_camera("synthetic", size="16x8", frames="3", loop="no") as cam:
+        assert [f.array.shape for f in cam] == [(8, 16, 3)] * 3
+    with open_camera("synthetic", fps="12.5", loop="1") as cam:
+        stats = cam.stats()
+    assert stats["nominal_fps"] == 12.5 and stats["paced"] is True and stats["loop"] is True
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    cv2.imwrite(str(folder / "a.png"), _clip_frames(1)[0])
+    with open_camera(str(folder), loop="TRUE") as cam:
+        assert [next(cam).index for _ in range(3)] == [0, 1, 2]
+    # Python values keep working, and None means "the source's default".
+    with open_camera("synthetic:8x8", frames=2, loop=False, fps=None, size=[8, 8]) as cam:
+        assert len(list(cam)) == 2
+
+
+@pytest.mark.parametrize(
+    "uri, options, words",
+    [
+        ("synthetic", {"fps": "fast"}, "option fps='fast' is not a number"),
+        ("synthetic", {"fps": "0"}, "option fps='0' must be >0"),
+        ("synthetic", {"fps": -5}, "option fps=-5 must be >0"),
+        ("synthetic", {"fps": "nan"}, "option fps='nan' is not a number"),
+        ("synthetic", {"loop": "maybe"}, "option loop='maybe' is not true or false"),
+        ("synthetic", {"frames": "2.5"}, "option frames='2.5' is not a whole number"),
+        ("synthetic", {"frames": True}, "option frames=True is not a whole number"),
+        ("synthetic", {"frames": "-1"}, "option frames='-1' must be >=0"),
+        ("synthetic", {"size": "64x"}, "option size='64x' is not a size"),
+        ("v4l2:99", {"timeout_s": "0"}, "option timeout_s='0' must be >0"),
+        ("v4l2:99", {"buffer_size": "0"}, "option buffer_size='0' must be >=1"),
+        ("rtsp://u:secret@127.0.0.1:1/x", {"open_timeout_s": "-1"}, r"rtsp://\*\*\*@127.0.0.1:1/x: option open_"),
+        ("vector:00e20100", {"backoff_s": "0.5,0"}, "option backoff_s='0.5,0' must be >0"),
+        ("vector:00e20100", {"timeout_s": 1, "frame_timeout_s": 2}, "give frame_timeout_s or timeout_s, not both"),
+    ],
+)
+def test_bad_option_values_are_one_line_errors_naming_the_key(uri, options, words):
+    with pytest.raises(CameraOptionError, match=words) as info:
+        open_camera(uri, **options)
+    assert "\n" not in str(info.value) and "secret" not in str(info.value)
+    assert info.value.hint
+
+
+def test_option_types():
+    assert Option("x", "bool").coerce("Yes", "t") is True and Option("x", "bool").coerce("0", "t") is False
+    assert Option("x", "ints").coerce("1, 2,3", "t") == [1, 2, 3]
+    assert Option("x", "ints").coerce((4, 5), "t") == [4, 5]
+    assert Option("x", "pair").coerce("0.5,8", "t") == (0.5, 8.0)
+    assert Option("x", "size").coerce(" 640 x 480 ", "t") == (640, 480)
+    assert Option("x", "float", gt=0).coerce(15, "t") == 15.0
+    assert Option("x", "path").coerce(Path("a"), "t") == Path("a")
+    assert Option("fps", "float", 5.0, gt=0).describe() == "fps=float>0 (default 5)"
+    with pytest.raises(CameraOptionError, match="option x=3 is not a string"):
+        Option("x", "str").coerce(3, "t")
+
+
+def _declared_defaults(obj) -> dict:
+    params = inspect.signature(obj).parameters.values()
+    return {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+
+
+def test_table_defaults_are_the_sources_defaults():
+    """The table documents defaults the sources apply: they must not drift apart."""
+    for scheme in SCHEMES.values():
+        if scheme.name == "vector":
+            continue  # below, against the module that defines it
+        opener = resolve(scheme.opener)
+        real = _declared_defaults(opener)
+        cls = {"stream": OpenCVSource, "v4l2": OpenCVSource, "file": VideoFileSource,
+               "picamera2": Picamera2Source, "synthetic": SyntheticSource}.get(scheme.name)  # fmt: skip
+        if cls is not None:  # openers that pass options on take the class's defaults
+            real = {**_declared_defaults(cls), **real}
+        for option in scheme.options:
+            assert option.name in real, (scheme.name, option.name)
+            assert option.default == real[option.name], (scheme.name, option.name)
+
+
+def test_vector_options_are_vector_sources():
+    vector_camera = pytest.importorskip("edgekit.vector.camera")
+    real = inspect.signature(vector_camera.VectorSource).parameters
+    for option in SCHEMES["vector"].options:
+        name = option.to or option.name
+        assert name in real, name
+        if option.to is None:
+            want = real[name].default
+            assert option.default == (want if want is not inspect.Parameter.empty else None), name
 
 
 # ----------------------------------------------------------------------------------------------

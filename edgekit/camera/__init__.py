@@ -13,7 +13,8 @@ Two mechanisms give that guarantee:
   so the consumer again gets the newest one.
 
 Use :func:`open_camera` with a URI; every source is an iterator, a context manager, and has
-``close()`` and ``stats()``. Typical use::
+``close()`` and ``stats()``. Which URI opens which source, and the options each takes, is
+one table, :data:`SCHEMES` (help and error messages are generated from it). Typical use::
 
     with open_camera("file:clip.mp4") as cam:
         for frame in cam:
@@ -26,14 +27,9 @@ iterate one from a single thread (the grabber thread is internal).
 
 from __future__ import annotations
 
-import inspect
 import re
-import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import cv2
 
 from edgekit.camera.base import (
     DEFAULT_OPEN_TIMEOUT_S,
@@ -47,161 +43,167 @@ from edgekit.camera.base import (
 from edgekit.camera.files import VIDEO_SUFFIXES, ImageFolderSource, SequenceSource, VideoFileSource
 from edgekit.camera.opencv import OpenCVSource
 from edgekit.camera.picamera import PICAMERA2_INSTALL_HINT, PICAMERA2_TO_BGR, Picamera2Source
-from edgekit.camera.synthetic import SyntheticSource, synthetic_frame
-from edgekit.errors import CameraError, UsageError
+from edgekit.camera.synthetic import SYNTHETIC_SPEC, SyntheticSource, synthetic_frame
+from edgekit.camera.table import CameraOptionError, Option, Scheme, check_options
+from edgekit.errors import CameraError
+from edgekit.plugins import resolve
 
-STREAM_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp://", "srt://")
-URI_FORMS = (
-    "v4l2:N | N | rtsp://... | http(s)://... | file:PATH | PATH.mp4 | folder:DIR | DIR | "
-    "picamera2[:N] | synthetic[:WxH[@FPS]] | vector:SERIAL"
+_TIMEOUTS = (
+    Option("timeout_s", "float", DEFAULT_TIMEOUT_S, gt=0, help="no new frame for this long: the camera stopped"),
+    Option("open_timeout_s", "float", DEFAULT_OPEN_TIMEOUT_S, gt=0, help="wait this long for the first frame"),
 )
+_FPS = Option("fps", "float", gt=0, help="frames per second")
+_LOOP = Option("loop", "bool", False, help="start again at the end")
 
 
-def _build(label: str, factory: Callable[..., Any], *args: Any, **options: Any) -> Any:
-    """Call ``factory`` after checking that it takes every option (a typo such as
-    ``looop=True`` gets a clear error instead of a TypeError from deep inside)."""
-    params = inspect.signature(factory).parameters
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        unknown = sorted(set(options) - set(params))
-        if unknown:
-            takes = ", ".join(n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY)
-            raise UsageError(f"{label} does not take option(s) {', '.join(unknown)}", f"it takes: {takes}")
-    return factory(*args, **options)
-
-
-def _device_source(device: int | str, uri: str, options: dict) -> OpenCVSource:
-    # Linux: V4L2 directly (CAP_ANY may try GStreamer on system OpenCV builds). Elsewhere the
-    # platform's default backend.
-    api = cv2.CAP_V4L2 if sys.platform.startswith("linux") else cv2.CAP_ANY
-    defaults = {"fourcc": "MJPG", "buffer_size": 1}
-    hint = (
-        "is a camera connected (`ls /dev/video*`), free (not used by another program), and "
-        "readable by you (group 'video')? Raspberry Pi CSI cameras need picamera2:N"
+def _opencv_options(fourcc: str | None, buffer_size: int | None) -> tuple[Option, ...]:
+    return (
+        Option("size", "size", help="WIDTHxHEIGHT to request; stats()['size'] says what arrives"),
+        _FPS,
+        Option("fourcc", "str", fourcc, help="pixel format to request, e.g. MJPG"),
+        Option("buffer_size", "int", buffer_size, ge=1, help="driver queue length (1: freshest)"),
+        Option("params", "ints", help="extra cv2.VideoCapture open parameters: prop,value,..."),
+        *_TIMEOUTS,
     )
-    return _build(uri, OpenCVSource, device, api=api, name=uri, hint=hint, **{**defaults, **options})
 
 
-def _stream_source(url: str, options: dict) -> OpenCVSource:
-    timeout_s = float(options.get("timeout_s", DEFAULT_TIMEOUT_S))
-    open_timeout_s = float(options.get("open_timeout_s", DEFAULT_OPEN_TIMEOUT_S))
-    # FFMPEG's own timeouts bound a blocking read, so the grabber thread ends soon after the
-    # consumer gives up on a dead stream instead of hanging in the network stack.
-    params = [
-        cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, int(open_timeout_s * 1000),
-        cv2.CAP_PROP_READ_TIMEOUT_MSEC, int(timeout_s * 1000),
-    ]  # fmt: skip
-    name = redact_uri(url)
-    hint = "check the URL, network and credentials; test it with `ffprobe URL`"
-    return _build(name, OpenCVSource, url, api=cv2.CAP_FFMPEG, name=name, hint=hint,
-                  **{"params": params, **options})  # fmt: skip
+def _is_dir(text: str) -> bool:
+    return Path(text).is_dir()
+
+
+def _is_video_path(text: str) -> bool:
+    return Path(text).suffix.lower() in VIDEO_SUFFIXES
+
+
+#: Camera schemes, in the order URIs are tried and shown: name -> how to open it, what
+#: URIs it accepts and the options it takes. Openers are imported on first use, so an
+#: optional library (picamera2, the Vector SDK) is needed only by the URIs that use it.
+SCHEMES: dict[str, Scheme] = {s.name: s for s in (
+    Scheme(
+        "v4l2", "edgekit.camera.opencv:open_device", ("v4l2:N", "v4l2:/dev/videoN", "N"),
+        _opencv_options("MJPG", 1), summary="a USB/V4L2 camera via OpenCV",
+        accepts=r"\d+|/dev/.+", claims=str.isdigit,
+    ),
+    Scheme(
+        "stream", "edgekit.camera.opencv:open_stream", ("rtsp://...", "http(s)://..."),
+        _opencv_options(None, None), summary="a network stream via OpenCV's FFMPEG",
+        words=("rtsp", "rtsps", "rtmp", "http", "https", "udp", "tcp", "srt"), whole_uri=True,
+    ),
+    Scheme(
+        "folder", "edgekit.camera.files:ImageFolderSource", ("folder:DIR", "DIR"),
+        (Option("fps", "float", gt=0, help="pace to this rate (default: as fast as asked)"), _LOOP),
+        summary="the images of a folder in name order", claims=_is_dir,
+    ),
+    Scheme(
+        "file", "edgekit.camera.files:open_video", ("file:PATH", "PATH.mp4"),
+        (Option("pace", "bool", True, help="deliver at the clip's frame rate"), _LOOP,
+         Option("fps", "float", gt=0, help="override the clip's frame rate")),
+        summary="a video clip", claims=_is_video_path,
+    ),
+    Scheme(
+        "picamera2", "edgekit.camera.picamera:open_picamera", ("picamera2[:N]",),
+        (Option("size", "size", help="the size delivered (the ISP resizes for free)"),
+         Option("main_size", "size", help="main stream size when size= is a lores stream"),
+         Option("format", "str", "RGB888"), Option("lores_format", "str", "YUV420"), _FPS,
+         Option("buffer_count", "int", 4, ge=1), *_TIMEOUTS),
+        summary="a Raspberry Pi camera", install_hint=PICAMERA2_INSTALL_HINT, accepts=r"\d*", bare=True,
+    ),
+    Scheme(
+        "synthetic", "edgekit.camera.synthetic:open_synthetic", ("synthetic[:WxH[@FPS]]",),
+        (Option("size", "size", (640, 360)), Option("fps", "float", gt=0, help="pace (default: unpaced)"),
+         Option("frames", "int", ge=0, help="end after this many frames"), _LOOP),
+        summary="a moving test pattern", accepts=SYNTHETIC_SPEC, bare=True,
+    ),
+    Scheme(
+        "vector", "edgekit.vector.camera:VectorSource", ("vector:SERIAL",),
+        (Option("config_home", "path", help="directory holding .anki_vector/sdk_config.ini"),
+         Option("connect_timeout_s", "float", 10.0, gt=0),
+         Option("frame_timeout_s", "float", 5.0, gt=0, help="no new image for this long: connection lost"),
+         Option("timeout_s", "float", gt=0, to="frame_timeout_s", help="the same as frame_timeout_s"),
+         Option("behavior_control", "bool", True), Option("reconnect", "bool", False),
+         Option("max_reconnects", "int", ge=0), Option("backoff_s", "pair", (0.5, 8.0), gt=0)),
+        summary="an Anki Vector's camera", install_hint="pip install 'edgekit[vector]'",
+    ),
+)}  # fmt: skip
+
+
+def camera_uri_forms() -> list[str]:
+    """Every camera URI form, from :data:`SCHEMES` (for help texts and error messages)."""
+    return [form for scheme in SCHEMES.values() for form in scheme.forms]
+
+
+URI_FORMS = " | ".join(camera_uri_forms())
 
 
 def open_camera(uri: str | int, **options: Any) -> FrameSource:
     """Open a frame source from a URI.
 
-    URIs and their options (all sources also take none of the others'):
-
-    * ``v4l2:N``, ``v4l2:/dev/videoN`` or ``N``: a USB/V4L2 camera via OpenCV, grabber
-      thread. Options: ``size=(w, h)``, ``fps=``, ``fourcc="MJPG"``, ``buffer_size=1``,
-      ``timeout_s=5``, ``open_timeout_s=10``.
-    * ``rtsp://...``, ``http(s)://...`` (and other FFMPEG URLs): a network stream via
-      OpenCV FFMPEG, grabber thread. Options: ``timeout_s``, ``open_timeout_s``. RTSP over
-      TCP instead of UDP: set ``OPENCV_FFMPEG_CAPTURE_OPTIONS=rtsp_transport;tcp`` in the
-      environment (OpenCV reads it when the stream opens).
-    * ``file:PATH`` or a path ending in a video suffix: a clip. Options: ``pace=True``
-      (to the file's fps), ``loop=False``, ``fps=`` (override).
-    * ``folder:DIR`` or an existing directory: its images. Options: ``fps=`` (pace),
-      ``loop=False``.
-    * ``picamera2`` or ``picamera2:N``: a Raspberry Pi camera. Options: ``size=``,
-      ``main_size=``, ``format="RGB888"``, ``lores_format="YUV420"``, ``fps=``,
-      ``buffer_count=4``, ``timeout_s``, ``open_timeout_s``.
-    * ``synthetic``, ``synthetic:WxH`` or ``synthetic:WxH@FPS``: a moving test pattern
-      (640x360 by default, unpaced unless a rate is given). Options: ``frames=``, ``loop=``.
-    * ``vector:SERIAL``: an Anki Vector's camera (``edgekit[vector]``); options are passed to
-      ``edgekit.vector.camera.VectorSource``.
+    :data:`SCHEMES` lists the URI forms (:func:`camera_uri_forms`) and each scheme's
+    options: ``v4l2:N``, ``v4l2:/dev/videoN`` or ``N`` (a USB camera), ``rtsp://...`` and
+    ``http(s)://...`` (network streams), ``file:PATH`` or a path with a video suffix,
+    ``folder:DIR`` or an existing directory, ``picamera2[:N]``, ``synthetic[:WxH[@FPS]]``
+    and ``vector:SERIAL``. Options may be Python values or strings (from a command line or
+    TOML: ``fps="15"``, ``size="640x480"``, ``loop="yes"``); they are converted to the
+    declared type and range-checked. ``timeout_s`` means "no new frame for this long" for
+    every live source.
 
     Returns:
         A source: an iterator of :class:`Frame` with ``close()``, ``stats()`` and context
         manager support. Live sources start their grabber thread here.
 
     Raises:
-        CameraError: unknown URI or option, or a camera/file that cannot be opened.
+        CameraError: unknown or malformed URI, or a camera/file that cannot be opened.
+        CameraOptionError: an unknown option or a bad value (a UsageError and a
+            CameraError), naming the option.
         BackendUnavailable: picamera2 or the Vector SDK is not installed.
     """
-    if isinstance(uri, int):
-        uri = str(uri)
-    text = uri.strip()
-    lower = text.lower()
-    if text.isdigit():
-        return _device_source(int(text), f"v4l2:{text}", options)
-    if lower.startswith("v4l2:"):
-        device = text[5:]
-        if not (device.isdigit() or device.startswith("/dev/")):
-            raise CameraError(f"bad camera URI {uri!r}", "write v4l2:0 or v4l2:/dev/video0")
-        return _device_source(int(device) if device.isdigit() else device, text, options)
-    if lower.startswith(STREAM_SCHEMES):
-        return _stream_source(text, options)
-    if lower.startswith("file:"):
-        path = text[5:]
-        path = path[2:] if path.startswith("//") else path  # file:///abs/path
-        return _build(text, VideoFileSource, path, **options)
-    if lower.startswith("folder:"):
-        return _build(text, ImageFolderSource, text[7:], **options)
-    if lower == "picamera2" or lower.startswith("picamera2:"):
-        num = text[10:] or "0"
-        if not num.isdigit():
-            raise CameraError(f"bad camera URI {uri!r}", "write picamera2 or picamera2:N")
-        return _build(text, Picamera2Source, int(num), **options)
-    if lower == "synthetic" or lower.startswith("synthetic:"):
-        return _synthetic(text, options)
-    if lower.startswith("vector:"):
-        serial = text[7:]
-        if not serial:
-            raise CameraError(f"bad camera URI {uri!r}", "write vector:SERIAL (the robot's serial number)")
-        from edgekit.plugins import resolve
-
-        vector_source = resolve("edgekit.vector.camera:VectorSource", "pip install 'edgekit[vector]'")
-        if "timeout_s" in options:  # one name for "no frame for this long" across every source
-            options["frame_timeout_s"] = options.pop("timeout_s")
-        return vector_source(serial, **options)
-    path = Path(text)
-    if path.is_dir():
-        return _build(text, ImageFolderSource, path, **options)
-    if path.suffix.lower() in VIDEO_SUFFIXES:
-        return _build(text, VideoFileSource, path, **options)
-    if path.exists():
-        raise CameraError(f"{uri}: not a video file or folder", f"video suffixes: {' '.join(VIDEO_SUFFIXES)}")
-    raise CameraError(f"unknown camera {uri!r}", f"use one of: {URI_FORMS}")
+    text = str(uri).strip()
+    scheme, target = _locate(text)
+    checked = check_options(scheme, options, redact_uri(text))
+    opener = resolve(scheme.opener, scheme.install_hint)
+    return opener(target, **checked)
 
 
-def _synthetic(text: str, options: dict) -> SyntheticSource:
-    spec = text[10:]
-    m = re.fullmatch(r"(?:(\d+)[xX](\d+))?(?:@(\d+(?:\.\d+)?))?", spec)
-    if not m:
-        raise CameraError(f"bad camera URI {text!r}", "write synthetic, synthetic:640x480 or synthetic:640x480@30")
-    if m.group(1):
-        options.setdefault("size", (int(m.group(1)), int(m.group(2))))
-    if m.group(3):
-        options.setdefault("fps", float(m.group(3)))
-    return _build(text, SyntheticSource, **options)
+def _locate(text: str) -> tuple[Scheme, str]:
+    """The scheme row for a URI, and the part its opener takes."""
+    word, colon, rest = text.partition(":")
+    by_word = {w: s for s in SCHEMES.values() for w in (s.words or (s.name,))}
+    scheme = by_word.get(word.lower())
+    if scheme is not None and (colon or scheme.bare):
+        target = text if scheme.whole_uri else rest
+        if not scheme.whole_uri and not re.fullmatch(scheme.accepts, target):
+            raise CameraError(f"bad camera URI {text!r}", f"write {' or '.join(scheme.forms)}")
+        return scheme, target
+    for scheme in SCHEMES.values():  # no scheme: a device number, a folder, a clip
+        if scheme.claims is not None and scheme.claims(text):
+            return scheme, text
+    if Path(text).exists():
+        raise CameraError(f"{text}: not a video file or folder", f"video suffixes: {' '.join(VIDEO_SUFFIXES)}")
+    raise CameraError(f"unknown camera {text!r}", f"use one of: {URI_FORMS}")
 
 
 __all__ = [
     "DEFAULT_OPEN_TIMEOUT_S",
     "DEFAULT_TIMEOUT_S",
     "PICAMERA2_INSTALL_HINT",
+    "PICAMERA2_TO_BGR",
+    "SCHEMES",
+    "URI_FORMS",
+    "VIDEO_SUFFIXES",
     "CameraError",
+    "CameraOptionError",
     "Frame",
     "FrameSource",
     "ImageFolderSource",
     "LatestFrameSource",
     "OpenCVSource",
-    "PICAMERA2_TO_BGR",
+    "Option",
     "Picamera2Source",
+    "Scheme",
     "SequenceSource",
     "SyntheticSource",
-    "VIDEO_SUFFIXES",
     "VideoFileSource",
+    "camera_uri_forms",
     "open_camera",
     "parse_size",
     "redact_uri",

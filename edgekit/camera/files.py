@@ -299,3 +299,8 @@ class ImageFolderSource(SequenceSource):
             raise CameraError(f"{directory}: no images", f"put {', '.join(IMAGE_SUFFIXES)} files in it")
         super().__init__(_FolderReader(paths), name=f"folder:{directory}", fps=fps, pace=bool(fps), loop=loop)
         self._info["frame_count"] = len(paths)
+
+
+def open_video(path: str, **options: Any) -> VideoFileSource:
+    """Open ``file:PATH`` (``file:///abs/path`` too) or a bare path with a video suffix."""
+    return VideoFileSource(path[2:] if path.startswith("//") else path, **options)

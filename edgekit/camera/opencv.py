@@ -4,12 +4,19 @@ read by a grabber thread that keeps only the newest frame."""
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import Any
 
 import cv2
 import numpy as np
 
-from edgekit.camera.base import DEFAULT_OPEN_TIMEOUT_S, DEFAULT_TIMEOUT_S, LatestFrameSource, parse_size
+from edgekit.camera.base import (
+    DEFAULT_OPEN_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    LatestFrameSource,
+    parse_size,
+    redact_uri,
+)
 from edgekit.errors import CameraError
 
 
@@ -104,3 +111,45 @@ def _configure_capture(cap: Any, *, fourcc, size, fps, buffer_size) -> dict[str,
     if fcc:
         info["fourcc"] = fcc
     return info
+
+
+DEVICE_HINT = (
+    "is a camera connected (`ls /dev/video*`), free (not used by another program), and "
+    "readable by you (group 'video')? Raspberry Pi CSI cameras need picamera2:N"
+)
+
+
+def open_device(
+    device: str, *, fourcc: str | None = "MJPG", buffer_size: int | None = 1, **options: Any
+) -> OpenCVSource:
+    """Open ``v4l2:N`` / ``v4l2:/dev/videoN`` (``device`` is ``"N"`` or the path).
+
+    MJPG and a one-frame driver queue by default: USB 2 cameras reach far higher frame
+    rates compressed, and a short queue keeps frames fresh. Other options go to
+    :class:`OpenCVSource`.
+    """
+    # Linux: V4L2 directly (CAP_ANY may try GStreamer on system OpenCV builds). Elsewhere the
+    # platform's default backend.
+    api = cv2.CAP_V4L2 if sys.platform.startswith("linux") else cv2.CAP_ANY
+    source: int | str = int(device) if device.isdigit() else device
+    return OpenCVSource(source, api=api, name=f"v4l2:{device}", hint=DEVICE_HINT, fourcc=fourcc,
+                        buffer_size=buffer_size, **options)  # fmt: skip
+
+
+def open_stream(url: str, **options: Any) -> OpenCVSource:
+    """Open a network stream (``rtsp://``, ``http(s)://``, ...) through OpenCV's FFMPEG.
+
+    RTSP over TCP instead of UDP: set ``OPENCV_FFMPEG_CAPTURE_OPTIONS=rtsp_transport;tcp``
+    in the environment (OpenCV reads it when the stream opens).
+    """
+    timeout_s = float(options.get("timeout_s", DEFAULT_TIMEOUT_S))
+    open_timeout_s = float(options.get("open_timeout_s", DEFAULT_OPEN_TIMEOUT_S))
+    # FFMPEG's own timeouts bound a blocking read, so the grabber thread ends soon after the
+    # consumer gives up on a dead stream instead of hanging in the network stack.
+    params = [
+        cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, int(open_timeout_s * 1000),
+        cv2.CAP_PROP_READ_TIMEOUT_MSEC, int(timeout_s * 1000),
+    ]  # fmt: skip
+    name = redact_uri(url)
+    hint = "check the URL, network and credentials; test it with `ffprobe URL`"
+    return OpenCVSource(url, api=cv2.CAP_FFMPEG, name=name, hint=hint, **{"params": params, **options})

@@ -157,3 +157,8 @@ def _reader(cam: Any, stream: str, convert: Callable, poll_s: float) -> tuple[Ca
             cam.close()
 
     return read, release
+
+
+def open_picamera(camera_num: str, **options: Any) -> Picamera2Source:
+    """Open ``picamera2`` or ``picamera2:N`` (``camera_num`` is ``""`` or ``"N"``)."""
+    return Picamera2Source(int(camera_num or 0), **options)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import cv2
@@ -9,6 +10,9 @@ import numpy as np
 
 from edgekit.camera.base import parse_size
 from edgekit.camera.files import SequenceSource, _EndOfStream
+from edgekit.errors import CameraError
+
+SYNTHETIC_SPEC = r"(?:(\d+)[xX](\d+))?(?:@(\d+(?:\.\d+)?))?"  # WxH, @FPS, both or neither
 
 
 def synthetic_frame(index: int, width: int = 640, height: int = 360) -> np.ndarray:
@@ -89,3 +93,18 @@ class SyntheticSource(SequenceSource):
             loop=loop,
         )
         self._info["size"] = (width, height)
+
+
+def open_synthetic(spec: str, **options: Any) -> SyntheticSource:
+    """Open ``synthetic``, ``synthetic:WxH`` or ``synthetic:WxH@FPS`` (``spec`` is what follows
+    the colon); a size or rate in the URI gives way to an explicit ``size=``/``fps=``."""
+    m = re.fullmatch(SYNTHETIC_SPEC, spec)
+    if not m:
+        raise CameraError(
+            f"bad camera URI synthetic:{spec}", "write synthetic, synthetic:640x480 or synthetic:640x480@30"
+        )
+    if m.group(1):
+        options.setdefault("size", (int(m.group(1)), int(m.group(2))))
+    if m.group(3):
+        options.setdefault("fps", float(m.group(3)))
+    return SyntheticSource(**options)
