@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from edgekit import doctor
 from edgekit.cli import main as cli_main
-from edgekit.commands import doctor
-from edgekit.commands.doctor import MISSING, OK, WARN, Env, run_checks
+from edgekit.commands import doctor as doctor_verb
+from edgekit.doctor import MISSING, OK, WARN, Env, run_checks
 
 HARDWARE = [
     "libedgetpu",
@@ -70,7 +71,7 @@ def test_targets_summary_on_this_machine(bare):
 
 def test_table_lists_the_fix_for_each_missing_piece(bare):
     checks = run_checks(bare)
-    table = doctor.format_table(checks)
+    table = doctor_verb.format_table(checks)
     assert table.splitlines()[0].split() == ["group", "check", "status", "detail"]
     fixes = table.split("to fix:")[1]
     for c in checks:
@@ -176,9 +177,9 @@ def test_usb3_coral_and_a_broken_vector_config(jetson_like):
 
 
 def test_vector_guid_is_never_printed(jetson_like, capsys, monkeypatch):
-    monkeypatch.setattr(doctor, "Env", lambda: jetson_like)
-    doctor.main(type("Args", (), {"json": True})())
-    doctor.main(type("Args", (), {"json": False})())
+    monkeypatch.setattr(doctor_verb, "Env", lambda: jetson_like)
+    doctor_verb.main(type("Args", (), {"json": True})())
+    doctor_verb.main(type("Args", (), {"json": False})())
     assert "s3cr3t" not in capsys.readouterr().out
 
 
@@ -196,7 +197,7 @@ def test_gpu_from_proc_when_nvidia_smi_is_absent(jetson_like, tmp_path):
 
 def test_doctor_imports_no_tensorflow_and_runs_no_shell():
     code = (
-        "import sys; from edgekit.commands import doctor; doctor.run_checks(); "
+        "import sys; from edgekit import doctor; doctor.run_checks(); "
         "print(sorted(m for m in ('tensorflow', 'keras', 'torch') if m in sys.modules))"
     )
     out = subprocess.run(
@@ -208,5 +209,6 @@ def test_doctor_imports_no_tensorflow_and_runs_no_shell():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
-    source = Path(doctor.__file__).read_text()
+    files = [*Path(doctor.__file__).parent.glob("*.py"), Path(doctor_verb.__file__)]
+    source = "".join(f.read_text() for f in files)
     assert "shell=True" not in source and "os.system" not in source
