@@ -209,7 +209,7 @@ def run_daemon(model: Path, threads: int, camera, seconds: float, options: dict 
     time.sleep(seconds)
     stats = daemon.stats()
     n1, t1 = stats["frames"]["processed"], time.perf_counter()
-    latency = {k: list(v) for k, v in daemon._latency.items()}  # the recent window (last 1000 frames)
+    latency = daemon.latency_samples()  # the recent window (last 1000 frames)
     daemon.stop()
     thread.join(10)
     return {"fps": (n1 - n0) / (t1 - t0), "stats": stats, "latency_ns": latency}

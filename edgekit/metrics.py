@@ -1,30 +1,47 @@
-"""Honest latency numbers: a stage clock, per-stage recorders, summaries, FPS and machine context.
+"""Honest latency numbers: a stage clock, per-stage recorders (the pipeline's sink), summaries, FPS.
 
 Conventions (DESIGN.md section 4): time comes from ``time.perf_counter_ns``; warm-up
 samples are set aside, not mixed in; a summary reports count, min, mean, std, p50, p90,
-p95, p99 and max; raw samples are kept; FPS is ``(n - 1) / (t_last - t_first)`` because n
-timestamps span n - 1 intervals (dividing by n overstates it). Every clock is injectable
-so tests can drive it by hand.
+p95, p99 and max; FPS is ``(n - 1) / (t_last - t_first)`` because n timestamps span n - 1
+intervals (dividing by n overstates it). Every clock is injectable so tests can drive it by hand.
+
+Two ways to keep samples, chosen by ``window``:
+
+- raw (``window=None``): every sample is kept, for ``edgekit bench`` and evaluation, which
+  plot and re-analyse them. Memory grows with the run.
+- bounded (``window=N``): only the newest N samples per stage are kept, so a process that
+  runs for weeks (``edgekit serve``, a long ``edgekit run``) does not grow. The summary stays
+  honest: count, min, mean, std, max and FPS are exact running values over the whole run;
+  only the percentiles cover the newest N samples (the summary says ``window: N``). A run
+  shorter than N gives exactly the raw numbers.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-import os
-import platform
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+# Machine context moved to its own module (one idea per module); kept importable from here.
+from edgekit.machine import machine_context  # noqa: F401
 
 Clock = Callable[[], int]
 """A function returning nanoseconds from a monotonic clock (``time.perf_counter_ns``)."""
 
 STAGES = ("capture_wait", "preprocess", "inference", "postprocess", "end_to_end")
 """The stages a pipeline records; ``end_to_end`` runs from the frame's capture time."""
+
+RUN_WINDOW = 50_000
+"""Samples per stage a long-running loop keeps (``edgekit run``, the robot demo): about
+28 minutes at 30 fps and a few MB in all. Runs shorter than this report exactly what
+keeping every sample would; longer ones keep exact totals and recent percentiles."""
 
 
 @dataclass(frozen=True)
@@ -86,36 +103,116 @@ def fps(timestamps_ns: list[int] | np.ndarray) -> float:
     n = len(timestamps_ns)
     if n < 2:
         return 0.0
-    span = int(timestamps_ns[-1]) - int(timestamps_ns[0])
-    return (n - 1) * 1e9 / span if span > 0 else 0.0
+    return rate(n, int(timestamps_ns[-1]) - int(timestamps_ns[0]))
+
+
+def rate(events: int, span_ns: int) -> float:
+    """Events per second of ``events`` timestamps spanning ``span_ns``: ``(n - 1) / span``.
+
+    The one place the FPS formula lives (:func:`fps`, bounded recorders and the daemon's
+    rate meters all come here). 0.0 with fewer than two events or a zero span.
+    """
+    return (events - 1) * 1e9 / span_ns if events >= 2 and span_ns > 0 else 0.0
+
+
+def tail(samples: Sequence[int] | deque, last: int | None) -> list[int]:
+    """The newest ``last`` items of a list or deque (all of them when ``last`` is falsy)."""
+    if not last:
+        return list(samples)
+    if isinstance(samples, deque):  # deques do not slice; walk back from the newest end
+        return list(itertools.islice(reversed(samples), last))[::-1]
+    return list(samples[-last:])
+
+
+class _Totals:
+    """Exact running count, sum, sum of squares, min and max of integer samples.
+
+    Python integers do not overflow, so the variance from these sums is exact however long
+    the run (a float accumulator would lose the small differences of a week of samples).
+    """
+
+    __slots__ = ("count", "total", "squares", "low", "high")
+
+    def __init__(self) -> None:
+        self.count = self.total = self.squares = 0
+        self.low = self.high = 0
+
+    def add(self, ns: int) -> None:
+        if self.count == 0 or ns < self.low:
+            self.low = ns
+        if self.count == 0 or ns > self.high:
+            self.high = ns
+        self.count += 1
+        self.total += ns
+        self.squares += ns * ns
+
+    def std_ms(self) -> float:
+        n = self.count
+        if n < 2:
+            return 0.0
+        return math.sqrt((n * self.squares - self.total * self.total) / (n * (n - 1))) / 1e6
 
 
 class LatencyRecorder:
     """Latency samples (ns) of one stage; the first ``warmup`` samples are set aside.
 
     Warm-up samples (first inference allocations, cold caches) are kept in
-    ``warmup_samples`` for inspection but never enter :meth:`summary`.
+    ``warmup_samples`` for inspection but never enter :meth:`summary`. With ``window`` set
+    only the newest ``window`` samples are kept (see the module docstring for what the
+    summary then reports). ``add`` and :meth:`recent` are thread-safe, so another thread
+    (an HTTP /stats handler) may read while the frame loop records.
     """
 
-    def __init__(self, name: str, warmup: int = 0):
+    def __init__(self, name: str, warmup: int = 0, window: int | None = None):
         self.name = name
         self.warmup = max(0, int(warmup))
+        self.window = window
         self.warmup_samples: list[int] = []
-        self.samples: list[int] = []
+        self.samples: list[int] | deque[int] = [] if window is None else deque(maxlen=window)
+        self._totals = _Totals()
+        self._lock = threading.Lock()
 
     def add(self, ns: int) -> None:
         """Record one sample in nanoseconds."""
-        if len(self.warmup_samples) < self.warmup:
-            self.warmup_samples.append(int(ns))
-        else:
-            self.samples.append(int(ns))
+        ns = int(ns)
+        with self._lock:
+            if len(self.warmup_samples) < self.warmup:
+                self.warmup_samples.append(ns)
+                return
+            self.samples.append(ns)
+            self._totals.add(ns)
 
     def __len__(self) -> int:
         return len(self.samples)
 
+    @property
+    def count(self) -> int:
+        """Samples recorded after warm-up, including those a bounded window has dropped."""
+        return self._totals.count
+
+    def recent(self, last: int | None = None) -> list[int]:
+        """A copy of the kept samples (the newest ``last`` only), safe to read from any thread."""
+        with self._lock:
+            return tail(self.samples, last)
+
     def summary(self, last: int | None = None) -> LatencySummary:
-        """Statistics of the kept samples (of the ``last`` ones only, for live stats lines)."""
-        return summarize(self.samples[-last:] if last else self.samples)
+        """Statistics of the kept samples (of the ``last`` ones only, for live stats lines).
+
+        When a bounded window has dropped samples, count, min, mean, std and max still
+        cover every sample; the percentiles cover the window.
+        """
+        with self._lock:
+            kept = tail(self.samples, last)
+            totals = self._totals
+            whole = last is None and totals.count > len(kept)
+            if whole:
+                exact = (totals.count, totals.low, totals.total, totals.high, totals.std_ms())
+        s = summarize(kept)
+        if not whole:
+            return s
+        count, low, total, high, std = exact
+        return LatencySummary(count, low / 1e6, total / count / 1e6, std, s.p50_ms, s.p90_ms, s.p95_ms,
+                              s.p99_ms, high / 1e6)
 
 
 class StageClock:
@@ -148,28 +245,39 @@ class StageClock:
 
 @dataclass
 class PipelineMetrics:
-    """Per-stage recorders plus frame accounting for one pipeline run.
+    """Per-stage recorders plus frame accounting for one pipeline run: the pipeline's sink.
 
     ``init_ms`` (runtime load) and ``first_inference_ms`` are reported on their own: both
     are one-off costs a user pays at start-up and would distort the steady state.
     ``skipped`` counts frames the source produced but the pipeline never saw (gaps in
     ``Frame.index``: newest-frame semantics drop stale frames by design); ``corrupt``
     counts frames that could not be preprocessed.
+
+    ``window=None`` keeps every sample (bench, evaluation); ``window=N`` keeps the newest N
+    per stage for processes that run for days (serve, long runs), with exact totals and FPS
+    (module docstring).
     """
 
     warmup: int = 5
+    window: int | None = None
     stages: dict[str, LatencyRecorder] = field(default_factory=dict)
-    completed_ns: list[int] = field(default_factory=list)
+    completed_ns: list[int] | deque[int] = field(default_factory=list)
     frames: int = 0
     skipped: int = 0
     corrupt: int = 0
     init_ms: float | None = None
     first_inference_ms: float | None = None
     _last_index: int | None = None
+    _done: list[int] = field(default_factory=lambda: [0, 0, 0])  # count, first, last completion after warm-up
 
     def __post_init__(self) -> None:
         if not self.stages:
-            self.stages = {s: LatencyRecorder(s, self.warmup) for s in STAGES}
+            self.stages = {s: self._recorder(s) for s in STAGES}
+        if self.window is not None and not isinstance(self.completed_ns, deque):
+            self.completed_ns = deque(self.completed_ns, maxlen=self.window)
+
+    def _recorder(self, stage: str) -> LatencyRecorder:
+        return LatencyRecorder(stage, self.warmup, self.window)
 
     def frame_seen(self, index: int) -> None:
         """Account for a frame's index: a gap since the previous one means skipped frames."""
@@ -183,17 +291,30 @@ class PipelineMetrics:
             self.first_inference_ms = timings_ns["inference"] / 1e6
         self.frames += 1
         for stage, ns in timings_ns.items():
-            self.stages.setdefault(stage, LatencyRecorder(stage, self.warmup)).add(ns)
+            recorder = self.stages.get(stage)
+            if recorder is None:
+                recorder = self.stages[stage] = self._recorder(stage)
+            recorder.add(ns)
         if self.frames > self.warmup:
-            self.completed_ns.append(int(t_done_ns))
+            t = int(t_done_ns)
+            self.completed_ns.append(t)
+            done = self._done
+            done[0] += 1
+            done[1] = done[1] if done[0] > 1 else t
+            done[2] = t
 
     @property
     def fps(self) -> float:
-        """Steady-state frames per second (warm-up excluded)."""
-        return fps(self.completed_ns)
+        """Steady-state frames per second (warm-up excluded), over the whole run."""
+        count, first, last = self._done
+        return rate(count, last - first)
 
     def summary(self) -> dict[str, Any]:
-        """A JSON-ready summary: frame counts, FPS, one-off costs and per-stage statistics."""
+        """A JSON-ready summary: frame counts, FPS, one-off costs and per-stage statistics.
+
+        ``window`` is None when every sample was kept, else how many of the newest samples
+        the percentiles cover.
+        """
         return {
             "frames": self.frames,
             "warmup": min(self.warmup, self.frames),
@@ -203,137 +324,21 @@ class PipelineMetrics:
             "fps": self.fps,
             "init_ms": self.init_ms,
             "first_inference_ms": self.first_inference_ms,
+            "window": self.window,
             "stages": {name: rec.summary().to_dict() for name, rec in self.stages.items()},
         }
 
     def samples_ms(self, stage: str = "inference") -> list[float]:
-        """Raw kept samples of one stage, in milliseconds."""
-        return [s / 1e6 for s in self.stages[stage].samples]
+        """Kept samples of one stage, in milliseconds (all of them unless bounded)."""
+        return [s / 1e6 for s in self.stages[stage].recent()]
 
     def stats_line(self, last: int = 100) -> str:
         """A one-line live summary over the latest ``last`` frames."""
         inf = self.stages["inference"].summary(last)
         e2e = self.stages["end_to_end"].summary(last)
-        recent = self.completed_ns[-last:]
+        recent = tail(self.completed_ns, last)
         return (
             f"frames {self.frames}  fps {fps(recent):.1f}  inference p50 {inf.p50_ms:.2f} ms "
             f"p90 {inf.p90_ms:.2f} ms  end-to-end p50 {e2e.p50_ms:.2f} ms  "
             f"skipped {self.skipped}  corrupt {self.corrupt}"
         )
-
-
-# ---------------------------------------------------------------------------------------------
-# Machine context: what a reader needs to trust (or distrust) a number.
-
-_SYS_CPU = Path("/sys/devices/system/cpu")
-_LIBRARIES = (
-    "edgekit",
-    "numpy",
-    "opencv-python-headless",
-    "opencv-python",
-    "ai-edge-litert",
-    "tflite-runtime",
-    "onnxruntime",
-    "onnxruntime-gpu",
-    "tensorrt",
-)
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        return None
-
-
-def cpu_model() -> str:
-    """The CPU (or board) model from /proc/cpuinfo and the device tree, else platform."""
-    info = _read(Path("/proc/cpuinfo")) or ""
-    for key in ("model name", "Model", "Hardware", "cpu model"):
-        for line in info.splitlines():
-            name, _, value = line.partition(":")
-            if name.strip() == key and value.strip():
-                return value.strip()
-    board = _read(Path("/proc/device-tree/model"))
-    return (board or platform.processor() or platform.machine()).strip("\x00")
-
-
-def governors() -> dict[str, str]:
-    """cpufreq scaling governor per CPU (empty where the kernel does not expose it)."""
-    out = {}
-    for path in sorted(_SYS_CPU.glob("cpu[0-9]*/cpufreq/scaling_governor")):
-        value = _read(path)
-        if value:
-            out[path.parent.parent.name] = value
-    return out
-
-
-def temperatures() -> dict[str, float]:
-    """Thermal zone temperatures in degrees Celsius, keyed by zone type."""
-    out = {}
-    for zone in sorted(Path("/sys/class/thermal").glob("thermal_zone*")):
-        raw = _read(zone / "temp")
-        if raw and raw.lstrip("-").isdigit():
-            out[_read(zone / "type") or zone.name] = int(raw) / 1000.0
-    return out
-
-
-def throttling() -> dict[str, Any]:
-    """Throttling evidence where readable: Raspberry Pi firmware flags, thermal throttle counters."""
-    out: dict[str, Any] = {}
-    pi = _read(Path("/sys/devices/platform/soc/soc:firmware/get_throttled"))
-    if pi is not None:
-        out["rpi_get_throttled"] = pi  # bit 2: throttled now; bit 18: has throttled since boot
-    counts = [_read(p) for p in _SYS_CPU.glob("cpu[0-9]*/thermal_throttle/core_throttle_count")]
-    if counts:
-        out["core_throttle_count"] = sum(int(c) for c in counts if c and c.isdigit())
-    return out
-
-
-def library_versions(extra: Iterable[str] = ()) -> dict[str, str]:
-    """Installed versions of the libraries that decide the numbers (installed ones only)."""
-    import importlib.metadata as md
-
-    out = {"python": platform.python_version()}
-    for name in (*_LIBRARIES, *extra):
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            continue
-    return out
-
-
-def machine_context(extra_libraries: Iterable[str] = ()) -> dict[str, Any]:
-    """Everything recorded with a benchmark result, plus ``warnings`` about trustworthiness.
-
-    Warns when the cpufreq governor is not ``performance`` (frequency scaling moves the
-    numbers, as pycoral's benchmarks warn) or cannot be read.
-    """
-    govs = governors()
-    warnings = []
-    if not govs:
-        warnings.append("cpufreq governor not readable (VM or container?): clock speed may vary")
-    elif any(g != "performance" for g in govs.values()):
-        found = ", ".join(sorted(set(govs.values())))
-        warnings.append(f"CPU governor is {found}, not 'performance': latencies may vary with clock scaling")
-    try:
-        load = os.getloadavg()
-    except OSError:  # pragma: no cover - not on Linux
-        load = None
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        usable = os.cpu_count()
-    return {
-        "cpu_model": cpu_model(),
-        "machine": platform.machine(),
-        "system": f"{platform.system()} {platform.release()}",
-        "cores": os.cpu_count(),
-        "cores_usable": usable,
-        "governor": sorted(set(govs.values()))[0] if len(set(govs.values())) == 1 else govs or None,
-        "temperatures_c": temperatures(),
-        "throttling": throttling(),
-        "load_average": list(load) if load else None,
-        "libraries": library_versions(extra_libraries),
-        "warnings": warnings,
-    }

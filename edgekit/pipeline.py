@@ -1,25 +1,46 @@
-"""frame -> preprocess -> infer -> decode -> record: the loop behind run, bench and the daemon.
+"""THE frame loop: frame -> preprocess -> infer -> decode -> record, for run, bench, serve and the robot.
 
 >>> with open_model("dist/demo-cpu") as model, open_camera("synthetic") as cam:   # doctest: +SKIP
 ...     for result in Pipeline(model.runtime, model.labels).run(cam, max_frames=100):
 ...         print(result.index, result.classification.top)
+
+Nothing else in edgekit turns a frame into a result. The front-ends differ only in the
+source, the metrics sink and the policy for unusable frames:
+
+============  =========================================  ===================================
+front-end     metrics sink                               unusable frames
+============  =========================================  ===================================
+bench, eval   raw: every sample (``window=None``)        raise after ``max_corrupt`` in a row
+run, robot    bounded: ``window=RUN_WINDOW``             raise after ``max_corrupt`` in a row
+serve         bounded: the /stats window, shared across  count and continue
+              model reopens (``metrics=``)               (``max_corrupt=None``)
+============  =========================================  ===================================
+
+A frame is unusable when it is not a non-empty uint8 gray/BGR/BGRA image, or when the
+preprocessor rejects it (``cv2.error``/``ValueError`` on a weird shape). Inference errors
+are not the frame's fault: :meth:`Pipeline.step` raises them to the caller, which decides
+(``edgekit run`` stops; the daemon counts them and reopens the model).
 
 The pipeline owns neither the runtime nor the source: whoever opened them closes them.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import cv2
 import numpy as np
 
 from edgekit.errors import CameraError
 from edgekit.image import Preprocessor
 from edgekit.metrics import Clock, PipelineMetrics, StageClock
 from edgekit.results import Classification, Decoder, output_quantization
+
+log = logging.getLogger("edgekit.pipeline")
 
 
 @dataclass(frozen=True)
@@ -49,6 +70,13 @@ def is_valid_frame(array: Any) -> bool:
     )
 
 
+def frame_problem(array: Any) -> str | None:
+    """Why a frame cannot be used (for logs and errors), or None when it is usable."""
+    if is_valid_frame(array):
+        return None
+    return f"{type(array).__name__} {getattr(array, 'dtype', '')} {getattr(array, 'shape', '')}".strip()
+
+
 class Pipeline:
     """Classify frames with one runtime, timing every stage.
 
@@ -58,10 +86,17 @@ class Pipeline:
         top_k: classes kept per result.
         warmup: frames whose timings are set aside (first inference, cold caches).
         decoder: replaces the default :class:`~edgekit.results.Decoder`.
-        max_corrupt: consecutive unusable frames after which the camera is declared broken.
+        max_corrupt: the corrupt-frame policy. N: raise CameraError after N unusable frames
+            in a row (a broken camera should stop ``edgekit run``); None: count them in
+            ``metrics.corrupt`` and carry on (a daemon outlives a few bad frames).
         clock: nanosecond clock; the frames' ``t_capture_ns`` must come from the same one.
+        window: None keeps every latency sample (bench); N keeps the newest N per stage
+            with exact totals (long runs; see :mod:`edgekit.metrics`).
+        metrics: a sink to record into instead of a new one (``warmup`` and ``window`` are
+            then the sink's): the daemon keeps one across model reopens.
 
     ``metrics`` (a :class:`~edgekit.metrics.PipelineMetrics`) fills up as results are made.
+    Not thread-safe: one thread steps a pipeline (the sink's recorders may be read from others).
     """
 
     def __init__(
@@ -71,27 +106,39 @@ class Pipeline:
         top_k: int = 5,
         warmup: int = 5,
         decoder: Decoder | None = None,
-        max_corrupt: int = 10,
+        max_corrupt: int | None = 10,
         clock: Clock = time.perf_counter_ns,
+        *,
+        window: int | None = None,
+        metrics: PipelineMetrics | None = None,
     ):
         self.runtime = runtime
         self.preprocess = Preprocessor(runtime.input_spec)
         self.decode = decoder or Decoder(labels, top_k, output_quantization(runtime))
-        self.metrics = PipelineMetrics(warmup=warmup)
+        self.metrics = metrics if metrics is not None else PipelineMetrics(warmup=warmup, window=window)
         self.metrics.init_ms = getattr(runtime, "init_ms", None)
         self.max_corrupt = max_corrupt
         self._clock = StageClock(clock)
         self._corrupt_in_a_row = 0
 
     def step(self, frame: Any, capture_wait_ns: int = 0) -> FrameResult | None:
-        """Process one :class:`~edgekit.camera.Frame`; None when the frame was unusable."""
+        """Process one :class:`~edgekit.camera.Frame`; None when the frame was unusable.
+
+        Raises whatever the runtime raises (the caller decides what an inference error
+        means) and CameraError when the corrupt-frame policy says the camera is broken.
+        """
         clock, metrics = self._clock, self.metrics
         clock.mark()
         metrics.frame_seen(frame.index)
-        if not is_valid_frame(frame.array):
-            return self._corrupt(frame)
+        problem = frame_problem(frame.array)
+        if problem is None:
+            try:
+                tensor = self.preprocess(frame.array)
+            except (cv2.error, ValueError) as exc:  # a frame valid on the surface, still unusable
+                problem = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if problem is not None:
+            return self._corrupt(frame, problem)
         self._corrupt_in_a_row = 0
-        tensor = self.preprocess(frame.array)
         t_pre = clock.lap()
         outputs = self.runtime.infer(tensor)
         t_infer = clock.lap()
@@ -107,15 +154,13 @@ class Pipeline:
         metrics.record(timings, clock.last)
         return FrameResult(frame.index, frame.t_capture_ns, classification, {k: v / 1e6 for k, v in timings.items()})
 
-    def run(
+    def steps(
         self,
         frames: Iterable[Any],
         max_frames: int | None = None,
         duration_s: float | None = None,
-    ) -> Iterator[FrameResult]:
-        """Yield a result per usable frame until the source ends, ``max_frames`` results were
-        made or ``duration_s`` passed. The time spent waiting for each frame is recorded as
-        the ``capture_wait`` stage."""
+    ) -> Iterator[tuple[Any, FrameResult]]:
+        """Like :meth:`run`, yielding ``(frame, result)`` for callers that need the frame too."""
         now = self._clock.now
         deadline = now() + int(duration_s * 1e9) if duration_s else None
         source = iter(frames)
@@ -128,16 +173,27 @@ class Pipeline:
             result = self.step(frame, now() - t_ask)
             if result is not None:
                 made += 1
-                yield result
+                yield frame, result
 
-    def _corrupt(self, frame: Any) -> None:
+    def run(
+        self,
+        frames: Iterable[Any],
+        max_frames: int | None = None,
+        duration_s: float | None = None,
+    ) -> Iterator[FrameResult]:
+        """Yield a result per usable frame until the source ends, ``max_frames`` results were
+        made or ``duration_s`` passed. The time spent waiting for each frame is recorded as
+        the ``capture_wait`` stage."""
+        for _frame, result in self.steps(frames, max_frames, duration_s):
+            yield result
+
+    def _corrupt(self, frame: Any, problem: str) -> None:
         self.metrics.corrupt += 1
         self._corrupt_in_a_row += 1
-        if self._corrupt_in_a_row >= self.max_corrupt:
-            arr = frame.array
-            what = f"{type(arr).__name__} {getattr(arr, 'dtype', '')} {getattr(arr, 'shape', '')}".strip()
+        log.debug("unusable frame %s skipped: %s", frame.index, problem)
+        if self.max_corrupt is not None and self._corrupt_in_a_row >= self.max_corrupt:
             raise CameraError(
-                f"the camera sent {self._corrupt_in_a_row} unusable frames in a row (last: {what})",
+                f"the camera sent {self._corrupt_in_a_row} unusable frames in a row (last: {problem})",
                 "check the camera/stream; frames must be non-empty uint8 gray, BGR or BGRA images",
             )
         return None

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from edgekit.errors import CameraError, EdgekitError, UsageError
-from edgekit.metrics import LatencyRecorder
+from edgekit.metrics import RUN_WINDOW, LatencyRecorder
 from edgekit.options import add_runtime_options, runtime_options
 from edgekit.pipeline import Pipeline
 
@@ -144,50 +144,58 @@ def run_demo(
     and ``runtime`` and closes them.
     """
     debouncer = debouncer or Debouncer(background=background_index(labels))
-    pipeline = Pipeline(runtime, labels, top_k=1, warmup=warmup)
+    # edgekit's one frame loop; a bounded sink because a demo may run for hours (--loop).
+    pipeline = Pipeline(runtime, labels, top_k=1, warmup=warmup, window=RUN_WINDOW)
     report = DemoReport()
-    announce_rec = LatencyRecorder("announce")
-    pending: list[concurrent.futures.Future] = []
-    now = time.perf_counter_ns
-    deadline = now() + int(duration_s * 1e9) if duration_s else None
-    frames = iter(source)
-    made = 0
+    speaker = _Speaker((show, say), log)
     try:
-        while (max_frames is None or made < max_frames) and (deadline is None or now() < deadline):
-            t_ask = now()
-            frame = next(frames, None)
-            if frame is None:
-                break
-            result = pipeline.step(frame, now() - t_ask)
-            if result is None:
-                continue
-            made += 1
+        for frame, result in pipeline.steps(source, max_frames, duration_s):
             top = result.classification.top
             if debouncer.update(top.index, top.score) is not None:
-                t0 = now()
-                for action in (show, say):
-                    if action is not None:
-                        outcome = action(top.label)
-                        if isinstance(outcome, concurrent.futures.Future):
-                            pending.append(outcome)
-                announce_rec.add(now() - t0)
-                report.announcements.append(Announcement(top.label, top.index, frame.index, top.score, now()))
-                if log is not None:
-                    print(f"said: {top.label}  (frame {frame.index}, score {top.score:.3f})", file=log, flush=True)
+                report.announcements.append(speaker.announce(top, frame.index))
             if until is not None and until(frame):
                 break
     except (CameraError, KeyboardInterrupt) as exc:
         report.failure = exc  # keep what was measured; the caller reports the failure after it
-    for fut in pending:
-        try:
-            fut.result(timeout=0 if report.failure else 30)
-        except Exception as exc:  # noqa: BLE001 - a failed utterance is reported, the run still counts
-            report.errors.append(str(exc))
+    report.errors = speaker.finish(wait_s=0 if report.failure else 30)
     report.metrics = pipeline.metrics.summary()
-    report.announce = announce_rec.summary().to_dict()
+    report.announce = speaker.recorder.summary().to_dict()
     stats = getattr(source, "stats", None)
     report.source = stats() if callable(stats) else {}
     return report
+
+
+class _Speaker:
+    """Calls the announce actions (face, speech) without waiting for them, timing each call."""
+
+    def __init__(self, actions: Sequence[Callable[[str], Any] | None], log: TextIO | None):
+        self.actions = [a for a in actions if a is not None]
+        self.log = log
+        self.recorder = LatencyRecorder("announce", window=RUN_WINDOW)
+        self.pending: list[concurrent.futures.Future] = []
+
+    def announce(self, top: Any, frame_index: int) -> Announcement:
+        """Say and show ``top.label`` (Futures are kept, not waited for: speech never holds up the camera)."""
+        now = time.perf_counter_ns
+        t0 = now()
+        for action in self.actions:
+            outcome = action(top.label)
+            if isinstance(outcome, concurrent.futures.Future):
+                self.pending.append(outcome)
+        self.recorder.add(now() - t0)
+        if self.log is not None:
+            print(f"said: {top.label}  (frame {frame_index}, score {top.score:.3f})", file=self.log, flush=True)
+        return Announcement(top.label, top.index, frame_index, top.score, now())
+
+    def finish(self, wait_s: float) -> list[str]:
+        """Wait for the pending actions; the errors of those that failed."""
+        errors = []
+        for fut in self.pending:
+            try:
+                fut.result(timeout=wait_s)
+            except Exception as exc:  # noqa: BLE001 - a failed utterance is reported, the run still counts
+                errors.append(str(exc))
+        return errors
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Latency recorder, summaries, FPS and machine context (driven by a fake clock where time matters)."""
+"""Latency recorder (raw and bounded), summaries, FPS and machine context (a fake clock where time matters)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from edgekit import metrics
-from edgekit.metrics import LatencyRecorder, PipelineMetrics, StageClock, fps, summarize
+from edgekit import machine
+from edgekit.metrics import LatencyRecorder, PipelineMetrics, StageClock, fps, machine_context, summarize
 
 
 class FakeClock:
@@ -95,6 +95,52 @@ def test_pipeline_metrics_first_inference_skips_and_fps():
     assert m.samples_ms("inference") == [4.0] * 4
 
 
+def test_bounded_recorder_keeps_the_newest_samples_and_exact_totals():
+    rng = np.random.default_rng(2)
+    ns = rng.integers(1_000_000, 9_000_000, size=500)
+    raw, bounded = LatencyRecorder("inference", warmup=2), LatencyRecorder("inference", warmup=2, window=100)
+    for x in ns:
+        raw.add(x)
+        bounded.add(x)
+    assert len(bounded) == 100 and bounded.count == 498 == len(raw)
+    assert bounded.recent() == [int(x) for x in ns[-100:]]
+    whole, window = raw.summary(), bounded.summary()
+    # count, min, mean, std and max are exact over every sample; percentiles cover the window
+    assert window.count == whole.count
+    for key in ("min_ms", "mean_ms", "std_ms", "max_ms"):
+        assert getattr(window, key) == pytest.approx(getattr(whole, key), rel=1e-12), key
+    assert window.p50_ms == pytest.approx(np.percentile(ns[-100:] / 1e6, 50))
+    assert bounded.summary(last=10).count == 10 and bounded.recent(3) == [int(x) for x in ns[-3:]]
+
+
+def test_bounded_pipeline_metrics_stay_small_and_report_like_raw_until_the_window_fills():
+    clock = FakeClock()
+    raw, bounded = PipelineMetrics(warmup=1), PipelineMetrics(warmup=1, window=50)
+    for i in range(40):
+        clock.advance(10)
+        for m in (raw, bounded):
+            m.frame_seen(i)
+            m.record({"inference": (i % 7 + 1) * 1_000_000, "end_to_end": 2_000_000}, clock())
+    short_raw, short_bounded = raw.summary(), bounded.summary()
+    assert short_bounded.pop("window") == 50 and short_raw.pop("window") is None
+    assert short_bounded == short_raw  # a run shorter than the window: exactly the raw numbers
+    for i in range(40, 5000):
+        clock.advance(10)
+        bounded.frame_seen(i)
+        bounded.record({"inference": 4_000_000, "end_to_end": 5_000_000}, clock())
+    s = bounded.summary()
+    assert len(bounded.completed_ns) == 50 and len(bounded.stages["inference"]) == 50
+    assert s["frames"] == 5000 and s["stages"]["inference"]["count"] == 4999
+    assert s["fps"] == pytest.approx(100.0)  # over the whole run, not only the window
+    assert s["stages"]["inference"]["max_ms"] == 7.0  # the early slow frames are not forgotten
+    assert s["stages"]["inference"]["p99_ms"] == 4.0  # percentiles: the newest 50 frames
+    assert "fps 100.0" in bounded.stats_line(last=20)
+
+
+def test_machine_context_is_still_importable_from_metrics():
+    assert machine_context is machine.machine_context
+
+
 def _fake_sysfs(tmp_path, governor: str | None):
     for cpu in ("cpu0", "cpu1"):
         d = tmp_path / cpu / "cpufreq"
@@ -105,23 +151,23 @@ def _fake_sysfs(tmp_path, governor: str | None):
 
 
 def test_machine_context_warns_when_governor_is_not_performance(tmp_path, monkeypatch):
-    monkeypatch.setattr(metrics, "_SYS_CPU", _fake_sysfs(tmp_path, "powersave"))
-    ctx = metrics.machine_context()
+    monkeypatch.setattr(machine, "_SYS_CPU", _fake_sysfs(tmp_path, "powersave"))
+    ctx = machine.machine_context()
     assert ctx["governor"] == "powersave"
     assert any("not 'performance'" in w for w in ctx["warnings"])
 
 
 def test_machine_context_quiet_with_performance_governor(tmp_path, monkeypatch):
-    monkeypatch.setattr(metrics, "_SYS_CPU", _fake_sysfs(tmp_path, "performance"))
-    ctx = metrics.machine_context()
+    monkeypatch.setattr(machine, "_SYS_CPU", _fake_sysfs(tmp_path, "performance"))
+    ctx = machine.machine_context()
     assert ctx["governor"] == "performance" and ctx["warnings"] == []
 
 
 def test_machine_context_on_this_machine():
-    ctx = metrics.machine_context()
+    ctx = machine.machine_context()
     assert ctx["cpu_model"] and ctx["cores"] >= 1 and ctx["cores_usable"] >= 1
     assert ctx["libraries"]["numpy"] == np.__version__
     assert "ai-edge-litert" in ctx["libraries"]
     assert isinstance(ctx["temperatures_c"], dict) and isinstance(ctx["throttling"], dict)
-    if not metrics.governors():  # containers and VMs hide cpufreq: say so rather than guess
+    if not machine.governors():  # containers and VMs hide cpufreq: say so rather than guess
         assert any("not readable" in w for w in ctx["warnings"])

@@ -106,6 +106,61 @@ def test_a_camera_sending_only_garbage_is_reported():
         list(pipe.run(garbage))
 
 
+def test_count_and_continue_policy_never_raises():
+    pipe = Pipeline(brightness_runtime(), warmup=0, max_corrupt=None)
+    source = frames([*[np.zeros((36, 64, 2), np.uint8)] * 50, 200])
+    results = list(pipe.run(source))
+    assert len(results) == 1 and pipe.metrics.corrupt == 50
+
+
+def test_a_frame_the_preprocessor_rejects_counts_as_corrupt():
+    import cv2
+
+    pipe = Pipeline(brightness_runtime(), warmup=0, max_corrupt=2)
+    real = pipe.preprocess
+
+    def picky(array):  # a driver's odd frame: valid on the surface, refused by OpenCV or the spec
+        if array.shape[1] == 7:
+            raise cv2.error("OpenCV(5.0) resize.cpp:4000: error: (-215:Assertion failed) !dsize.empty()")
+        if array.shape[1] == 9:
+            raise ValueError("frames must be uint8")
+        return real(array)
+
+    pipe.preprocess = picky
+    odd, odder, good = np.zeros((4, 7, 3), np.uint8), np.zeros((4, 9, 3), np.uint8), np.zeros((4, 8, 3), np.uint8)
+    assert pipe.step(Frame(odd, 0, 0)) is None and pipe.step(Frame(good, 0, 1)) is not None
+    assert pipe.metrics.corrupt == 1 and pipe.runtime.calls == 1
+    pipe.step(Frame(odd, 0, 2))
+    with pytest.raises(CameraError, match=r"2 unusable frames in a row \(last: frames must be uint8\)"):
+        pipe.step(Frame(odder, 0, 3))
+
+
+def test_inference_errors_reach_the_caller():
+    def broken(x):
+        raise RuntimeError("USB transfer error")
+
+    pipe = Pipeline(FakeRuntime(broken, SPEC), warmup=0, max_corrupt=None)
+    with pytest.raises(RuntimeError, match="USB transfer error"):
+        pipe.step(Frame(np.zeros((36, 64, 3), np.uint8), 0, 0))
+    assert pipe.metrics.frames == 0 and pipe.metrics.corrupt == 0
+
+
+def test_a_bounded_pipeline_does_not_grow_and_a_sink_can_be_shared():
+    pipe = Pipeline(brightness_runtime(), warmup=0, window=10)
+    list(pipe.run(frames(itertools.repeat(100)), max_frames=100))
+    assert pipe.metrics.frames == 100 and len(pipe.metrics.stages["inference"]) == 10
+    assert pipe.metrics.summary()["stages"]["inference"]["count"] == 100
+    again = Pipeline(brightness_runtime(), metrics=pipe.metrics)  # e.g. a reopened model
+    list(again.run(frames([100, 200], indices=[100, 101])))
+    assert again.metrics is pipe.metrics and pipe.metrics.frames == 102 and pipe.metrics.skipped == 0
+
+
+def test_steps_yield_the_frame_with_its_result():
+    pipe = Pipeline(brightness_runtime(), ["dark", "bright"], warmup=0)
+    pairs = list(pipe.steps(frames([10, None, 250])))
+    assert [(f.index, r.index, r.classification.top.label) for f, r in pairs] == [(0, 0, "dark"), (2, 2, "bright")]
+
+
 def test_is_valid_frame():
     assert is_valid_frame(np.zeros((4, 4), np.uint8)) and is_valid_frame(np.zeros((4, 4, 4), np.uint8))
     assert not is_valid_frame(np.zeros((4, 4, 2), np.uint8)) and not is_valid_frame("frame")

@@ -62,6 +62,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the model on the camera until the source ends, a limit is reached or Ctrl-C."""
+    from edgekit.metrics import RUN_WINDOW
     from edgekit.model import open_model
     from edgekit.pipeline import Pipeline
 
@@ -75,7 +76,8 @@ def main(args: argparse.Namespace) -> int:
         from edgekit.camera import open_camera
 
         source = open_camera(args.camera, **camera_options(args))
-        pipeline = Pipeline(model.runtime, model.labels, top_k=args.top_k, warmup=args.warmup)
+        # bounded: a week-long run must not grow; totals and fps stay exact (edgekit.metrics)
+        pipeline = Pipeline(model.runtime, model.labels, top_k=args.top_k, warmup=args.warmup, window=RUN_WINDOW)
         interrupted = False
         error: CameraError | None = None
         try:

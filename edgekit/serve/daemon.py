@@ -34,11 +34,8 @@ from typing import Any
 from edgekit.camera import redact_uri
 from edgekit.camera.mailbox import FrameMailbox
 from edgekit.errors import BackendUnavailable, CameraError, UsageError
-from edgekit.image import Preprocessor
-from edgekit.metrics import fps as fps_of
-from edgekit.metrics import summarize
-from edgekit.pipeline import is_valid_frame
-from edgekit.results import Decoder, output_quantization
+from edgekit.metrics import PipelineMetrics, rate, summarize
+from edgekit.pipeline import Pipeline, frame_problem  # noqa: F401 - frame_problem: re-exported, it lived here
 from edgekit.serve.config import ServeConfig, parse_address
 from edgekit.serve.publish import JsonLinesSink, MqttPublisher, to_json
 
@@ -75,8 +72,9 @@ class RateMeter:
         with self._lock:
             while self._events and self._events[0] < horizon:
                 self._events.popleft()
-            events = list(self._events)
-        return fps_of(events)
+            if not self._events:
+                return 0.0
+            return rate(len(self._events), self._events[-1] - self._events[0])
 
 
 def sd_notify(message: str) -> bool:
@@ -98,13 +96,6 @@ def sd_notify(message: str) -> bool:
     except OSError as exc:
         log.debug("sd_notify(%s) failed: %s", message, exc)
         return False
-
-
-def frame_problem(array: Any) -> str | None:
-    """Why a frame cannot be used (for the debug log), or None when it is usable."""
-    if is_valid_frame(array):
-        return None
-    return f"{type(array).__name__} {getattr(array, 'dtype', '')} {getattr(array, 'shape', '')}".strip()
 
 
 def model_options(config: ServeConfig) -> dict[str, Any]:
@@ -166,9 +157,10 @@ class Daemon:
         self._counts = {"captured": 0, "processed": 0, "skipped": 0, "bad": 0}
         self._errors = {"camera": 0, "inference": 0, "output": 0}
         self._reconnects = {"camera": 0, "model": 0}
-        self._latency: dict[str, deque[int]] = {
-            k: deque(maxlen=LATENCY_WINDOW) for k in ("preprocess", "inference", "end_to_end")
-        }
+        # One bounded sink for the life of the daemon, shared by every Pipeline a model
+        # reopen creates: /stats percentiles cover the newest LATENCY_WINDOW frames.
+        self._frame_metrics = PipelineMetrics(warmup=0, window=LATENCY_WINDOW)
+        self._pipeline: Pipeline | None = None
         self._rates = {k: RateMeter(clock=clock) for k in ("camera", "process", "skipped")}
         self._camera_open = False
         self._camera_error = ""
@@ -243,9 +235,10 @@ class Daemon:
     def _open_runtime(self) -> None:
         runtime = self._runtime_factory()
         self._runtime = runtime
-        self._preprocess = Preprocessor(runtime.input_spec)
-        self._decoder = Decoder(self._labels or [], k=self.config.model.top_k,
-                                quantization=output_quantization(runtime))
+        # Unusable frames are counted and skipped, never fatal (max_corrupt=None): a daemon
+        # outlives a camera's bad moments. Inference errors come back here (_process).
+        self._pipeline = Pipeline(runtime, self._labels or [], top_k=self.config.model.top_k, max_corrupt=None,
+                                  clock=self._clock, metrics=self._frame_metrics)
         try:
             self._runtime_info = dict(runtime.describe())
         except Exception as exc:  # describe() is informative only
@@ -439,47 +432,29 @@ class Daemon:
             self._next_log = now + STATS_LOG_INTERVAL_S
 
     def _process(self, frame: Any) -> bool:
-        """Preprocess, infer, decode and publish one frame; True when a result was produced."""
-        clock = self._clock
-        t0 = clock()
-        problem = frame_problem(frame.array)
-        if problem is None:
-            try:
-                tensor = self._preprocess(frame.array)
-            except Exception as exc:  # cv2.error / ValueError on a corrupt frame
-                problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if problem is not None:
-            with self._lock:
-                self._counts["bad"] += 1
-            log.debug("bad frame %s skipped: %s", frame.index, problem)
-            return False
-        t1 = clock()
+        """Run one frame through the pipeline and publish it; True when a result was produced."""
         try:
-            outputs = self._runtime.infer(tensor)
+            result = self._pipeline.step(frame)
         except Exception as exc:  # any backend failure: count, keep serving, reopen if it persists
             self._inference_failed(exc)
             return False
-        t2 = clock()
-        classification = self._decoder(outputs)
-        t3 = clock()
-        pre_ns, inf_ns, e2e_ns = t1 - t0, t2 - t1, t3 - frame.t_capture_ns
+        if result is None:  # unusable frame: the pipeline logged why
+            with self._lock:
+                self._counts["bad"] += 1
+            return False
+        ms = result.timings_ms
         with self._lock:
             self._counts["processed"] += 1
             self._consecutive_errors = 0
             self._model_error = ""
-            self._latency["preprocess"].append(pre_ns)
-            self._latency["inference"].append(inf_ns)
-            self._latency["end_to_end"].append(e2e_ns)
-        self._rates["process"].add(1, t3)
+        self._rates["process"].add(1, self._clock())
         if self.metrics is not None:
-            self.metrics.observe(pre_ns / 1e9, inf_ns / 1e9, e2e_ns / 1e9)
+            self.metrics.observe(ms["preprocess"] / 1e3, ms["inference"] / 1e3, ms["end_to_end"] / 1e3)
         record = {
             "device": self.config.device,
             "time": round(time.time(), 3),
-            "frame": frame.index,
-            **classification.to_dict(),
-            "ms": {"preprocess": round(pre_ns / 1e6, 3), "inference": round(inf_ns / 1e6, 3),
-                   "end_to_end": round(e2e_ns / 1e6, 3)},
+            **result.to_dict(),
+            "ms": {k: round(ms[k], 3) for k in ("preprocess", "inference", "end_to_end")},
         }
         self._publish(record)
         return True
@@ -562,7 +537,7 @@ class Daemon:
         with self._lock:
             counts, errors = dict(self._counts), dict(self._errors)
             reconnects = dict(self._reconnects)
-            latency = {k: list(v) for k, v in self._latency.items()}
+        latency = self.latency_samples()
         stats: dict[str, Any] = {
             "device": self.config.device,
             "uptime_s": round((self._clock() - self._started_ns) / 1e9, 3) if self._started_ns else 0.0,
@@ -604,6 +579,11 @@ class Daemon:
             f"inference p50 {lat['inference'].get('p50', 0):.2f} ms; end-to-end p99 "
             f"{lat['end_to_end'].get('p99', 0):.2f} ms; ready {bool(s['health']['ready'])}"
         )
+
+    def latency_samples(self) -> dict[str, list[int]]:
+        """The newest latency samples (ns) per stage behind /stats, at most LATENCY_WINDOW each."""
+        stages = self._frame_metrics.stages
+        return {k: stages[k].recent() for k in ("preprocess", "inference", "end_to_end")}
 
     @property
     def http_address(self) -> tuple[str, int] | None:
