@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import BundleError
+from edgekit.errors import BundleError, ModelError
 from edgekit.image import InputSpec
 
 FORMAT_VERSION = 1
@@ -31,6 +31,21 @@ def sha256_file(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def read_labels(path: str | Path) -> list[str]:
+    """Read a labels file: UTF-8, one label per line (surrounding spaces stripped), blank lines ignored.
+
+    The one reader of labels, for a bundle's ``labels.txt`` and a ``--labels`` file alike.
+    Raises ModelError when the file cannot be read or is not UTF-8.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelError(
+            f"cannot read labels file {path}: {exc}".splitlines()[0], "give a UTF-8 text file, one label per line"
+        ) from exc
+    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 @dataclass(frozen=True)
@@ -92,10 +107,9 @@ class Bundle:
 
     @property
     def labels(self) -> list[str]:
+        """The class names in output order (:func:`read_labels` of the bundle's labels file)."""
         name = self.manifest.get("labels")
-        if not name:
-            return []
-        return (self.path / name).read_text(encoding="utf-8").splitlines()
+        return read_labels(self.path / name) if name else []
 
     @property
     def runtime(self) -> dict:

@@ -10,7 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgekit.bundle import read_labels
 from edgekit.errors import ModelError
+
+__all__ = ["OpenModel", "open_model", "read_labels", "split_model_spec"]
 
 
 @dataclass
@@ -45,16 +48,6 @@ def split_model_spec(spec: str | Path) -> tuple[Path, str | None]:
         return Path(text), None
     path, _, variant = text.rpartition(":")
     return Path(path), variant or None
-
-
-def read_labels(path: str | Path) -> list[str]:
-    """Read a labels file: one label per line, blank lines ignored."""
-    try:
-        return [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ModelError(
-            f"cannot read labels file {path}: {exc}", "give a UTF-8 text file, one label per line"
-        ) from exc
 
 
 def open_model(

@@ -129,3 +129,23 @@ def test_open_model_hashes_every_bundle_file_once(tmp_path, model, monkeypatch):
     with open_model(tmp_path / "b") as m:
         assert m.labels == ["a", "b"]
     assert sorted(hashed.values()) == [1, 1] and len(hashed) == 2  # m.tflite and labels.txt, once each
+
+
+def test_labels_are_read_one_way_for_bundles_and_label_files(tmp_path):
+    from edgekit.bundle import read_labels
+    from edgekit.errors import ModelError
+    from edgekit.model import read_labels as model_read_labels
+
+    assert model_read_labels is read_labels
+    with BundleWriter(tmp_path / "b") as w:
+        (w.dir / "m.tflite").write_bytes(b"model-bytes")
+        (w.dir / "labels.txt").write_bytes("T-shirt \r\n\r\nAnkle boot\n  \nné\n".encode())
+        w.commit(dict(_manifest(), labels="labels.txt"))
+    bundle = load_bundle(tmp_path / "b")
+    assert bundle.labels == read_labels(tmp_path / "b" / "labels.txt") == ["T-shirt", "Ankle boot", "né"]
+    (tmp_path / "latin1.txt").write_bytes("n\xe9\n".encode("latin-1"))
+    with pytest.raises(ModelError, match="cannot read labels file") as info:
+        read_labels(tmp_path / "latin1.txt")
+    assert "\n" not in info.value.message and "UTF-8" in info.value.hint
+    with pytest.raises(ModelError, match="cannot read labels file"):
+        read_labels(tmp_path / "missing.txt")
