@@ -18,7 +18,7 @@ EVAL = ROOT / "eval" / "fashion"
 
 @pytest.fixture(scope="session")
 def demo_bundles(tmp_path_factory):
-    """The demo model built for every target once per test session: {target: BundleResult}."""
+    """The demo model built for every target once per test session: {target: TargetBuild}."""
     from edgekit.builders.build import build
 
     out = tmp_path_factory.mktemp("dist")

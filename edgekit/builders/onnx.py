@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from edgekit.builders.contract import BuilderOutput, BuiltModel
 from edgekit.errors import ModelError
 
+if TYPE_CHECKING:
+    from edgekit.builders.context import BuildContext
+    from edgekit.target import Target
 
-def to_onnx(ctx, dest: Path, opset: int) -> None:
+
+def to_onnx(ctx: BuildContext, dest: Path, opset: int) -> None:
     """Write the fp32 ONNX model for the context's source model."""
     if ctx.source.kind == "onnx":
         shutil.copyfile(ctx.source.path, dest)
@@ -48,10 +54,8 @@ def to_fp16(src: Path, dest: Path) -> None:
     onnx.save(model, str(dest))
 
 
-def build(ctx, target, out_dir: Path) -> dict:
-    """Write and verify model.onnx and model_fp16.onnx; returns manifest parts."""
-    from edgekit.runtime.onnxrt import OnnxRuntime
-
+def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
+    """Write and verify ``<name>_fp32.onnx`` and ``<name>_fp16.onnx`` (the builder contract)."""
     opset = int(target.build.get("opset", 17))
     variants = list(ctx.options.get("variants") or target.build.get("variants", ["fp32", "fp16"]))
     fp32 = out_dir / f"{ctx.name}_fp32.onnx"
@@ -63,28 +67,32 @@ def build(ctx, target, out_dir: Path) -> dict:
         with ctx.log.step(f"[{target.name}] convert to FP16 ONNX") as s16:
             to_fp16(fp32, fp16)
         files["fp16"] = (fp16, s16["seconds"])
-    models, verification = [], {}
-    for variant, (path, seconds) in files.items():
-        with OnnxRuntime(path, providers=["cpu"]) as rt:
-            spec = rt.input_spec
-            outs = [{"name": o.name, "shape": [d if isinstance(d, int) else 1 for d in o.shape],
-                     "dtype": "float32"} for o in rt._session.get_outputs()]
-        d = ctx.float_spec.to_dict()
-        d.update(shape=list(spec.shape), dtype=spec.dtype, name=spec.name, layout="NHWC")
-        if len(spec.shape) == 4 and spec.shape[1] in (1, 3) and spec.shape[3] not in (1, 3):
-            d["layout"] = "NCHW"
-        from edgekit.image import InputSpec
-
-        spec = InputSpec.from_dict(d)
-        models.append({"name": variant, "file": path.name, "format": "onnx",
-                       "precision": "float16" if variant == "fp16" else "float32", "input": spec.to_dict(),
-                       "outputs": outs, "convert_seconds": seconds, "bytes": path.stat().st_size,
-                       "runtime_options": {"precision": "fp16" if variant == "fp16" else "fp32"},
-                       "tensorrt": {"engine": "built on the device from this file (edgekit/runtime/trt_engine.py)"}})
-        verification[variant] = ctx.verify(variant, lambda t, p=path: _run(p, t), spec)
+    models = tuple(_verified(ctx, variant, path, seconds) for variant, (path, seconds) in files.items())
     default = target.build.get("default", "fp16")
-    return {"models": models, "verification": verification,
-            "default_model": default if default in files else "fp32"}
+    return BuilderOutput(models, default if default in files else "fp32")
+
+
+def _verified(ctx: BuildContext, variant: str, path: Path, seconds: float) -> BuiltModel:
+    """Read one written ONNX model's tensors and verify it on the CPU provider."""
+    from edgekit.image import InputSpec
+    from edgekit.runtime.onnxrt import OnnxRuntime
+
+    with OnnxRuntime(path, providers=["cpu"]) as rt:
+        spec = rt.input_spec
+        outs = tuple({"name": o.name, "shape": [d if isinstance(d, int) else 1 for d in o.shape],
+                      "dtype": "float32"} for o in rt._session.get_outputs())
+    d = ctx.float_spec.to_dict()
+    d.update(shape=list(spec.shape), dtype=spec.dtype, name=spec.name, layout="NHWC")
+    if len(spec.shape) == 4 and spec.shape[1] in (1, 3) and spec.shape[3] not in (1, 3):
+        d["layout"] = "NCHW"
+    spec = InputSpec.from_dict(d)
+    return BuiltModel(
+        name=variant, file=path.name, format="onnx", precision="float16" if variant == "fp16" else "float32",
+        input=spec, outputs=outs, convert_seconds=seconds, bytes=path.stat().st_size,
+        verification=ctx.verify(variant, lambda t: _run(path, t), spec),
+        runtime_options={"precision": "fp16" if variant == "fp16" else "fp32"},
+        extra={"tensorrt": {"engine": "built on the device from this file (edgekit/runtime/trt_engine.py)"}},
+    )
 
 
 def _run(path: Path, tensors):

@@ -9,12 +9,19 @@ NaN without any error.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from edgekit.builders.contract import BuilderOutput, BuiltModel
 from edgekit.builders.log import progress
 from edgekit.errors import ModelError
+
+if TYPE_CHECKING:
+    from edgekit.builders.context import BuildContext
+    from edgekit.target import Target
 
 PRECISION = {"fp32": "float32", "fp16": "float16-weights", "int8": "int8"}
 
@@ -51,53 +58,55 @@ def convert(saved_model: Path, variant: str, representative: np.ndarray | None =
                          "the model uses ops TFLite cannot convert; see build.log with --debug") from exc
 
 
-def build(ctx, target, out_dir: Path) -> dict:
-    """Convert, write and verify every variant the target asks for; returns manifest parts."""
-    from edgekit.runtime.litert import LiteRTRuntime, spec_from_details
-
+def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
+    """Convert, write and verify every variant the target asks for (the builder contract)."""
     variants = list(ctx.options.get("variants") or target.build.get("variants", ["fp32"]))
     io_dtype = ctx.options.get("io_dtype") or target.build.get("io_dtype", "uint8")
     saved = ctx.saved_model()
-    models, verification, coverage = [], {}, {}
+    models, coverage = [], {}
     for variant in variants:
-        with ctx.log.step(f"[{target.name}] convert {variant}") as step:
-            rep = ctx.representative() if variant == "int8" else None
-            blob = convert(saved, variant, rep, io_dtype)
-        fname = f"{ctx.name}_{variant}.tflite"
-        (out_dir / fname).write_bytes(blob)
-        with LiteRTRuntime(out_dir / fname, delegate="xnnpack") as rt:
-            spec = spec_from_details(rt._interp.get_input_details()[0], ctx.float_spec)
-            outputs = [_output_dict(d) for d in rt.output_details]
-            desc = rt.describe()
-        coverage[variant] = {k: desc[k] for k in ("total_nodes", "delegated_nodes", "cpu_nodes")}
-        coverage[variant]["delegate"] = "XNNPACK"
-        models.append({"name": variant, "file": fname, "format": "tflite", "precision": PRECISION[variant],
-                       "input": spec.to_dict(), "outputs": outputs, "convert_seconds": step["seconds"],
-                       "bytes": len(blob)})
-        verification[variant] = ctx.verify(
-            variant, lambda tensors, f=out_dir / fname: _run_checked(f, tensors), spec
-        )
+        model, coverage[variant] = _variant(ctx, target, saved, out_dir, variant, io_dtype)
+        models.append(model)
     default = target.build.get("default") if target.build.get("default") in variants else variants[0]
-    parts = {"models": models, "verification": verification, "default_model": default}
     if target.build.get("compile") and "int8" in variants:
-        parts.update(_edgetpu(ctx, out_dir, models, verification))
-    else:
-        parts["delegation"] = coverage
-    return parts
+        return _edgetpu(ctx, out_dir, models)
+    return BuilderOutput(tuple(models), default, delegation=coverage)
 
 
-def _edgetpu(ctx, out_dir: Path, models: list[dict], verification: dict) -> dict:
-    """Offline Edge TPU report, then edgetpu_compiler when installed (see builders/edgetpu.py)."""
+def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, variant: str,
+             io_dtype: str) -> tuple[BuiltModel, dict]:
+    """Convert one variant, write it, read its tensors and XNNPACK coverage, verify it."""
+    from edgekit.runtime.litert import LiteRTRuntime, spec_from_details
+
+    with ctx.log.step(f"[{target.name}] convert {variant}") as step:
+        rep = ctx.representative() if variant == "int8" else None
+        blob = convert(saved, variant, rep, io_dtype)
+    path = out_dir / f"{ctx.name}_{variant}.tflite"
+    path.write_bytes(blob)
+    with LiteRTRuntime(path, delegate="xnnpack") as rt:
+        spec = spec_from_details(rt._interp.get_input_details()[0], ctx.float_spec)
+        outputs = tuple(_output_dict(d) for d in rt.output_details)
+        desc = rt.describe()
+    coverage = {k: desc[k] for k in ("total_nodes", "delegated_nodes", "cpu_nodes")}
+    coverage["delegate"] = "XNNPACK"
+    verification = ctx.verify(variant, lambda tensors: _run_checked(path, tensors), spec)
+    model = BuiltModel(name=variant, file=path.name, format="tflite", precision=PRECISION[variant], input=spec,
+                       outputs=outputs, convert_seconds=step["seconds"], bytes=len(blob), verification=verification)
+    return model, coverage
+
+
+def _edgetpu(ctx: BuildContext, out_dir: Path, models: list[BuiltModel]) -> BuilderOutput:
+    """Offline Edge TPU report, then edgetpu_compiler when installed (see builders/edgetpu_compiler.py)."""
     from edgekit.builders.edgetpu_compiler import compile_for_edgetpu
 
-    int8 = next(m for m in models if m["name"] == "int8")
+    int8 = next(m for m in models if m.name == "int8")
     with ctx.log.step("[edgetpu] compatibility check and edgetpu_compiler"):
         report = compile_for_edgetpu(
-            out_dir / int8["file"], out_dir, compiler=ctx.options.get("compiler"),
+            out_dir / int8.file, out_dir, compiler=ctx.options.get("compiler"),
             min_runtime_version=ctx.options.get("min_runtime_version"), min_tpu_ops=ctx.options.get("min_tpu_ops"),
             strict_tpu_ops=bool(ctx.options.get("strict_tpu_ops")),
         )
-    report["offline"]["model"] = int8["file"]  # not the temporary build path
+    report["offline"]["model"] = int8.file  # not the temporary build path
     for warning in report.get("warnings", []):
         ctx.log.warn(warning)
     off = report["offline"]
@@ -105,17 +114,17 @@ def _edgetpu(ctx, out_dir: Path, models: list[dict], verification: dict) -> dict
                  f"{off['parameter_share']:.0%} of parameters; cache {off['cache_status']}; {report['status']}")
     # The plain int8 model runs on the CPU (XNNPACK) wherever it goes: the Edge TPU delegate
     # would take none of its ops, so never pretend it is an Edge TPU model.
-    int8["runtime_options"] = {"delegate": "xnnpack"}
-    default = "int8"
-    if report["status"] == "compiled":
-        compiled = dict(int8, name="int8_edgetpu", file=report["compiled_file"],
-                        bytes=(out_dir / report["compiled_file"]).stat().st_size,
-                        runtime_options={"delegate": "edgetpu"})
-        models.append(compiled)
+    models = [replace(m, runtime_options={"delegate": "xnnpack"}) if m is int8 else m for m in models]
+    if report["status"] != "compiled":
+        return BuilderOutput(tuple(models), "int8", edgetpu=report)
+    compiled_file = report["compiled_file"]
+    compiled = replace(
+        int8, name="int8_edgetpu", file=compiled_file, bytes=(out_dir / compiled_file).stat().st_size,
+        runtime_options={"delegate": "edgetpu"},
         # Same graph and weights; only the TPU can run it, so it is verified through the int8 model.
-        verification["int8_edgetpu"] = dict(verification["int8"], note="verified through the plain int8 model")
-        default = "int8_edgetpu"
-    return {"edgetpu": report, "default_model": default}
+        verification=dict(int8.verification, note="verified through the plain int8 model"),
+    )
+    return BuilderOutput((*models, compiled), "int8_edgetpu", edgetpu=report)
 
 
 def _run_checked(path: Path, tensors: np.ndarray) -> np.ndarray:

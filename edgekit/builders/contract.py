@@ -1,0 +1,186 @@
+"""The build contract: what ``edgekit build`` is asked for, and what a target's builder hands back.
+
+A :class:`BuildRequest` holds everything one build needs (model, targets, images, gate,
+preprocessing and builder overrides); it is checked when made, so a bad number fails before
+TensorFlow is imported. A builder named by a target file (``builder = "module:function"``)
+is called as ``builder(ctx, target, out_dir)`` with the shared
+:class:`~edgekit.builders.context.BuildContext`, writes its model files into ``out_dir`` and
+returns a :class:`BuilderOutput` of verified :class:`BuiltModel` entries. The orchestrator
+turns that into the bundle manifest and returns one :class:`TargetBuild` per target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from edgekit.errors import EdgekitError, UsageError
+from edgekit.image import InputSpec
+
+if TYPE_CHECKING:
+    from edgekit.builders.context import BuildContext
+    from edgekit.target import Target
+
+# Request fields a target's [build] table may also set; a value given in the request wins.
+BUILDER_OPTIONS = ("variants", "io_dtype", "compiler", "min_runtime_version", "min_tpu_ops", "strict_tpu_ops")
+
+
+def _names(value: Iterable[str | Path] | str | None) -> tuple[str, ...]:
+    """``"a, b"`` or ``["a", "b"]`` -> ``("a", "b")``, blanks dropped."""
+    items = value.split(",") if isinstance(value, str) else list(value or ())
+    return tuple(str(s).strip() for s in items if str(s).strip())
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """Everything one ``edgekit build`` needs; see :func:`edgekit.builders.build.build` for each field.
+
+    Strings are accepted where the CLI gives them (``targets="cpu,rpi"``, ``calib="calib/"``)
+    and normalised; numbers are checked here, before any work is done. ``None`` (or False
+    for ``strict_tpu_ops``) for a builder option means "not given": the target's TOML value
+    applies.
+    """
+
+    model: Path
+    targets: tuple[str, ...]
+    calib: tuple[str | Path, ...]
+    out: Path = Path("dist")
+    eval_dir: Path | None = None
+    name: str | None = None
+    labels: tuple[str, ...] | Path | None = None
+    preprocess: dict[str, Any] = field(default_factory=dict)
+    min_accuracy_ratio: float = 0.99
+    calib_count: int | None = 500
+    holdout_fraction: float = 0.2
+    seed: int = 0
+    variants: tuple[str, ...] | None = None
+    io_dtype: str | None = None
+    compiler: str | None = None
+    min_runtime_version: int | None = None
+    min_tpu_ops: float | None = None
+    strict_tpu_ops: bool = False
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        # Frozen: normalise through object.__setattr__, once, so every reader sees one shape.
+        calib = self.calib
+        labels = self.labels
+        norm = {
+            "model": Path(self.model),
+            "targets": _names(self.targets),
+            # kept as given: calibration sources are recorded in the manifest by their spelling
+            "calib": (calib,) if isinstance(calib, (str, Path)) else tuple(calib or ()),
+            "out": Path(self.out),
+            "eval_dir": None if self.eval_dir is None else Path(self.eval_dir),
+            "labels": Path(labels) if isinstance(labels, str) else (
+                tuple(labels) if labels is not None and not isinstance(labels, Path) else labels),
+            "preprocess": dict(self.preprocess or {}),
+            "variants": None if self.variants is None else _names(self.variants),
+        }
+        for key, value in norm.items():
+            object.__setattr__(self, key, value)
+        self._check_numbers()
+
+    def _check_numbers(self) -> None:
+        if not 0 < self.min_accuracy_ratio <= 1.5:
+            raise UsageError(f"--min-accuracy-ratio {self.min_accuracy_ratio} makes no sense",
+                             "use a ratio like 0.99 (converted top-1 / original top-1)")
+        if self.calib_count is not None and self.calib_count < 1:
+            raise UsageError(f"--calib-count {self.calib_count}: need at least one calibration image",
+                             "use e.g. 500")
+        if not 0 <= self.holdout_fraction < 1:
+            raise UsageError(f"holdout fraction {self.holdout_fraction} must be in [0, 1)")
+
+    def builder_overrides(self) -> dict[str, Any]:
+        """The builder options this request sets (unset ones left out, so the target's apply)."""
+        given = {k: getattr(self, k) for k in BUILDER_OPTIONS}
+        return {k: (list(v) if k == "variants" else v) for k, v in given.items() if v is not None and v is not False}
+
+
+@dataclass(frozen=True)
+class BuiltModel:
+    """One model file a builder wrote into the bundle directory, with its verification.
+
+    ``verification`` is per data set (``eval``, ``holdout``) what
+    :func:`edgekit.builders.verify.compare` measured against the original model.
+    ``runtime_options`` (None: the target's) and ``extra`` (other manifest keys, e.g.
+    ``tensorrt``) go into the model's manifest entry as they are.
+    """
+
+    name: str
+    file: str
+    format: str
+    precision: str
+    input: InputSpec
+    outputs: tuple[dict, ...]
+    convert_seconds: float
+    bytes: int
+    verification: dict[str, Any]
+    runtime_options: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def manifest_entry(self) -> dict[str, Any]:
+        """The model's entry in ``edgekit.json`` (``models``)."""
+        entry: dict[str, Any] = {
+            "name": self.name, "file": self.file, "format": self.format, "precision": self.precision,
+            "input": self.input.to_dict(), "outputs": [dict(o) for o in self.outputs],
+            "convert_seconds": self.convert_seconds, "bytes": self.bytes,
+        }
+        if self.runtime_options is not None:
+            entry["runtime_options"] = dict(self.runtime_options)
+        entry.update(self.extra)
+        return entry
+
+
+@dataclass(frozen=True)
+class BuilderOutput:
+    """What a target's builder returns: its verified models and which one a device opens.
+
+    ``delegation`` (measured delegate coverage per model) and ``edgetpu`` (the Edge TPU
+    compiler report) are copied into the manifest when set; ``runtime_options`` are laid
+    over the target's ``[runtime.options]`` for the whole bundle.
+    """
+
+    models: tuple[BuiltModel, ...]
+    default_model: str
+    delegation: dict[str, Any] | None = None
+    edgetpu: dict[str, Any] | None = None
+    runtime_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "models", tuple(self.models))
+        names = [m.name for m in self.models]
+        # A custom builder's mistake, caught before a bundle that cannot be opened is written.
+        if len(set(names)) != len(names) or self.default_model not in names:
+            raise EdgekitError(f"builder returned models {names} with default {self.default_model!r}",
+                               "model names must be unique and include the default")
+
+    @property
+    def default(self) -> BuiltModel:
+        """The model a device opens when it names none."""
+        return next(m for m in self.models if m.name == self.default_model)
+
+    @property
+    def verification(self) -> dict[str, dict[str, Any]]:
+        """Per model name, its verification (the manifest's ``verification.models``)."""
+        return {m.name: m.verification for m in self.models}
+
+
+class Builder(Protocol):
+    """The callable a target file names as ``builder``."""
+
+    def __call__(self, ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput: ...
+
+
+@dataclass(frozen=True)
+class TargetBuild:
+    """What one target's build produced: the bundle (None when rejected) and its manifest."""
+
+    target: str
+    bundle: Path | None
+    passed: bool
+    seconds: float
+    manifest: dict = field(default_factory=dict)
+    error: str | None = None

@@ -1,0 +1,116 @@
+"""The build contract: BuildRequest in, a typed BuilderOutput from each builder, TargetBuild out.
+
+The builders here are stand-ins that a custom target file names by dotted path, as a third
+party's builder would be; they run on the real demo model (the original model is both the
+"converted" one and the reference, so verification agrees exactly).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import edgekit
+from edgekit.builders.contract import BuilderOutput, BuildRequest, BuiltModel, TargetBuild
+from edgekit.errors import EdgekitError, UsageError
+from edgekit.image import InputSpec
+from tests.conftest import CALIB, DEMO_MODEL, EVAL
+
+
+def test_request_normalises_cli_spellings():
+    r = BuildRequest(model="m.keras", targets="cpu, rpi,", calib="calib/x", labels="labels.txt",
+                     variants="fp32,int8", out="dist")
+    assert r.model == Path("m.keras") and r.targets == ("cpu", "rpi") and r.calib == ("calib/x",)
+    assert r.labels == Path("labels.txt") and r.variants == ("fp32", "int8") and r.out == Path("dist")
+    assert BuildRequest(model="m", targets=["cpu"], calib=[CALIB], labels=["a", "b"]).labels == ("a", "b")
+
+
+def test_request_builder_overrides_hold_only_what_was_given():
+    r = BuildRequest(model="m", targets="cpu", calib="c")
+    assert r.builder_overrides() == {}
+    r = BuildRequest(model="m", targets="cpu", calib="c", variants=["int8"], io_dtype="int8", strict_tpu_ops=True)
+    assert r.builder_overrides() == {"variants": ["int8"], "io_dtype": "int8", "strict_tpu_ops": True}
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"min_accuracy_ratio": 0}, "makes no sense"),
+    ({"calib_count": 0}, "at least one calibration image"),
+    ({"holdout_fraction": 1.0}, "must be in [0, 1)"),
+])
+def test_request_refuses_bad_numbers_when_made(kwargs, message):
+    with pytest.raises(UsageError, match=message.replace("[", r"\[").replace(")", r"\)")):
+        BuildRequest(model="m", targets="cpu", calib="c", **kwargs)
+
+
+def _model(name="fp32", **kw):
+    spec = InputSpec(shape=(1, 32, 32, 1), colour="gray")
+    return BuiltModel(name=name, file=f"{name}.bin", format="raw", precision="float32", input=spec, outputs=(),
+                      convert_seconds=0.0, bytes=1, verification={}, **kw)
+
+
+def test_builder_output_must_name_a_default_among_unique_models():
+    out = BuilderOutput([_model("a"), _model("b")], "b")
+    assert out.default.name == "b" and set(out.verification) == {"a", "b"}
+    with pytest.raises(EdgekitError, match="default 'c'"):
+        BuilderOutput((_model("a"),), "c")
+    with pytest.raises(EdgekitError, match="unique"):
+        BuilderOutput((_model("a"), _model("a")), "a")
+
+
+def test_manifest_entry_keeps_per_model_runtime_options_and_extras():
+    entry = _model("fp16", runtime_options={"precision": "fp16"}, extra={"tensorrt": {"engine": "x"}}).manifest_entry()
+    assert entry["runtime_options"] == {"precision": "fp16"} and entry["tensorrt"] == {"engine": "x"}
+    assert entry["input"]["shape"] == [1, 32, 32, 1]
+    assert "runtime_options" not in _model().manifest_entry()  # None: the target's options apply
+
+
+def test_unknown_build_keyword_is_refused():
+    with pytest.raises(TypeError, match="varaints"):
+        edgekit.build(DEMO_MODEL, "cpu", CALIB, varaints=["fp32"])  # a typo no longer vanishes
+
+
+def copy_builder(ctx, target, out_dir):
+    """A third-party style builder: 'converts' by copying, verifies with the original model itself."""
+    dest = out_dir / f"{ctx.name}.keras"
+    dest.write_bytes(ctx.source.path.read_bytes())
+    checked = ctx.verify("raw", ctx.source.predict, ctx.float_spec)
+    model = BuiltModel(name="raw", file=dest.name, format="keras", precision="float32", input=ctx.float_spec,
+                       outputs=({"name": "scores", "shape": [1, 10], "dtype": "float32"},), convert_seconds=0.0,
+                       bytes=dest.stat().st_size, verification=checked, runtime_options={"seen": ctx.options})
+    return BuilderOutput((model,), "raw", runtime_options={"threads": 1})
+
+
+def dict_builder(ctx, target, out_dir):
+    """The old untyped contract: refused."""
+    return {"models": [], "default_model": "x", "verification": {}}
+
+
+def _target(tmp_path, builder):
+    path = tmp_path / f"{builder}.toml"
+    path.write_text(f'name = "custom"\nsummary = "a custom target"\nbuilder = "tests.test_build_contract:{builder}"\n'
+                    'adapter = "edgekit.runtime.fake:FakeRuntime"\n[build]\nvariants = ["raw"]\n'
+                    '[runtime.options]\nthreads = 4\nmode = "x"\n')
+    return str(path)
+
+
+def test_custom_builder_output_becomes_the_manifest(tmp_path):
+    [r] = edgekit.build(DEMO_MODEL, _target(tmp_path, "copy_builder"), [CALIB], out=tmp_path / "out", eval_dir=EVAL,
+                        quiet=True, io_dtype="int8", preprocess={"crop": [200, 200]})
+    assert isinstance(r, TargetBuild) and r.passed and r.target == "custom"
+    m = json.loads((r.bundle / "edgekit.json").read_text())
+    assert m["default_model"] == "raw" and m["models"][0]["file"] == "demo.keras"
+    assert m["models"][0]["runtime_options"] == {"seen": {"io_dtype": "int8"}}  # the request's overrides reach it
+    assert m["runtime"]["options"] == {"threads": 1, "mode": "x"}  # the builder's over the target's
+    assert m["verification"]["ratio"] == 1.0 and m["verification"]["models"]["raw"]["eval"]["agreement"] == 1.0
+    assert "delegation" not in m and "edgetpu" not in m
+
+
+def test_builder_returning_a_dict_is_refused_and_leaves_no_bundle(tmp_path):
+    stale = tmp_path / "out" / "demo-custom"
+    stale.mkdir(parents=True)
+    with pytest.raises(EdgekitError, match="returned dict, not a BuilderOutput"):
+        edgekit.build(DEMO_MODEL, _target(tmp_path, "dict_builder"), [CALIB], out=tmp_path / "out", quiet=True,
+                      preprocess={"crop": [200, 200]})
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == []
