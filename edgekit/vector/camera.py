@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from edgekit import metrics
 from edgekit.camera import Frame
 from edgekit.camera.mailbox import FrameMailbox
+from edgekit.metrics import fps, rate
 from edgekit.vector import connection
 from edgekit.vector.connection import VectorError
 
@@ -250,8 +250,8 @@ class VectorSource:
         span_ns = last - first if first is not None and last is not None else 0
         # None, not 0.0, while there is no interval to measure yet
         return {
-            "camera_fps": metrics.rate(received, span_ns) or None,
-            "recent_fps": metrics.fps(arrivals) or None,
+            "camera_fps": rate(received, span_ns) or None,
+            "recent_fps": fps(arrivals) or None,
             "received": received,
             "delivered": delivered,
             "skipped": received - delivered,

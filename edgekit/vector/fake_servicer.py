@@ -12,13 +12,14 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from edgekit.errors import BackendUnavailable
 from edgekit.vector.face import decode_rgb565
 
-if TYPE_CHECKING:
-    from edgekit.vector.fake import FakeVector
+# A FakeVector. Not imported, not even for type checking: fake.py imports this module, and
+# the import graph stays acyclic.
+_Robot = Any
 
 
 def import_grpc() -> Any:
@@ -41,7 +42,7 @@ def sdk_modules() -> tuple[Any, Any, Any]:
     return protocol, external_interface_pb2, external_interface_pb2_grpc
 
 
-def bearer_check(robot: FakeVector) -> Any:
+def bearer_check(robot: _Robot) -> Any:
     """A server interceptor refusing every call without ``authorization: Bearer <guid>``, as
     the robot does (the SDK turns the status into VectorUnauthenticatedException)."""
     grpc = import_grpc()
@@ -76,7 +77,7 @@ def bearer_check(robot: FakeVector) -> Any:
     return BearerCheck()
 
 
-def add_servicer(server: Any, robot: FakeVector) -> None:
+def add_servicer(server: Any, robot: _Robot) -> None:
     """Register a servicer built from the SDK's generated ExternalInterfaceServicer."""
     protocol, pb2, pb2_grpc = sdk_modules()
     methods = {name: _bind(name, handler, robot, protocol) for name, handler in _HANDLERS.items()}
@@ -89,10 +90,10 @@ def add_servicer(server: Any, robot: FakeVector) -> None:
     pb2_grpc.add_ExternalInterfaceServicer_to_server(servicer_cls(), server)
 
 
-_Handler = Callable[["FakeVector", Any, Any, Any], Any]
+_Handler = Callable[[_Robot, Any, Any, Any], Any]
 
 
-def _bind(name: str, handler: _Handler, robot: FakeVector, protocol: Any) -> Callable:
+def _bind(name: str, handler: _Handler, robot: _Robot, protocol: Any) -> Callable:
     """A servicer method calling ``handler(robot, protocol, request, context)``.
 
     A streaming handler returns its generator; grpc iterates whatever the method returns.
@@ -106,7 +107,7 @@ def _bind(name: str, handler: _Handler, robot: FakeVector, protocol: Any) -> Cal
     return method
 
 
-def _acknowledge(name: str, response_cls: Any, robot: FakeVector, protocol: Any) -> Callable:
+def _acknowledge(name: str, response_cls: Any, robot: _Robot, protocol: Any) -> Callable:
     def method(self, request, context):
         robot._record(name)
         return _status_ok(protocol, response_cls)
@@ -129,13 +130,13 @@ def _ok(protocol: Any) -> Any:
 # ---- one function per RPC the fake answers for real ----------------------------------
 
 
-def _protocol_version(robot: FakeVector, protocol: Any, request: Any, context: Any) -> Any:
+def _protocol_version(robot: _Robot, protocol: Any, request: Any, context: Any) -> Any:
     return protocol.ProtocolVersionResponse(
         result=protocol.ProtocolVersionResponse.SUCCESS, host_version=protocol.PROTOCOL_VERSION_CURRENT
     )
 
 
-def _behavior_control(robot: FakeVector, protocol: Any, request_iterator: Any, context: Any) -> Iterator[Any]:
+def _behavior_control(robot: _Robot, protocol: Any, request_iterator: Any, context: Any) -> Iterator[Any]:
     try:
         for req in request_iterator:
             kind = req.WhichOneof("request_type")
@@ -148,7 +149,7 @@ def _behavior_control(robot: FakeVector, protocol: Any, request_iterator: Any, c
         return
 
 
-def _event_stream(robot: FakeVector, protocol: Any, request: Any, context: Any) -> Iterator[Any]:
+def _event_stream(robot: _Robot, protocol: Any, request: Any, context: Any) -> Iterator[Any]:
     done = robot._call_event(context)
     try:
         # the SDK's connect() waits for one robot_state (it reads the pose from it)
@@ -161,7 +162,7 @@ def _event_stream(robot: FakeVector, protocol: Any, request: Any, context: Any) 
         robot._forget(done)
 
 
-def _camera_feed(robot: FakeVector, protocol: Any, request: Any, context: Any) -> Iterator[Any]:
+def _camera_feed(robot: _Robot, protocol: Any, request: Any, context: Any) -> Iterator[Any]:
     done = robot._call_event(context)
     frames, n = robot._frames, len(robot._frames)
     period = 1.0 / robot.fps
@@ -194,13 +195,13 @@ def _camera_feed(robot: FakeVector, protocol: Any, request: Any, context: Any) -
         robot._forget(done)
 
 
-def _is_image_streaming_enabled(robot: FakeVector, protocol: Any, request: Any, context: Any) -> Any:
+def _is_image_streaming_enabled(robot: _Robot, protocol: Any, request: Any, context: Any) -> Any:
     with robot._lock:
         on = robot._streaming > 0
     return protocol.IsImageStreamingEnabledResponse(is_image_streaming_enabled=on)
 
 
-def _get_camera_config(robot: FakeVector, protocol: Any, request: Any, context: Any) -> Any:
+def _get_camera_config(robot: _Robot, protocol: Any, request: Any, context: Any) -> Any:
     # the numbers a real Vector reports (fov ~ 90 x 50 degrees)
     return protocol.CameraConfigResponse(
         focal_length_x=290.0, focal_length_y=290.0, center_x=320.0, center_y=180.0,
@@ -209,7 +210,7 @@ def _get_camera_config(robot: FakeVector, protocol: Any, request: Any, context: 
     )  # fmt: skip
 
 
-def _say_text(robot: FakeVector, protocol: Any, request: Any, context: Any) -> Any:
+def _say_text(robot: _Robot, protocol: Any, request: Any, context: Any) -> Any:
     if robot.say_delay_s:
         time.sleep(robot.say_delay_s)
     with robot._lock:
@@ -217,7 +218,7 @@ def _say_text(robot: FakeVector, protocol: Any, request: Any, context: Any) -> A
     return protocol.SayTextResponse(status=_ok(protocol), state=protocol.SayTextResponse.FINISHED)
 
 
-def _display_face_image_rgb(robot: FakeVector, protocol: Any, request: Any, context: Any) -> Any:
+def _display_face_image_rgb(robot: _Robot, protocol: Any, request: Any, context: Any) -> Any:
     try:
         image = decode_rgb565(request.face_data)
     except ValueError as exc:
