@@ -33,6 +33,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     With ``only``, just that verb's module is imported and configured: ``edgekit run`` on a
     device then never imports the build side's modules, not even to describe ``build``.
+    ``only=""`` configures no verb (``edgekit --version``, ``edgekit --help``: the verbs are
+    listed from :data:`VERBS` without importing any of them).
     """
     from edgekit._version import __version__
 
@@ -62,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ logs off the user's screen
     words = sys.argv[1:] if argv is None else list(argv)
     verb = next((w for w in words if not w.startswith("-")), None)
-    parser = build_parser(verb if verb in VERBS else None)
+    # No verb on the command line (--version, --help, a typo): import none of the verb modules.
+    parser = build_parser(verb if verb in VERBS else "")
     args = parser.parse_args(argv)
     if not getattr(args, "verb", None):
         parser.print_help()

@@ -9,7 +9,6 @@ import os
 import signal
 from typing import Any
 
-from edgekit.camera import redact_uri
 from edgekit.errors import UsageError
 from edgekit.options import (
     add_camera_options,
@@ -21,7 +20,6 @@ from edgekit.options import (
     runtime_options,
 )
 from edgekit.serve.config import ServeConfig, load_config, override, parse_address
-from edgekit.serve.daemon import Daemon
 
 log = logging.getLogger("edgekit.serve")
 
@@ -105,6 +103,9 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if not config.model.path:
         raise UsageError("no model to serve", "give --bundle DIR (or --model FILE) or set [model] path in --config")
+    from edgekit.camera import redact_uri
+    from edgekit.serve.daemon import Daemon  # the service itself only when it is started
+
     _setup_logging(config.log.level)
     daemon = Daemon(config)
 
