@@ -399,3 +399,17 @@ def test_backend_defaults_fit_their_adapters():
 
     for row in BACKENDS.values():
         check_options(resolve(row.adapter), row.defaults, UsageError)
+
+
+def test_litert_public_accessors(models):
+    with LiteRTRuntime(models["int8"]) as rt:
+        (inp,) = rt.input_details()
+        assert inp["dtype"] == np.uint8 and tuple(inp["shape"]) == rt.input_spec.shape
+        assert [d["index"] for d in rt.output_details()] and rt.output_quantization[0] is not None
+        assert {t["index"] for t in rt.tensor_details()} >= {inp["index"]}
+        ops = rt.ops_details()
+        assert {"index", "op_name", "inputs", "outputs"} <= set(ops[0]) and "CONV_2D" in {o["op_name"] for o in ops}
+        rt.input_details().clear()  # a copy: the adapter's own list is untouched
+        assert rt.input_details()
+    with pytest.raises(ModelError, match="after close"):
+        rt.ops_details()

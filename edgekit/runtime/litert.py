@@ -222,15 +222,17 @@ class LiteRTRuntime:
             ) from exc
         self.init_ms = (time.perf_counter_ns() - t0) / 1e6
         self.num_threads = num_threads or 1  # LiteRT's own default when none is given
-        inputs = self._interp.get_input_details()
-        if len(inputs) != 1:
-            raise ModelError(f"{self.model_path} has {len(inputs)} inputs; edgekit runs single-input models")
-        self._input_index = inputs[0]["index"]
-        self._output_indices = [o["index"] for o in self._interp.get_output_details()]
-        self.input_spec = spec_from_details(inputs[0], input_spec)
-        self.output_details = self._interp.get_output_details()
+        self._input_details = self._interp.get_input_details()
+        if len(self._input_details) != 1:
+            raise ModelError(
+                f"{self.model_path} has {len(self._input_details)} inputs; edgekit runs single-input models"
+            )
+        self._output_details = self._interp.get_output_details()
+        self._input_index = self._input_details[0]["index"]
+        self._output_indices = [o["index"] for o in self._output_details]
+        self.input_spec = spec_from_details(self._input_details[0], input_spec)
         # (scale, zero_point) per output, None for float outputs: what results.Decoder needs.
-        self.output_quantization = [_quantization(d) for d in self.output_details]
+        self.output_quantization = [_quantization(d) for d in self._output_details]
 
     # The three calls below are the whole hot path; keep it that way (benchmarks/overhead.py).
     def infer(self, tensor: np.ndarray) -> list[np.ndarray]:
@@ -240,9 +242,31 @@ class LiteRTRuntime:
         interp.invoke()
         return [interp.get_tensor(i) for i in self._output_indices]
 
+    # Read-only views of the interpreter, so builders, inspect and bench never reach into _interp.
+    def input_details(self) -> list[dict[str, Any]]:
+        """The interpreter's input tensor details (name, index, shape, dtype, quantization)."""
+        return list(self._input_details)
+
+    def output_details(self) -> list[dict[str, Any]]:
+        """The interpreter's output tensor details, in output order."""
+        return list(self._output_details)
+
+    def tensor_details(self) -> list[dict[str, Any]]:
+        """Details of every tensor of the graph (index, name, dtype, shape, quantization)."""
+        return self._live().get_tensor_details()
+
+    def ops_details(self) -> list[dict[str, Any]]:
+        """The execution plan: the original nodes, then one ``DELEGATE`` node per delegated partition."""
+        return self._live()._get_ops_details()  # LiteRT has no public API for the plan
+
+    def _live(self) -> Any:
+        if self._interp is None:
+            raise ModelError("LiteRTRuntime used after close()")
+        return self._interp
+
     def delegation(self) -> dict[str, int]:
         """How many of the model's nodes a delegate took (measured, not predicted)."""
-        return delegation_coverage(self._interp._get_ops_details())  # no public API for the plan
+        return delegation_coverage(self.ops_details())
 
     def op_profile(self) -> list[dict[str, Any]]:
         """Ops by type and where they run (delegated or CPU kernels), most frequent first.
@@ -250,7 +274,7 @@ class LiteRTRuntime:
         The LiteRT Python API exposes no per-op timings (the C++ benchmark tool's
         ``--enable_op_profiling`` does); this is the static half of a profile.
         """
-        ops = self._interp._get_ops_details()  # no public API for the execution plan
+        ops = self.ops_details()
         original = [o for o in ops if o.get("op_name") != "DELEGATE"]
         delegated = delegated_nodes(ops)
         total: Counter[str] = Counter(o["op_name"] for o in original)
@@ -285,7 +309,7 @@ class LiteRTRuntime:
             },
             "outputs": [
                 {"dtype": np.dtype(d["dtype"]).name, "shape": [int(x) for x in d["shape"]], "quantization": q}
-                for d, q in zip(self.output_details, self.output_quantization)
+                for d, q in zip(self._output_details, self.output_quantization)
             ],
         }
         info.update(self.delegation())
