@@ -75,7 +75,7 @@ def make_bundle(paths: dict[str, Path], dest: Path) -> Path:
         for v in ("fp32", "int8"):
             shutil.copy(paths[v], w.dir / paths[v].name)
             with LiteRTRuntime(paths[v]) as rt:
-                spec = spec_from_details(rt._interp.get_input_details()[0], base)
+                spec = spec_from_details(rt.input_details()[0], base)
             models.append(
                 {
                     "name": v,

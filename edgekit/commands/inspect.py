@@ -167,10 +167,9 @@ def inspect_litert(path: Path, delegate: str = "xnnpack", num_threads: int | Non
 
     with LiteRTRuntime(path, delegate=delegate, num_threads=num_threads) as rt:
         info = rt.describe()
-        # No public API exposes the execution plan; the adapter's delegation() reads it too.
-        ops = rt._interp._get_ops_details()
-        dtypes = {int(t["index"]): t["dtype"].__name__ for t in rt._interp.get_tensor_details()}
-        graph_inputs = {int(d["index"]) for d in rt._interp.get_input_details()}
+        ops = rt.ops_details()
+        dtypes = {int(t["index"]): t["dtype"].__name__ for t in rt.tensor_details()}
+        graph_inputs = {int(d["index"]) for d in rt.input_details()}
     taken = delegated_nodes(ops)
     original = [o for o in ops if o.get("op_name") != "DELEGATE"]
     # Activations are graph inputs or produced by a node; every other input is a constant.
