@@ -64,6 +64,7 @@ def runnable_bundles(dist: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Make the clip and run ``edgekit bench`` on every runnable bundle; the bench's exit code."""
     from edgekit.cli import main as cli
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
