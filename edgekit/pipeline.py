@@ -1,5 +1,7 @@
 """THE frame loop: frame -> preprocess -> infer -> decode -> record, for run, bench, serve and the robot.
 
+Decoding is the task head's (:data:`edgekit.results.TASK_HEADS`, default ``classify``).
+
 >>> with open_model("dist/demo-cpu") as model, open_camera("synthetic") as cam:   # doctest: +SKIP
 ...     for result in Pipeline(model.runtime, model.labels).run(cam, max_frames=100):
 ...         print(result.index, result.classification.top)
@@ -38,24 +40,35 @@ import numpy as np
 from edgekit.errors import CameraError
 from edgekit.image import Preprocessor
 from edgekit.metrics import Clock, PipelineMetrics, StageClock
-from edgekit.results import Classification, Decoder, output_quantization
+from edgekit.results import DEFAULT_TASK, TASK_HEADS, Classification, OutputDecoder, TaskResult, make_decoder
 
 log = logging.getLogger("edgekit.pipeline")
 
 
 @dataclass(frozen=True)
 class FrameResult:
-    """What the pipeline made of one frame: its classes and how long each stage took (ms)."""
+    """What the pipeline made of one frame: the task head's result and how long each stage took (ms).
+
+    ``result`` is whatever the decoder returned (a :class:`~edgekit.results.Classification`
+    for ``classify``); ``classification`` is the same object, for classifiers.
+    """
 
     index: int
     t_capture_ns: int
-    classification: Classification
+    result: TaskResult
     timings_ms: dict[str, float]
+
+    @property
+    def classification(self) -> Classification:
+        """The result of a classifier (AttributeError for other task heads)."""
+        if not isinstance(self.result, Classification):
+            raise AttributeError(f"this frame's result is a {type(self.result).__name__}, not a Classification")
+        return self.result
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "frame": self.index,
-            **self.classification.to_dict(),
+            **self.result.to_dict(),
             "ms": {k: round(v, 4) for k, v in self.timings_ms.items()},
         }
 
@@ -78,14 +91,14 @@ def frame_problem(array: Any) -> str | None:
 
 
 class Pipeline:
-    """Classify frames with one runtime, timing every stage.
+    """Turn frames into results with one runtime and one task head, timing every stage.
 
     Args:
         runtime: any object satisfying the Runtime contract (``edgekit.runtime``).
         labels: class names in output order.
-        top_k: classes kept per result.
+        top_k: classes kept per result (the ``k`` option of any head that takes one).
         warmup: frames whose timings are set aside (first inference, cold caches).
-        decoder: replaces the default :class:`~edgekit.results.Decoder`.
+        decoder: replaces the decoder the task head would build.
         max_corrupt: the corrupt-frame policy. N: raise CameraError after N unusable frames
             in a row (a broken camera should stop ``edgekit run``); None: count them in
             ``metrics.corrupt`` and carry on (a daemon outlives a few bad frames).
@@ -94,6 +107,8 @@ class Pipeline:
             with exact totals (long runs; see :mod:`edgekit.metrics`).
         metrics: a sink to record into instead of a new one (``warmup`` and ``window`` are
             then the sink's): the daemon keeps one across model reopens.
+        task: the task head, a key of :data:`edgekit.results.TASK_HEADS` (default classify).
+        task_options: options of that head (unknown keys raise UsageError).
 
     ``metrics`` (a :class:`~edgekit.metrics.PipelineMetrics`) fills up as results are made.
     Not thread-safe: one thread steps a pipeline (the sink's recorders may be read from others).
@@ -105,16 +120,18 @@ class Pipeline:
         labels: Sequence[str] = (),
         top_k: int = 5,
         warmup: int = 5,
-        decoder: Decoder | None = None,
+        decoder: OutputDecoder | None = None,
         max_corrupt: int | None = 10,
         clock: Clock = time.perf_counter_ns,
         *,
         window: int | None = None,
         metrics: PipelineMetrics | None = None,
+        task: str = DEFAULT_TASK,
+        task_options: dict[str, Any] | None = None,
     ):
         self.runtime = runtime
         self.preprocess = Preprocessor(runtime.input_spec)
-        self.decode = decoder or Decoder(labels, top_k, output_quantization(runtime))
+        self.decode = decoder or _decoder(task, labels, runtime, top_k, task_options)
         self.metrics = metrics if metrics is not None else PipelineMetrics(warmup=warmup, window=window)
         self.metrics.init_ms = getattr(runtime, "init_ms", None)
         self.max_corrupt = max_corrupt
@@ -142,7 +159,7 @@ class Pipeline:
         t_pre = clock.lap()
         outputs = self.runtime.infer(tensor)
         t_infer = clock.lap()
-        classification = self.decode(outputs)
+        decoded = self.decode(outputs)
         t_post = clock.lap()
         timings = {
             "capture_wait": capture_wait_ns,
@@ -152,7 +169,7 @@ class Pipeline:
             "end_to_end": clock.last - frame.t_capture_ns,
         }
         metrics.record(timings, clock.last)
-        return FrameResult(frame.index, frame.t_capture_ns, classification, {k: v / 1e6 for k, v in timings.items()})
+        return FrameResult(frame.index, frame.t_capture_ns, decoded, {k: v / 1e6 for k, v in timings.items()})
 
     def steps(
         self,
@@ -197,3 +214,14 @@ class Pipeline:
                 "check the camera/stream; frames must be non-empty uint8 gray, BGR or BGRA images",
             )
         return None
+
+
+def _decoder(
+    task: str, labels: Sequence[str], runtime: Any, top_k: int, options: dict[str, Any] | None
+) -> OutputDecoder:
+    """The task head's decoder; ``top_k`` fills the head's ``k`` unless the options set it."""
+    options = dict(options or {})
+    head = TASK_HEADS.get(task)
+    if head is not None and "k" in head.options and "k" not in options and "top_k" not in options:
+        options["k"] = top_k
+    return make_decoder(task, labels, runtime, **options)

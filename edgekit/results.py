@@ -1,16 +1,27 @@
-"""Decode model outputs: dequantise, turn scores into probabilities, top-k with labels.
+"""Decode model outputs: the task heads table, dequantisation, softmax, top-k with labels.
+
+What a model's outputs mean is its *task head*. :data:`TASK_HEADS` maps a task name to the
+dotted path of a decoder factory and the options it accepts (fsspec style: resolved on
+first use, so a head's dependencies load only when a model needs it), and
+:func:`make_decoder` builds one, refusing options the head does not take. The pipeline picks
+its decoder from this table, never by ``if task == ...``. Today: ``classify``.
 
 Results are small frozen types (as pycoral's ``classify.get_classes`` returns tiny
-immutable ``Class`` tuples), cheap to pass to a daemon, a robot or a JSON line.
+immutable ``Class`` tuples), cheap to pass to a daemon, a robot or a JSON line. Every
+result has ``to_dict()``, the JSON form the pipeline, ``edgekit run --json`` and the daemon
+write.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
+
+from edgekit.errors import UsageError
+from edgekit.plugins import resolve
 
 
 @dataclass(frozen=True)
@@ -146,3 +157,100 @@ def output_quantization(runtime: Any, index: int = 0) -> tuple[float, int] | Non
     if not quant or index >= len(quant):
         return None
     return quant[index]
+
+
+# ---------------------------------------------------------------------------------------------
+# Task heads: name -> decoder factory, chosen by table
+
+
+class TaskResult(Protocol):
+    """What a decoder returns for one frame: anything with a JSON form."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+OutputDecoder = Callable[[Sequence[np.ndarray]], TaskResult]
+"""A decoder: a runtime's outputs (one array per model output) -> a :class:`TaskResult`."""
+
+
+@dataclass(frozen=True)
+class TaskHead:
+    """One row of :data:`TASK_HEADS`.
+
+    ``factory`` is ``"package.module:callable"``, called as
+    ``factory(labels, runtime, **options)`` and returning an :data:`OutputDecoder`;
+    ``options`` are the keyword options it accepts; ``install_hint`` is shown when its
+    module cannot be imported.
+    """
+
+    factory: str
+    options: tuple[str, ...]
+    summary: str
+    install_hint: str | None = None
+
+
+DEFAULT_TASK = "classify"
+
+TASK_HEADS: dict[str, TaskHead] = {
+    "classify": TaskHead(
+        "edgekit.results:classifier",
+        ("k", "top_k", "softmax", "output_index"),
+        "top-k classes with labels (softmax auto|always|never)",
+    ),
+    # "detect": the detection issue adds its row here, e.g.
+    #   TaskHead("edgekit.detect:detector", ("score_threshold", "iou_threshold", "max_detections"),
+    #            "boxes, classes and scores after NMS"),
+}
+"""Task name -> :class:`TaskHead`. Add a task by adding a row and a factory module."""
+
+
+def make_decoder(
+    task: str = DEFAULT_TASK, labels: Sequence[str] = (), runtime: Any = None, **options: Any
+) -> OutputDecoder:
+    """Build the decoder of ``task`` from :data:`TASK_HEADS` for a model's outputs.
+
+    Args:
+        task: a key of :data:`TASK_HEADS`.
+        labels: class names in output order.
+        runtime: the open runtime (its output quantisation is read), or None for float outputs.
+        options: the head's options, e.g. ``k=3, softmax="never"`` for ``classify``.
+
+    Raises UsageError naming an unknown task or an option the head does not accept (a typo
+    must not silently do nothing), BackendUnavailable when the head's module cannot load.
+    """
+    head = TASK_HEADS.get(task)
+    if head is None:
+        raise UsageError(f"unknown task {task!r}", f"known tasks: {', '.join(TASK_HEADS)}")
+    unknown = sorted(set(options) - set(head.options))
+    if unknown:
+        raise UsageError(
+            f"task {task!r} has no option {unknown[0]!r}", f"{task} accepts: {', '.join(head.options)}"
+        )
+    factory = resolve(head.factory, head.install_hint)
+    return factory(labels, runtime, **options)
+
+
+def classifier(
+    labels: Sequence[str] = (),
+    runtime: Any = None,
+    k: int | None = None,
+    top_k: int | None = None,
+    softmax: str = "auto",
+    output_index: int = 0,
+) -> Decoder:
+    """The ``classify`` head: a :class:`Decoder` for ``runtime``'s output ``output_index``.
+
+    ``top_k`` is another name for ``k`` (default 5); giving both with different values is
+    an error rather than a silent choice.
+    """
+    if k is not None and top_k is not None and k != top_k:
+        raise UsageError(f"classify got k={k} and top_k={top_k}", "give one of them")
+    count = k if k is not None else top_k if top_k is not None else 5
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise UsageError(f"classify k must be a whole number of at least 1, not {count!r}")
+    if softmax not in ("auto", "always", "never"):
+        raise UsageError(f"classify softmax must be auto, always or never, not {softmax!r}")
+    if isinstance(output_index, bool) or not isinstance(output_index, int) or output_index < 0:
+        raise UsageError(f"classify output_index must be a whole number >= 0, not {output_index!r}")
+    quantization = output_quantization(runtime, output_index) if runtime is not None else None
+    return Decoder(labels, count, quantization, output_index, softmax)

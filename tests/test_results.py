@@ -1,4 +1,4 @@
-"""Decoding outputs: dequantisation, softmax detection, top-k with labels."""
+"""Decoding outputs: the task heads table, dequantisation, softmax detection, top-k with labels."""
 
 from __future__ import annotations
 
@@ -7,16 +7,24 @@ import dataclasses
 import numpy as np
 import pytest
 
+from edgekit.camera import Frame
+from edgekit.errors import BackendUnavailable, UsageError
+from edgekit.image import InputSpec
+from edgekit.pipeline import Pipeline
 from edgekit.results import (
+    TASK_HEADS,
     Classification,
     Decoder,
     Prediction,
+    TaskHead,
     dequantize,
     looks_like_probabilities,
+    make_decoder,
     output_quantization,
     softmax,
     top_k,
 )
+from edgekit.runtime.fake import FakeRuntime
 
 
 def test_dequantize_widens_before_subtracting_the_zero_point():
@@ -94,3 +102,76 @@ def test_output_quantization_from_runtimes():
     assert output_quantization(WithQuant()) == (0.5, 3)
     assert output_quantization(WithQuant(), 1) is None
     assert output_quantization(object()) is None
+
+
+# ---------------------------------------------------------------------------------------- task heads
+class QuantisedOutput:
+    """A runtime as far as decoders care: uint8 scores with scale 1/256."""
+
+    output_quantization = [(1 / 256, 0)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Mean:
+    """A result of the test-only 'mean' head."""
+
+    value: float
+
+    def to_dict(self):
+        return {"mean": self.value}
+
+
+def mean_head(labels, runtime, scale=1.0):
+    """A second task head, to show the table picks decoders (as 'detect' will)."""
+    return lambda outputs: Mean(float(np.mean(outputs[0])) * scale)
+
+
+def test_classify_head_from_the_table_matches_the_decoder():
+    out = [np.array([[10, 200, 46]], dtype=np.uint8)]
+    labels = ["cat", "dog", "bird"]
+    decoder = make_decoder("classify", labels, QuantisedOutput(), k=2)
+    assert decoder(out) == Decoder(labels, k=2, quantization=(1 / 256, 0))(out)
+    assert make_decoder(labels=labels, runtime=QuantisedOutput(), top_k=1)(out).top.label == "dog"
+    assert make_decoder(softmax="always")([np.array([[0.2, 0.8]], np.float32)]).softmax_applied
+    assert make_decoder(output_index=1)([np.zeros((1, 2)), np.array([[0.9, 0.1]])]).top.index == 0
+
+
+def test_unknown_task_or_option_is_a_usage_error_naming_it():
+    with pytest.raises(UsageError, match="unknown task 'detekt'") as exc:
+        make_decoder("detekt")
+    assert "classify" in exc.value.hint
+    with pytest.raises(UsageError, match="task 'classify' has no option 'topk'") as exc:
+        make_decoder("classify", topk=3)
+    assert "top_k" in exc.value.hint
+    with pytest.raises(UsageError, match="k=2 and top_k=3"):
+        make_decoder(k=2, top_k=3)
+    for bad in ({"softmax": "sometimes"}, {"k": 0}, {"k": "3"}, {"output_index": -1}):
+        with pytest.raises(UsageError):
+            make_decoder(**bad)
+
+
+def test_the_table_resolves_heads_lazily_by_dotted_path(monkeypatch):
+    monkeypatch.setitem(TASK_HEADS, "mean", TaskHead(f"{__name__}:mean_head", ("scale",), "mean score"))
+    assert make_decoder("mean", scale=2.0)([np.array([[1.0, 3.0]])]) == Mean(4.0)
+    monkeypatch.setitem(TASK_HEADS, "gone", TaskHead("edgekit_no_such_module:head", (), "x", "pip install gone"))
+    with pytest.raises(BackendUnavailable) as exc:
+        make_decoder("gone")
+    assert exc.value.hint == "pip install gone"
+
+
+def test_pipeline_chooses_its_decoder_by_task(monkeypatch):
+    monkeypatch.setitem(TASK_HEADS, "mean", TaskHead(f"{__name__}:mean_head", ("scale",), "mean score"))
+    spec = InputSpec(shape=(1, 4, 4, 1), colour="gray")
+    runtime = FakeRuntime(lambda x: [np.array([[0.25, 0.75]], np.float32)], spec)
+    frame = Frame(np.zeros((4, 4), np.uint8), 0, 7)
+    classify = Pipeline(runtime, ["a", "b"], top_k=1, warmup=0).step(frame)
+    assert classify.result is classify.classification and classify.to_dict()["top"][0]["label"] == "b"
+    assert len(classify.classification.predictions) == 1  # top_k became the head's k
+    never = Pipeline(runtime, warmup=0, task_options={"softmax": "always", "k": 2}).step(frame)
+    assert never.classification.softmax_applied and len(never.classification.predictions) == 2
+    mean = Pipeline(runtime, warmup=0, task="mean", task_options={"scale": 4.0}).step(frame)
+    assert mean.result == Mean(2.0) and mean.to_dict()["mean"] == 2.0 and mean.to_dict()["frame"] == 7
+    with pytest.raises(AttributeError, match="not a Classification"):
+        mean.classification
+    with pytest.raises(UsageError, match="no option 'scale'"):
+        Pipeline(runtime, task_options={"scale": 1.0})
