@@ -39,7 +39,10 @@ from edgekit.camera import (
     open_camera,
     synthetic_frame,
 )
+from edgekit.camera.base import _Counters
+from edgekit.camera.mailbox import FrameMailbox
 from edgekit.errors import BackendUnavailable, CameraError, UsageError
+from edgekit.metrics import fps as metrics_fps
 from edgekit.plugins import resolve
 
 FAKES = Path(__file__).parent / "fakes"
@@ -641,6 +644,72 @@ def test_a_crashing_grabber_is_reported_at_once():
     cam = LatestFrameSource(read, name="buggy", open_timeout_s=5)
     t0 = time.monotonic()
     with pytest.raises(CameraError, match=r"buggy: frame grabber failed \(Boom: bug in read\(\)\)"):
+        next(cam)
+    assert time.monotonic() - t0 < 1
+    cam.close()
+
+
+def test_frame_mailbox_keeps_the_newest_and_close_is_sticky():
+    box = FrameMailbox()
+    assert box.put("a") is False and box.put("b") is True  # "a" was replaced untaken
+    assert box.take(0) == "b" and box.take(0) is None
+    threading.Timer(0.05, box.wake).start()
+    t0 = time.monotonic()
+    assert box.take(5) is None and time.monotonic() - t0 < 1  # wake releases a waiting take
+    box.put("c")
+    box.close()
+    assert box.closed and box.take(5) == "c"  # a frame put before close can still be taken
+    t0 = time.monotonic()
+    assert box.take(5) is None and time.monotonic() - t0 < 0.1  # closed and empty: no wait
+
+
+def test_live_source_goes_through_the_frame_mailbox_and_counts_every_frame():
+    ticks = iter(range(10**6))
+
+    def read():
+        time.sleep(0.001)
+        return True, np.full((2, 2), next(ticks) % 256, np.uint8)
+
+    with LatestFrameSource(read, name="counter") as cam:
+        assert isinstance(cam._mailbox, FrameMailbox)
+        frames = []
+        for frame in cam:
+            frames.append(frame)
+            time.sleep(0.01)
+            if len(frames) == 5:
+                break
+    cam._thread.join(2)
+    stats = cam.stats()
+    assert [f.array[0, 0] for f in frames] == [f.index % 256 for f in frames]
+    assert stats["delivered"] == 5 and stats["skipped"] == frames[-1].index - 4
+    # at most one frame captured after the last delivery is neither delivered nor skipped
+    assert stats["captured"] - stats["delivered"] - stats["skipped"] >= 0
+
+
+def test_capture_fps_uses_the_metrics_formula():
+    counters = _Counters()
+    assert counters.snapshot()["capture_fps"] is None
+    stamps = [0, 10_000_000, 30_000_000, 40_000_000]  # 4 frames, 3 intervals over 40 ms
+    for t in stamps:
+        counters.on_capture(t)
+    assert counters.snapshot()["capture_fps"] == pytest.approx(metrics_fps(stamps)) == pytest.approx(75.0)
+
+
+def test_a_grabber_crashing_after_a_frame_delivers_it_then_reports_at_once():
+    class Boom(BaseException):
+        pass
+
+    calls = iter(range(10))
+
+    def read():
+        if next(calls) == 0:
+            return True, np.zeros((2, 2), np.uint8)
+        raise Boom("late bug")
+
+    cam = LatestFrameSource(read, name="late", open_timeout_s=5, timeout_s=5)
+    assert next(cam).index == 0
+    t0 = time.monotonic()
+    with pytest.raises(CameraError, match="late: frame grabber failed"):
         next(cam)
     assert time.monotonic() - t0 < 1
     cam.close()

@@ -19,7 +19,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from edgekit.camera.mailbox import FrameMailbox
 from edgekit.errors import CameraError
+from edgekit.metrics import rate
 
 DEFAULT_TIMEOUT_S = 5.0  # a live camera silent this long mid-run is reported as stopped
 DEFAULT_OPEN_TIMEOUT_S = 10.0  # RTSP and USB cameras can take seconds to deliver the first frame
@@ -103,14 +105,13 @@ class _Counters:
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             span_ns = (self._last_ns or 0) - (self._first_ns or 0)
-            # n timestamps span n-1 intervals: (n-1)/span, not n/span (which overstates FPS).
-            fps = (self.captured - 1) * 1e9 / span_ns if self.captured > 1 and span_ns > 0 else None
             return {
                 "captured": self.captured,
                 "delivered": self.delivered,
                 "skipped": self.skipped,
                 "read_errors": self.read_errors,
-                "capture_fps": fps,
+                # (n-1)/span from the one FPS formula; None, not 0, before two capture times
+                "capture_fps": rate(self.captured, span_ns) or None,
             }
 
 
@@ -198,9 +199,8 @@ class LatestFrameSource(_SourceBase):
         self._timeout_s = float(timeout_s)
         self._open_timeout_s = float(open_timeout_s)
         self._join_timeout_s = join_timeout_s
-        self._cond = threading.Condition()
+        self._mailbox = FrameMailbox()  # the newest captured frame not yet taken
         self._stop = threading.Event()
-        self._latest: Frame | None = None
         self._last_index = -1  # index of the last delivered frame
         self._last_error: BaseException | None = None  # the latest failed read, for messages
         self._fatal: BaseException | None = None  # what killed the grabber thread, if anything
@@ -223,19 +223,17 @@ class LatestFrameSource(_SourceBase):
                     self._stop.wait(min(0.002 * failures, 0.05))
                     continue
                 failures = 0
-                frame = Frame(array, t_ns, index)
-                index += 1
                 self._counters.on_capture(t_ns)
                 if "size" not in self._info and getattr(array, "ndim", 0) >= 2:
                     self._info["size"] = (int(array.shape[1]), int(array.shape[0]))
-                with self._cond:
-                    self._latest = frame  # the previous one, if never taken, is simply dropped
-                    self._cond.notify_all()
+                # A frame never taken is simply replaced; the consumer counts it as skipped
+                # from the index gap when it takes the next one.
+                self._mailbox.put(Frame(array, t_ns, index))
+                index += 1
         except BaseException as exc:  # a bug, not a bad frame: the consumer raises it (chained)
-            with self._cond:
-                self._fatal = exc
-                self._cond.notify_all()
+            self._fatal = exc
         finally:
+            self._mailbox.close()  # a consumer waiting on a grabber that has ended returns now
             if self._release is not None:
                 # Releasing a device that has died may fail too; there is nothing left to do.
                 with contextlib.suppress(Exception):
@@ -245,23 +243,21 @@ class LatestFrameSource(_SourceBase):
         first = self._last_index < 0
         timeout_s = self._open_timeout_s if first else self._timeout_s
         deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while not self._closed and (self._latest is None or self._latest.index <= self._last_index):
-                if self._fatal is not None:
-                    raise CameraError(
-                        f"{self.name}: frame grabber failed ({type(self._fatal).__name__}: {self._fatal})",
-                        "this is a bug in the source's read function; run with --debug for the traceback",
-                    ) from self._fatal
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise self._stalled(first, timeout_s)
-                self._cond.wait(remaining)
+        while True:
             if self._closed:
                 raise StopIteration
-            frame = self._latest
-        skipped = frame.index - self._last_index - 1
+            frame = self._mailbox.take(max(deadline - time.monotonic(), 0.0))
+            if frame is not None and not self._closed:
+                break
+            if self._fatal is not None:
+                raise CameraError(
+                    f"{self.name}: frame grabber failed ({type(self._fatal).__name__}: {self._fatal})",
+                    "this is a bug in the source's read function; run with --debug for the traceback",
+                ) from self._fatal
+            if time.monotonic() >= deadline:
+                raise self._stalled(first, timeout_s)
+        self._counters.add(delivered=1, skipped=frame.index - self._last_index - 1)
         self._last_index = frame.index
-        self._counters.add(delivered=1, skipped=skipped)
         return frame
 
     def _stalled(self, first: bool, timeout_s: float) -> CameraError:
@@ -280,11 +276,10 @@ class LatestFrameSource(_SourceBase):
         """Stop the grabber and wake a waiting consumer. Returns after at most
         ``join_timeout_s``; a grabber stuck in a blocking read releases the device itself
         when that read returns."""
-        with self._cond:
-            if self._closed:
-                return
-            self._closed = True
-            self._cond.notify_all()
+        if self._closed:
+            return
+        self._closed = True
+        self._mailbox.close()  # sticky: a consumer about to wait returns at once, too
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join(self._join_timeout_s)
