@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,26 @@ else:  # pragma: no cover - exercised on Python 3.10 devices only
     import tomli as tomllib
 
 TARGETS_DIR = Path(__file__).parent / "targets"
+
+
+def merge_options(defaults: Mapping[str, Any], overrides: Mapping[str, Any],
+                  keys: Iterable[str] | None = None) -> dict[str, Any]:
+    """The one precedence rule for layered options: what was given wins over the file, key by key.
+
+    ``defaults`` come from a file (a target's ``[build]`` or ``[runtime.options]`` table, the
+    ``preprocess.json`` beside a model); ``overrides`` hold only what was given (command-line
+    flags, keyword arguments, a builder's choice for its bundle). A key absent from
+    ``overrides`` keeps its default; a key present wins even when its value is None
+    (``--crop none`` replaces a saved crop). ``keys``, when given, keeps only those keys.
+
+    >>> merge_options({"variants": ["fp32"], "default": "fp32"}, {"variants": ["int8"]})
+    {'variants': ['int8'], 'default': 'fp32'}
+    """
+    merged = {**defaults, **overrides}
+    if keys is not None:
+        wanted = set(keys)
+        merged = {k: v for k, v in merged.items() if k in wanted}
+    return merged
 
 
 @dataclass(frozen=True)
@@ -39,6 +60,10 @@ class Target:
     build: dict[str, Any] = field(default_factory=dict)
     runtime_options: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+
+    def build_options(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
+        """This target's ``[build]`` table with ``overrides`` (the user's) laid over it."""
+        return merge_options(self.build, overrides)
 
     def can_build(self) -> tuple[bool, str]:
         """Whether this machine has the Python modules the builder needs, and why not."""

@@ -66,6 +66,30 @@ def test_manifest_entry_keeps_per_model_runtime_options_and_extras():
     assert "runtime_options" not in _model().manifest_entry()  # None: the target's options apply
 
 
+def test_merge_options_given_wins_key_by_key():
+    from edgekit.target import load_target, merge_options
+
+    assert merge_options({"crop": [200, 200], "colour": "gray"}, {"crop": None}) == {"crop": None, "colour": "gray"}
+    assert merge_options({"a": 1, "b": 2}, {"c": 3}, keys=("a", "c")) == {"a": 1, "c": 3}
+    edgetpu = load_target("edgetpu")
+    assert edgetpu.build_options({})["io_dtype"] == "uint8"
+    merged = edgetpu.build_options(BuildRequest(model="m", targets="edgetpu", calib="c", io_dtype="int8",
+                                                variants="int8").builder_overrides())
+    assert merged["io_dtype"] == "int8" and merged["variants"] == ["int8"] and merged["compile"] is True
+
+
+def test_cli_flags_reach_the_builder_over_the_target_file(tmp_path, capsys):
+    from edgekit.cli import main
+
+    code = main(["build", "--model", str(DEMO_MODEL), "--target", _target(tmp_path, "copy_builder"), "--calib",
+                 str(CALIB), "--out", str(tmp_path / "out"), "--quiet", "--crop", "200x200", "--variants", "a,b",
+                 "--min-tpu-ops", "0.5", "--json"])
+    assert code == 0, capsys.readouterr().err
+    m = json.loads((tmp_path / "out" / "demo-custom" / "edgekit.json").read_text())
+    assert m["models"][0]["runtime_options"]["seen"] == {"variants": ["a", "b"], "opset": 9, "min_tpu_ops": 0.5}
+    assert m["input"]["crop"] == [200, 200]
+
+
 def test_unknown_build_keyword_is_refused():
     with pytest.raises(TypeError, match="varaints"):
         edgekit.build(DEMO_MODEL, "cpu", CALIB, varaints=["fp32"])  # a typo no longer vanishes
@@ -76,9 +100,10 @@ def copy_builder(ctx, target, out_dir):
     dest = out_dir / f"{ctx.name}.keras"
     dest.write_bytes(ctx.source.path.read_bytes())
     checked = ctx.verify("raw", ctx.source.predict, ctx.float_spec)
+    seen = ctx.options_for(target)
     model = BuiltModel(name="raw", file=dest.name, format="keras", precision="float32", input=ctx.float_spec,
                        outputs=({"name": "scores", "shape": [1, 10], "dtype": "float32"},), convert_seconds=0.0,
-                       bytes=dest.stat().st_size, verification=checked, runtime_options={"seen": ctx.options})
+                       bytes=dest.stat().st_size, verification=checked, runtime_options={"seen": seen})
     return BuilderOutput((model,), "raw", runtime_options={"threads": 1})
 
 
@@ -90,7 +115,7 @@ def dict_builder(ctx, target, out_dir):
 def _target(tmp_path, builder):
     path = tmp_path / f"{builder}.toml"
     path.write_text(f'name = "custom"\nsummary = "a custom target"\nbuilder = "tests.test_build_contract:{builder}"\n'
-                    'adapter = "edgekit.runtime.fake:FakeRuntime"\n[build]\nvariants = ["raw"]\n'
+                    'adapter = "edgekit.runtime.fake:FakeRuntime"\n[build]\nvariants = ["raw"]\nopset = 9\n'
                     '[runtime.options]\nthreads = 4\nmode = "x"\n')
     return str(path)
 
@@ -101,7 +126,8 @@ def test_custom_builder_output_becomes_the_manifest(tmp_path):
     assert isinstance(r, TargetBuild) and r.passed and r.target == "custom"
     m = json.loads((r.bundle / "edgekit.json").read_text())
     assert m["default_model"] == "raw" and m["models"][0]["file"] == "demo.keras"
-    assert m["models"][0]["runtime_options"] == {"seen": {"io_dtype": "int8"}}  # the request's overrides reach it
+    # the target's [build] table with the request's overrides laid over it
+    assert m["models"][0]["runtime_options"] == {"seen": {"variants": ["raw"], "opset": 9, "io_dtype": "int8"}}
     assert m["runtime"]["options"] == {"threads": 1, "mode": "x"}  # the builder's over the target's
     assert m["verification"]["ratio"] == 1.0 and m["verification"]["models"]["raw"]["eval"]["agreement"] == 1.0
     assert "delegation" not in m and "edgetpu" not in m

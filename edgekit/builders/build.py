@@ -17,13 +17,13 @@ import numpy as np
 from edgekit.builders.calibration import ImageSet, load_calibration, load_eval
 from edgekit.builders.context import BuildContext
 from edgekit.builders.contract import BuildRequest, TargetBuild
-from edgekit.builders.inputs import explicit_labels, float_input_spec, preprocessing, read_sidecars
+from edgekit.builders.inputs import PREPROCESS_KEYS, explicit_labels, float_input_spec, preprocessing, read_sidecars
 from edgekit.builders.log import BuildLog, interruptible
 from edgekit.builders.publish import build_target
 from edgekit.builders.source import SourceModel, load_source_model
 from edgekit.errors import UsageError, VerificationFailed
 from edgekit.image import InputSpec, Preprocessor
-from edgekit.target import Target, load_target
+from edgekit.target import Target, load_target, merge_options
 
 __all__ = ["BuildRequest", "TargetBuild", "build", "execute", "read_sidecars"]
 
@@ -118,7 +118,7 @@ def _resolve_targets(request: BuildRequest) -> list[Target]:
 def _float_spec(request: BuildRequest, source: SourceModel, side_pre: dict, log: BuildLog) -> InputSpec:
     """The original model's input with the build's preprocessing (sidecar file, then the request's)."""
     h, w, c = source.input_hwc
-    spec_kw = preprocessing({**side_pre, **request.preprocess}, c)
+    spec_kw = preprocessing(merge_options(side_pre, request.preprocess, PREPROCESS_KEYS), c)
     log.info(f"model {request.model.name}: {source.kind}, input {h}x{w}x{c}; preprocessing "
              + ", ".join(f"{k}={v}" for k, v in spec_kw.items())
              + ("" if side_pre or request.preprocess else " (defaults: no preprocess.json beside the model)"))

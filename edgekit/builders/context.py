@@ -20,6 +20,7 @@ from edgekit.builders.log import BuildLog
 from edgekit.builders.source import SourceModel
 from edgekit.builders.verify import compare
 from edgekit.image import InputSpec, Preprocessor
+from edgekit.target import Target
 
 
 @dataclass
@@ -57,10 +58,9 @@ class BuildContext:
         """Converted/original top-1 below this fails a variant."""
         return self.request.min_accuracy_ratio
 
-    @property
-    def options(self) -> dict[str, Any]:
-        """The builder options the request sets (``variants``, ``io_dtype``, ``compiler`` ...)."""
-        return self.request.builder_overrides()
+    def options_for(self, target: Target) -> dict[str, Any]:
+        """The builder options for ``target``: its ``[build]`` table, with what the request gives laid over."""
+        return target.build_options(self.request.builder_overrides())
 
     def saved_model(self) -> Path:
         """A static batch-1 SavedModel of the source, exported once per build."""

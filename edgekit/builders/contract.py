@@ -96,7 +96,9 @@ class BuildRequest:
     def builder_overrides(self) -> dict[str, Any]:
         """The builder options this request sets (unset ones left out, so the target's apply)."""
         given = {k: getattr(self, k) for k in BUILDER_OPTIONS}
-        return {k: (list(v) if k == "variants" else v) for k, v in given.items() if v is not None and v is not False}
+        # None, False and no variants are what an unset keyword or flag looks like
+        unset = [k for k, v in given.items() if v is None or v is False or v == ()]
+        return {k: (list(v) if k == "variants" else v) for k, v in given.items() if k not in unset}
 
 
 @dataclass(frozen=True)

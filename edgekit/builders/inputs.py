@@ -39,12 +39,12 @@ def explicit_labels(labels: tuple[str, ...] | Path | None) -> list[str] | None:
 
 
 def preprocessing(given: dict[str, Any], channels: int) -> dict[str, Any]:
-    """InputSpec keywords for a ``channels``-channel image from ``given`` plus defaults, checked.
+    """InputSpec keywords (``given``: PREPROCESS_KEYS only) for a ``channels``-channel image, defaults added, checked.
 
     Defaults: grey or RGB by channel count, pixels scaled to [0, 1] (mean 0, std 255); one
     mean/std value is repeated for every channel.
     """
-    spec_kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in given.items() if k in PREPROCESS_KEYS}
+    spec_kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in given.items()}
     spec_kw.setdefault("colour", "gray" if channels == 1 else "rgb")
     spec_kw.setdefault("mean", (0.0,) * channels)
     spec_kw.setdefault("std", (255.0,) * channels)

@@ -56,8 +56,9 @@ def to_fp16(src: Path, dest: Path) -> None:
 
 def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
     """Write and verify ``<name>_fp32.onnx`` and ``<name>_fp16.onnx`` (the builder contract)."""
-    opset = int(target.build.get("opset", 17))
-    variants = list(ctx.options.get("variants") or target.build.get("variants", ["fp32", "fp16"]))
+    options = ctx.options_for(target)
+    opset = int(options.get("opset", 17))
+    variants = list(options.get("variants", ["fp32", "fp16"]))
     fp32 = out_dir / f"{ctx.name}_fp32.onnx"
     with ctx.log.step(f"[{target.name}] convert to ONNX (opset {opset})") as s32:
         to_onnx(ctx, fp32, opset)
@@ -68,7 +69,7 @@ def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
             to_fp16(fp32, fp16)
         files["fp16"] = (fp16, s16["seconds"])
     models = tuple(_verified(ctx, variant, path, seconds) for variant, (path, seconds) in files.items())
-    default = target.build.get("default", "fp16")
+    default = options.get("default", "fp16")
     return BuilderOutput(models, default if default in files else "fp32")
 
 

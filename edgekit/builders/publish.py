@@ -19,7 +19,7 @@ from edgekit.builders.contract import BuilderOutput, TargetBuild
 from edgekit.bundle import BundleWriter, sha256_file
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.plugins import resolve
-from edgekit.target import Target
+from edgekit.target import Target, merge_options
 
 
 def build_target(ctx: BuildContext, target: Target, t_start: float) -> TargetBuild:
@@ -86,6 +86,7 @@ def bundle_manifest(ctx: BuildContext, target: Target, output: BuilderOutput, se
                     t_start: float) -> dict[str, Any]:
     """The bundle's ``edgekit.json`` (less ``format_version`` and ``files``, which the writer adds)."""
     default = output.default
+    runtime_options = merge_options(target.runtime_options, output.runtime_options)
     manifest = {
         "name": ctx.name,
         "target": target.name,
@@ -95,7 +96,7 @@ def bundle_manifest(ctx: BuildContext, target: Target, output: BuilderOutput, se
         "input": default.input.to_dict(),
         "outputs": [dict(o) for o in default.outputs],
         "labels": "labels.txt" if ctx.labels else None,
-        "runtime": {"adapter": target.adapter, "options": {**target.runtime_options, **output.runtime_options}},
+        "runtime": {"adapter": target.adapter, "options": runtime_options},
         "provenance": _provenance(ctx, seconds, t_start),
         "verification": verification_summary(output.verification, output.default_model, ctx),
     }

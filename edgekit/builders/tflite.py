@@ -60,16 +60,17 @@ def convert(saved_model: Path, variant: str, representative: np.ndarray | None =
 
 def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
     """Convert, write and verify every variant the target asks for (the builder contract)."""
-    variants = list(ctx.options.get("variants") or target.build.get("variants", ["fp32"]))
-    io_dtype = ctx.options.get("io_dtype") or target.build.get("io_dtype", "uint8")
+    options = ctx.options_for(target)
+    variants = list(options.get("variants", ["fp32"]))
+    io_dtype = options.get("io_dtype", "uint8")
     saved = ctx.saved_model()
     models, coverage = [], {}
     for variant in variants:
         model, coverage[variant] = _variant(ctx, target, saved, out_dir, variant, io_dtype)
         models.append(model)
-    default = target.build.get("default") if target.build.get("default") in variants else variants[0]
-    if target.build.get("compile") and "int8" in variants:
-        return _edgetpu(ctx, out_dir, models)
+    default = options.get("default") if options.get("default") in variants else variants[0]
+    if options.get("compile") and "int8" in variants:
+        return _edgetpu(ctx, out_dir, models, options)
     return BuilderOutput(tuple(models), default, delegation=coverage)
 
 
@@ -84,8 +85,8 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
     path = out_dir / f"{ctx.name}_{variant}.tflite"
     path.write_bytes(blob)
     with LiteRTRuntime(path, delegate="xnnpack") as rt:
-        spec = spec_from_details(rt._interp.get_input_details()[0], ctx.float_spec)
-        outputs = tuple(_output_dict(d) for d in rt.output_details)
+        spec = spec_from_details(rt.input_details()[0], ctx.float_spec)
+        outputs = tuple(_output_dict(d) for d in rt.output_details())
         desc = rt.describe()
     coverage = {k: desc[k] for k in ("total_nodes", "delegated_nodes", "cpu_nodes")}
     coverage["delegate"] = "XNNPACK"
@@ -95,16 +96,16 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
     return model, coverage
 
 
-def _edgetpu(ctx: BuildContext, out_dir: Path, models: list[BuiltModel]) -> BuilderOutput:
+def _edgetpu(ctx: BuildContext, out_dir: Path, models: list[BuiltModel], options: dict) -> BuilderOutput:
     """Offline Edge TPU report, then edgetpu_compiler when installed (see builders/edgetpu_compiler.py)."""
     from edgekit.builders.edgetpu_compiler import compile_for_edgetpu
 
     int8 = next(m for m in models if m.name == "int8")
     with ctx.log.step("[edgetpu] compatibility check and edgetpu_compiler"):
         report = compile_for_edgetpu(
-            out_dir / int8.file, out_dir, compiler=ctx.options.get("compiler"),
-            min_runtime_version=ctx.options.get("min_runtime_version"), min_tpu_ops=ctx.options.get("min_tpu_ops"),
-            strict_tpu_ops=bool(ctx.options.get("strict_tpu_ops")),
+            out_dir / int8.file, out_dir, compiler=options.get("compiler"),
+            min_runtime_version=options.get("min_runtime_version"), min_tpu_ops=options.get("min_tpu_ops"),
+            strict_tpu_ops=bool(options.get("strict_tpu_ops")),
         )
     report["offline"]["model"] = int8.file  # not the temporary build path
     for warning in report.get("warnings", []):

@@ -1,4 +1,4 @@
-"""The ``edgekit build`` verb (argument parsing and the summary table; the work is in pipeline)."""
+"""The ``edgekit build`` verb (argument parsing and the summary table; the work is in builders/build.py)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _preprocess_overrides(args: argparse.Namespace) -> dict:
+    """The preprocessing flags given, parsed; unset ones are left out so preprocess.json applies."""
     from edgekit.errors import UsageError
 
     pre: dict = {}
@@ -67,15 +68,15 @@ def main(args: argparse.Namespace) -> int:
     from edgekit.builders.build import build
     from edgekit.errors import VerificationFailed
 
-    options = {k: getattr(args, k) for k in ("io_dtype", "compiler", "min_runtime_version", "min_tpu_ops",
-                                             "strict_tpu_ops") if getattr(args, k)}
-    if args.variants:
-        options["variants"] = [v.strip() for v in args.variants.split(",") if v.strip()]
+    # Flags left unset arrive as None (or False): the request leaves them out, so the target
+    # file's values apply (edgekit.target.merge_options).
     try:
         results = build(args.model, args.target, args.calib, out=args.out, eval_dir=args.eval_dir,
                         name=args.name, labels=args.labels, preprocess=_preprocess_overrides(args),
                         min_accuracy_ratio=args.min_accuracy_ratio, calib_count=args.calib_count,
-                        seed=args.seed, quiet=args.quiet, **options)
+                        seed=args.seed, quiet=args.quiet, variants=args.variants, io_dtype=args.io_dtype,
+                        compiler=args.compiler, min_runtime_version=args.min_runtime_version,
+                        min_tpu_ops=args.min_tpu_ops, strict_tpu_ops=args.strict_tpu_ops)
     except VerificationFailed as exc:
         print(format_table(exc.results), file=sys.stderr)
         raise
