@@ -16,8 +16,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from edgekit.bundle import sha256_file
 from edgekit.errors import BackendUnavailable, ModelError
-from edgekit.runtime import trt_engine
+from edgekit.runtime import trt_cache, trt_engine
 
 FAKES = Path(__file__).parent / "fakes"
 SHAPE = (1, 8, 8, 1)
@@ -123,12 +124,12 @@ def test_plan_is_cached_beside_the_bundle_unmodified_with_a_json_sidecar(fake_gp
     plan = engine.plan_path.read_bytes()
     assert plan.startswith(trt.PLAN_MAGIC)  # exactly what TensorRT serialised: nothing spliced in
     side = json.loads(trt_engine.sidecar_path(engine.plan_path).read_text())
-    assert side["plan_sha256"] == trt_engine._sha256_bytes(plan)
+    assert side["plan_sha256"] == trt_cache.sha256_bytes(plan)
     assert side["key"] == {
         "tensorrt": "10.3.0",
         "gpu": "Orin (nvgpu)",
         "compute_capability": "8.7",
-        "onnx_sha256": trt_engine._sha256_file(tiny["fp16"]),
+        "onnx_sha256": sha256_file(tiny["fp16"]),
         "precision": "fp16",
         "input_shape": list(SHAPE),
     }
@@ -306,7 +307,7 @@ def test_read_only_bundle_caches_in_the_user_cache_dir(fake_gpu, tiny, tmp_path,
     real_access = os.access
     # Tests run as root here, for whom chmod 0555 changes nothing: report the bundle read-only.
     monkeypatch.setattr(
-        trt_engine.os, "access", lambda p, mode: False if Path(p).name == ".engines" else real_access(p, mode)
+        trt_cache.os, "access", lambda p, mode: False if Path(p).name == ".engines" else real_access(p, mode)
     )
     engine = trt_engine.load_or_build(tiny["fp16"], SHAPE)
     assert engine.plan_path.is_relative_to(tmp_path / "xdg" / "edgekit" / "engines")

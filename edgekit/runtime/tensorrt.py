@@ -117,21 +117,8 @@ class TensorRTRuntime:
         # Select the device before a possible build: TensorRT builds for the current device.
         trt_engine.cuda_call(cudart, cudart.cudaSetDevice(self.device), "cudaSetDevice")
         shape = tuple(input_spec.shape) if input_spec is not None else None
-        if path.suffix == ".onnx":
-            engine = trt_engine.load_or_build(
-                path, shape, precision, cache_dir, workspace_mb, rebuild, device, trt=trt, cudart=cudart
-            )
-            self.plan_path, self.record = engine.plan_path, engine.record
-            self.engine_built, self.engine_reason = engine.built, engine.reason
-        elif path.suffix in (".plan", ".engine", ".trt"):
-            self.plan_path, self.record = path, trt_engine.read_sidecar(path) or {}
-            self.engine_built, self.engine_reason = False, "plan file given"
-        else:
-            raise ModelError(f"{path}: TensorRT runs .onnx, .plan or .engine files")
+        self._find_plan(path, shape, precision, cache_dir, workspace_mb, rebuild)
         self.gpu = trt_engine.gpu_info(cudart, self.device)
-        self.precision_requested = (
-            precision if path.suffix == ".onnx" else self.record.get("precision", {}).get("requested", "unknown")
-        )
         try:
             self._open(trt, cudart, shape)
         except BaseException:
@@ -144,6 +131,23 @@ class TensorRTRuntime:
         self.last_timings_ms: dict[str, float] = {}
 
     # ------------------------------------------------------------------ setup
+
+    def _find_plan(self, path: Path, shape: tuple[int, ...] | None, precision: str, cache_dir: str | Path | None,
+                   workspace_mb: int, rebuild: bool) -> None:
+        """Set ``plan_path``, its sidecar ``record`` and how it was obtained: built or reused from
+        the cache for an ``.onnx``, taken as is for a plan file."""
+        if path.suffix == ".onnx":
+            engine = trt_engine.load_or_build(path, shape, precision, cache_dir, workspace_mb, rebuild, self.device,
+                                              trt=self._trt, cudart=self._cudart)
+            self.plan_path, self.record = engine.plan_path, engine.record
+            self.engine_built, self.engine_reason = engine.built, engine.reason
+            self.precision_requested = precision
+        elif path.suffix in (".plan", ".engine", ".trt"):
+            self.plan_path, self.record = path, trt_engine.read_sidecar(path) or {}
+            self.engine_built, self.engine_reason = False, "plan file given"
+            self.precision_requested = self.record.get("precision", {}).get("requested", "unknown")
+        else:
+            raise ModelError(f"{path}: TensorRT runs .onnx, .plan or .engine files")
 
     def _open(self, trt: Any, cudart: Any, shape: tuple[int, ...] | None) -> None:
         call = trt_engine.cuda_call
