@@ -55,6 +55,17 @@ def check_providers(requested: list[str], used: list[str], allow_fallback: bool,
     return dropped
 
 
+def session_options(ort: Any, num_threads: int | None, profile: bool) -> Any:
+    """``SessionOptions`` with intra-op threads (None/0: ONNX Runtime chooses) and profiling."""
+    opts = ort.SessionOptions()
+    if num_threads:
+        opts.intra_op_num_threads = int(num_threads)
+    opts.enable_profiling = bool(profile)
+    if profile:  # the trace goes to a temporary directory, never the working directory
+        opts.profile_file_prefix = str(Path(tempfile.mkdtemp(prefix="edgekit-ort-")) / "profile")
+    return opts
+
+
 class OnnxRuntime:
     """Run an ``.onnx`` model with ONNX Runtime.
 
@@ -103,12 +114,7 @@ class OnnxRuntime:
                 f"(available: {available})",
                 "install onnxruntime-gpu for CUDA/TensorRT, or pass --providers cpu",
             )
-        opts = ort.SessionOptions()
-        if num_threads:
-            opts.intra_op_num_threads = int(num_threads)
-        opts.enable_profiling = bool(profile)
-        if profile:
-            opts.profile_file_prefix = str(Path(tempfile.mkdtemp(prefix="edgekit-ort-")) / "profile")
+        opts = session_options(ort, num_threads, profile)
         t0 = time.perf_counter_ns()
         try:
             self._session = ort.InferenceSession(str(self.model_path), sess_options=opts, providers=usable)

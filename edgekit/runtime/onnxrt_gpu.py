@@ -16,7 +16,6 @@ nodes the GPU providers do not take), but counts as "requested" only if you aske
 
 from __future__ import annotations
 
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -26,7 +25,7 @@ from edgekit.errors import BackendUnavailable, ModelError
 from edgekit.image import InputSpec
 from edgekit.runtime import trt_engine
 from edgekit.runtime.backends import PATH, Option
-from edgekit.runtime.onnxrt import OnnxRuntime, provider_names
+from edgekit.runtime.onnxrt import OnnxRuntime, provider_names, session_options
 from edgekit.runtime.onnxrt import check_providers as _check_providers
 
 GPU_HINT = (
@@ -150,31 +149,15 @@ class OnnxRuntimeGPU(OnnxRuntime):
                 f"(it has {', '.join(available)})",
                 GPU_HINT,
             )
-        self.provider_options: dict[str, dict[str, str]] = {}
-        chain: list[tuple[str, dict[str, str]]] = []
-        for name in self.providers_requested + ["CPUExecutionProvider"]:
-            if name not in available or any(n == name for n, _ in chain):
-                continue
-            opts: dict[str, str] = {}
-            if name == "TensorrtExecutionProvider":
-                cache = Path(cache_dir) if cache_dir else trt_engine.engine_cache_dir(self.model_path) / "ort-trt"
-                cache.mkdir(parents=True, exist_ok=True)
-                opts = tensorrt_ep_options(cache, fp16, workspace_mb, device_id)
-            elif name == "CUDAExecutionProvider":
-                opts = cuda_ep_options(device_id, conv_algo_search, gpu_mem_limit_mb)
-            chain.append((name, opts))
-            self.provider_options[name] = opts
-        sess = ort.SessionOptions()
-        if num_threads:
-            sess.intra_op_num_threads = int(num_threads)
-        sess.enable_profiling = bool(profile)
-        if profile:  # the trace goes to a temporary directory, never the working directory
-            sess.profile_file_prefix = str(Path(tempfile.mkdtemp(prefix="edgekit-ort-")) / "profile")
+        self.provider_options = self._provider_options(
+            available, fp16, cache_dir, device_id, workspace_mb, conv_algo_search, gpu_mem_limit_mb
+        )
+        chain = list(self.provider_options.items())
         t0 = time.perf_counter_ns()
         try:
             self._session = ort.InferenceSession(
                 str(self.model_path),
-                sess_options=sess,
+                sess_options=session_options(ort, num_threads, profile),
                 providers=[n for n, _ in chain],
                 provider_options=[o for _, o in chain],
             )
@@ -193,6 +176,24 @@ class OnnxRuntimeGPU(OnnxRuntime):
             )
         self.num_threads = num_threads
         self._bind_io(input_spec)
+
+    def _provider_options(self, available: list[str], fp16: bool, cache_dir: str | Path | None, device_id: int,
+                          workspace_mb: int, conv_algo_search: str,
+                          gpu_mem_limit_mb: int | None) -> dict[str, dict[str, str]]:
+        """Provider -> its options, in priority order: the requested ones this build has, then the CPU."""
+        chain: dict[str, dict[str, str]] = {}
+        for name in self.providers_requested + ["CPUExecutionProvider"]:
+            if name not in available or name in chain:
+                continue
+            opts: dict[str, str] = {}
+            if name == "TensorrtExecutionProvider":
+                cache = Path(cache_dir) if cache_dir else trt_engine.engine_cache_dir(self.model_path) / "ort-trt"
+                cache.mkdir(parents=True, exist_ok=True)
+                opts = tensorrt_ep_options(cache, fp16, workspace_mb, device_id)
+            elif name == "CUDAExecutionProvider":
+                opts = cuda_ep_options(device_id, conv_algo_search, gpu_mem_limit_mb)
+            chain[name] = opts
+        return chain
 
     def describe(self) -> dict[str, Any]:
         """As :meth:`OnnxRuntime.describe`, plus provider options and what was dropped."""
