@@ -41,6 +41,7 @@ class ImageSet:
         return np.concatenate([prep.finish(img) for img in self.images], axis=0)
 
     def subset(self, idx: np.ndarray) -> ImageSet:
+        """The images at ``idx`` (with their labels), under the whole set's sha256."""
         labels = None if self.labels is None else self.labels[idx]
         return ImageSet([self.images[i] for i in idx], self.sha256, len(idx), 0, {}, labels, self.class_names)
 
@@ -85,7 +86,36 @@ def load_calibration(
     """
     if not sources:
         raise CalibrationError("no calibration images given", "pass --calib DIR (a folder of png/jpg images)")
-    entries: list[tuple[str, Path, int | None]] = []  # (source, file, video frame index)
+    entries, skipped_names = _calibration_entries(sources, video_frames)
+    if not entries:
+        raise CalibrationError(
+            f"no images in {', '.join(map(str, sources))}", "put png/jpg files in the calibration folder"
+        )
+    order = np.random.default_rng(seed).permutation(len(entries))
+    drawn = _draw(prep, [entries[i] for i in order], count, video_frames)
+    if not drawn.images:
+        raise CalibrationError(
+            f"none of the {len(entries)} files in {', '.join(map(str, sources))} is a readable image",
+            "check the files are real png/jpg images",
+        )
+    skipped = drawn.skipped + skipped_names
+    if skipped:
+        log.warn(f"skipped {skipped} calibration file(s): {drawn.skipped} unreadable/truncated, "
+                 f"{skipped_names} not images")
+    if len(drawn.images) < MIN_RECOMMENDED:
+        log.warn(f"only {len(drawn.images)} calibration images; {MIN_RECOMMENDED}+ are recommended for int8")
+    mix = ", ".join(f"{Path(k).name}: {v}" for k, v in drawn.sources.items())
+    log.info(f"calibration set: {len(drawn.images)} images ({mix}), sha256 {drawn.sha256[:12]}")
+    return ImageSet(drawn.images, drawn.sha256, len(entries), skipped, drawn.sources)
+
+
+# (source as given, file, frame index for a video or None for an image file)
+_Entry = tuple[str, Path, int | None]
+
+
+def _calibration_entries(sources: list[str | Path], video_frames: int) -> tuple[list[_Entry], int]:
+    """Every candidate image of every source, and how many files were skipped as not images."""
+    entries: list[_Entry] = []
     skipped_names = 0
     for src in sources:
         src = Path(src)
@@ -100,12 +130,11 @@ def load_calibration(
             raise CalibrationError(f"calibration source {src} is a file", "give a folder of images or a video")
         else:
             raise CalibrationError(f"calibration folder {src} does not exist", "pass --calib DIR with images")
-    if not entries:
-        raise CalibrationError(
-            f"no images in {', '.join(map(str, sources))}", "put png/jpg files in the calibration folder"
-        )
-    order = np.random.default_rng(seed).permutation(len(entries))
-    chosen = [entries[i] for i in order]
+    return entries, skipped_names
+
+
+def _draw(prep: Preprocessor, chosen: list[_Entry], count: int | None, video_frames: int) -> ImageSet:
+    """Read ``chosen`` in order until ``count`` images are readable; ``skipped`` counts unreadable files."""
     digest = hashlib.sha256()
     images: list[np.ndarray] = []
     per_source: dict[str, int] = {}
@@ -132,20 +161,7 @@ def load_calibration(
             digest.update(img.tobytes())
         images.append(prep.shaped(img))
         per_source[src] = per_source.get(src, 0) + 1
-    if not images:
-        raise CalibrationError(
-            f"none of the {len(entries)} files in {', '.join(map(str, sources))} is a readable image",
-            "check the files are real png/jpg images",
-        )
-    skipped = unreadable + skipped_names
-    if skipped:
-        log.warn(f"skipped {skipped} calibration file(s): {unreadable} unreadable/truncated, "
-                 f"{skipped_names} not images")
-    if len(images) < MIN_RECOMMENDED:
-        log.warn(f"only {len(images)} calibration images; {MIN_RECOMMENDED}+ are recommended for int8")
-    mix = ", ".join(f"{Path(k).name}: {v}" for k, v in per_source.items())
-    log.info(f"calibration set: {len(images)} images ({mix}), sha256 {digest.hexdigest()[:12]}")
-    return ImageSet(images, digest.hexdigest(), len(entries), skipped, per_source)
+    return ImageSet(images, digest.hexdigest(), len(chosen), unreadable, per_source)
 
 
 def load_eval(root: str | Path, prep: Preprocessor, class_names: list[str] | None, log: BuildLog) -> ImageSet:

@@ -1,0 +1,106 @@
+"""Read what ``edgetpu_compiler`` says (its stdout and ``<name>_edgetpu.log``) into a report dict.
+
+The compiler prints memory use, subgraphs and op counts, and with ``--show_operations`` an
+``Operator  Count  Status`` table; fixtures of real output are in ``tests/fixtures/edgetpu/``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+MAPPED = "Mapped to Edge TPU"
+
+_SIZE = re.compile(r"([\d.]+)\s*(B|KiB|MiB|GiB)\b")
+_UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
+_FIELDS = {
+    "input_model": r"^Input model: (.+)$",
+    "output_model": r"^Output model: (.+)$",
+    "operation_log": r"^Operation log: (.+)$",
+}
+_SIZES = {
+    "input_size_bytes": r"^Input size: (.+)$",
+    "output_size_bytes": r"^Output size: (.+)$",
+    "on_chip_memory_used_bytes": r"^On-chip memory used for caching model parameters: (.+)$",
+    "on_chip_memory_remaining_bytes": r"^On-chip memory remaining for caching model parameters: (.+)$",
+    "off_chip_memory_used_bytes": r"^Off-chip memory used for streaming uncached model parameters: (.+)$",
+}
+_COUNTS = {
+    "subgraphs": r"^Number of Edge TPU subgraphs: (\d+)",
+    "total_ops": r"^Total number of operations: (\d+)",
+    "reported_tpu_ops": r"^Number of operations that will run on Edge TPU: (\d+)",
+    "reported_cpu_ops": r"^Number of operations that will run on CPU: (\d+)",
+    "compile_ms": r"^Model compiled successfully in (\d+) ms",
+}
+_TABLE_HEADER = re.compile(r"^Operator\s+Count\s+Status\s*$")
+_TABLE_ROW = re.compile(r"^([A-Za-z0-9_\-]+)\s+(\d+)\s+(\S.*?)\s*$")
+
+
+def parse_size(text: str) -> int | None:
+    """``"5.90MiB"`` -> bytes (the compiler's unit style); None if unparseable."""
+    m = _SIZE.search(text)
+    return int(round(float(m.group(1)) * _UNITS[m.group(2)])) if m else None
+
+
+def parse_operation_table(text: str) -> list[dict[str, Any]]:
+    """Rows of the compiler's ``Operator  Count  Status`` table (stdout with -s, or the .log)."""
+    rows: list[dict[str, Any]] = []
+    in_table = False
+    for line in text.splitlines():
+        if _TABLE_HEADER.match(line.strip()):
+            in_table, rows = True, []  # the last table wins (stdout may repeat the log's)
+            continue
+        if not in_table or not line.strip():
+            continue
+        m = _TABLE_ROW.match(line.strip())
+        if not m:
+            in_table = False
+            continue
+        status = m.group(3)
+        rows.append({"op": m.group(1), "count": int(m.group(2)), "status": status, "on_tpu": status == MAPPED})
+    return rows
+
+
+def parse_compiler_output(stdout: str, log_text: str | None = None) -> dict[str, Any]:
+    """Structure the compiler's stdout (and its ``.log``) into a report dict.
+
+    Keys: ``compiler_version``, ``input_model``, ``output_model``, ``*_size_bytes``,
+    ``on_chip_memory_used_bytes``, ``on_chip_memory_remaining_bytes``,
+    ``off_chip_memory_used_bytes``, ``subgraphs``, ``total_ops``, ``tpu_ops``,
+    ``cpu_ops``, ``operations`` (rows of the Operator/Count/Status table), ``all_mapped``.
+
+    The compiler prints the "will run on Edge TPU/CPU" counts only when some ops fall
+    back; otherwise the counts come from the table, or (no table) all ops are mapped.
+    """
+    report: dict[str, Any] = {}
+    m = re.search(r"Edge TPU Compiler version (\S+)", stdout) or (
+        re.search(r"Edge TPU Compiler version (\S+)", log_text) if log_text else None
+    )
+    report["compiler_version"] = m.group(1) if m else None
+    for key, pattern in _FIELDS.items():
+        m = re.search(pattern, stdout, re.M)
+        report[key] = m.group(1).strip() if m else None
+    for key, pattern in _SIZES.items():
+        m = re.search(pattern, stdout, re.M)
+        report[key] = parse_size(m.group(1)) if m else None
+    for key, pattern in _COUNTS.items():
+        m = re.search(pattern, stdout, re.M)
+        report[key] = int(m.group(1)) if m else None
+    rows = parse_operation_table(log_text or "") or parse_operation_table(stdout)
+    report["operations"] = rows
+    table_tpu = sum(r["count"] for r in rows if r["on_tpu"])
+    table_total = sum(r["count"] for r in rows)
+    total = report["total_ops"] if report["total_ops"] is not None else (table_total or None)
+    reported = report.pop("reported_tpu_ops")
+    report.pop("reported_cpu_ops")
+    if reported is not None:
+        tpu = reported
+    elif rows:
+        tpu = table_tpu
+    else:
+        tpu = total  # the compiler is silent about fallback only when everything maps
+    report["total_ops"] = total
+    report["tpu_ops"] = tpu
+    report["cpu_ops"] = (total - tpu) if total is not None and tpu is not None else None
+    report["all_mapped"] = bool(total) and tpu == total
+    return report
