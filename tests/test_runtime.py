@@ -365,7 +365,7 @@ def test_a_typo_in_a_python_keyword_is_an_error_naming_it(models, tmp_path):
 
 def test_options_from_the_command_line_may_be_text(models):
     with open_runtime(models["onnx"], num_threads="1", providers="cpu", allow_fallback=False) as rt:
-        assert rt.describe()["providers_used"] == ["CPUExecutionProvider"]
+        assert rt.describe()["providers_used"] == ["CPUExecutionProvider"] and rt.num_threads == 1
 
 
 def test_tensorrt_device_must_be_a_cuda_index(tmp_path, models):

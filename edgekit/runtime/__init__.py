@@ -90,7 +90,7 @@ def open_runtime(source: str | Path | Bundle, model: str | None = None, backend:
         raise ModelError(f"{path}: unsupported model file", "give a bundle directory, a .tflite or an .onnx file")
     row = BACKENDS[name]
     cls = resolve(row.adapter, row.install_hint)
-    check_options(cls, options, UsageError)
+    options = check_options(cls, options, UsageError)
     return cls(path, **{**row.defaults, **options})
 
 
@@ -123,9 +123,9 @@ def _open_bundle_model(bundle: Bundle, model: str | None, backend: str | None, o
     if defaults:  # a swapped-in backend keeps only the model facts its adapter takes
         taken = {o.name for o in getattr(cls, "OPTIONS", ())}
         from_bundle = {k: v for k, v in from_bundle.items() if k in taken}
-    check_options(cls, from_bundle, BundleError, f"{bundle.path}/{MANIFEST}: ",
-                  "fix the runtime options in edgekit.json, or rebuild the bundle")
-    check_options(cls, options, UsageError)
+    from_bundle = check_options(cls, from_bundle, BundleError, f"{bundle.path}/{MANIFEST}: ",
+                                "fix the runtime options in edgekit.json, or rebuild the bundle")
+    options = check_options(cls, options, UsageError)
     return cls(bundle.path / entry.file, input_spec=entry.input, **{**defaults, **from_bundle, **options})
 
 

@@ -69,10 +69,14 @@ def _as_kind(value: Any, kinds: tuple[type, ...]) -> Any:
 
 
 def check_options(adapter: type, options: Mapping[str, Any], error: type[Exception], where: str = "",
-                  hint: str = "") -> None:
-    """Raise ``error`` (one line) for the first option ``adapter`` does not declare or whose value
-    does not fit; the message names the key and the options the adapter takes."""
+                  hint: str = "") -> dict[str, Any]:
+    """``options`` checked against ``adapter.OPTIONS``, numbers given as text converted.
+
+    Raises ``error`` (one line) for the first option ``adapter`` does not declare or whose value
+    does not fit; the message names the key and the options the adapter takes.
+    """
     declared = {o.name: o for o in getattr(adapter, "OPTIONS", ())}
+    checked = {}
     for key, value in options.items():
         if key not in declared:
             close = difflib.get_close_matches(key, declared, n=1)
@@ -83,6 +87,8 @@ def check_options(adapter: type, options: Mapping[str, Any], error: type[Excepti
         why = declared[key].problem(value)
         if why:
             raise error(f"{where}{adapter.__name__} option {key}={value!r} {why}", hint or None)
+        checked[key] = value if value is None or declared[key].choices else _as_kind(value, declared[key].kinds)
+    return checked
 
 
 PATH = (str, os.PathLike)
