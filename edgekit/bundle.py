@@ -147,26 +147,7 @@ def load_bundle(path: str | Path, check_hashes: bool = True, allow_rejected: boo
             raise BundleError(f"{mpath}: {key!r} is missing or not a {kind.__name__}", "rebuild the bundle")
     if not isinstance(manifest.get("runtime", {}), dict):
         raise BundleError(f"{mpath}: 'runtime' is not an object", "rebuild the bundle")
-    root = path.resolve()
-    for entry in manifest["models"]:
-        name = entry.get("file") if isinstance(entry, dict) else None
-        if not isinstance(name, str) or name not in manifest["files"]:
-            # an unlisted model file would escape the sha256 check
-            raise BundleError(f"{mpath}: model file {name!r} is not listed in 'files'", "rebuild the bundle")
-        if root not in (root / name).resolve().parents:
-            raise BundleError(f"{mpath}: model file {name!r} points outside the bundle", "rebuild the bundle")
-    if check_hashes:
-        for name, digest in manifest["files"].items():
-            fpath = path / name
-            if root not in fpath.resolve().parents:
-                raise BundleError(f"{mpath}: file {name!r} points outside the bundle", "rebuild the bundle")
-            if not fpath.is_file():
-                raise BundleError(f"bundle {path} is missing {name}", "copy the whole bundle directory again")
-            if sha256_file(fpath) != digest:
-                raise BundleError(
-                    f"{fpath} does not match its sha256 in {MANIFEST} (corrupt or modified)",
-                    "copy the bundle again or rebuild it",
-                )
+    _check_files(path, manifest, check_hashes)
     try:
         bundle = Bundle(path=path, manifest=manifest)
         bundle.model()
@@ -179,6 +160,32 @@ def load_bundle(path: str | Path, check_hashes: bool = True, allow_rejected: boo
             "rebuild it, or pass --allow-rejected to run it anyway for inspection",
         )
     return bundle
+
+
+def _check_files(path: Path, manifest: dict, check_hashes: bool) -> None:
+    """Every model file is listed in ``files`` and inside the bundle; with ``check_hashes``,
+    every listed file exists and matches its sha256 (each file is read once)."""
+    mpath, root = path / MANIFEST, path.resolve()
+    for entry in manifest["models"]:
+        name = entry.get("file") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or name not in manifest["files"]:
+            # an unlisted model file would escape the sha256 check
+            raise BundleError(f"{mpath}: model file {name!r} is not listed in 'files'", "rebuild the bundle")
+        if root not in (root / name).resolve().parents:
+            raise BundleError(f"{mpath}: model file {name!r} points outside the bundle", "rebuild the bundle")
+    if not check_hashes:
+        return
+    for name, digest in manifest["files"].items():
+        fpath = path / name
+        if root not in fpath.resolve().parents:
+            raise BundleError(f"{mpath}: file {name!r} points outside the bundle", "rebuild the bundle")
+        if not fpath.is_file():
+            raise BundleError(f"bundle {path} is missing {name}", "copy the whole bundle directory again")
+        if sha256_file(fpath) != digest:
+            raise BundleError(
+                f"{fpath} does not match its sha256 in {MANIFEST} (corrupt or modified)",
+                "copy the bundle again or rebuild it",
+            )
 
 
 class BundleWriter:
