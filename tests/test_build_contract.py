@@ -140,3 +140,20 @@ def test_builder_returning_a_dict_is_refused_and_leaves_no_bundle(tmp_path):
         edgekit.build(DEMO_MODEL, _target(tmp_path, "dict_builder"), [CALIB], out=tmp_path / "out", quiet=True,
                       preprocess={"crop": [200, 200]})
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == []
+
+
+def test_no_builders_module_imports_up_the_layers():
+    """builders/ may use the device-side modules but never edgekit/__init__, the CLI or its verbs."""
+    import ast
+
+    import edgekit.builders
+
+    bad = []
+    for path in sorted(Path(edgekit.builders.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                if name == "edgekit" or name.startswith(("edgekit.commands", "edgekit.cli")):
+                    bad.append(f"{path.name}:{node.lineno} {name}")
+    assert bad == []
