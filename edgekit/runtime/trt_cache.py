@@ -23,21 +23,25 @@ import json
 import os
 import re
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from edgekit.bundle import sha256_file
-
-if TYPE_CHECKING:
-    from edgekit.runtime.trt_build import BuildResult
-    from edgekit.runtime.trt_engine import GpuInfo
 
 ENGINE_DIR = ".engines"
 SIDECAR_FORMAT = "edgekit-tensorrt-engine"
 SIDECAR_VERSION = 1
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """The GPU an engine is built for: name, compute capability (e.g. "8.7") and index."""
+
+    name: str
+    compute_capability: str
+    index: int = 0
 
 
 @dataclass(frozen=True)
@@ -216,36 +220,6 @@ def cached_engine(plan_path: Path, key: EngineKey) -> tuple[dict[str, Any] | Non
     return record, []
 
 
-
-
-def sidecar_record(key: EngineKey, plan_path: Path, onnx_path: Path, result: BuildResult, report: dict[str, Any],
-                   used: str, reason: str, workspace_mb: int) -> dict[str, Any]:
-    """The sidecar of a plan just built: its key, the precision really used and the build facts."""
-    return {
-        "format": SIDECAR_FORMAT,
-        "version": SIDECAR_VERSION,
-        "key": key.to_dict(),
-        "plan": plan_path.name,
-        "plan_sha256": sha256_bytes(result.plan),
-        "plan_bytes": len(result.plan),
-        "onnx": onnx_path.name,
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "build_seconds": round(result.seconds, 3),
-        "rebuild_reason": reason,
-        "typing": result.typing,
-        "workspace_mb": int(workspace_mb),
-        "timing_cache_loaded": result.timing_cache_loaded,
-        "precision": {
-            "requested": key.precision,
-            "used": used,
-            "layers": report.get("counts", {}),
-            "fp32_layers": report.get("fp32_layers", [])[:50],
-        },
-        "inputs": result.inputs,
-        "outputs": result.outputs,
-        "dynamic_input": result.dynamic_input,
-        "notes": result.notes,
-    }
 
 
 def store_engine(plan_path: Path, plan: bytes, record: dict[str, Any]) -> None:

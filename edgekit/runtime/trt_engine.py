@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass, replace
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +39,15 @@ from edgekit.runtime.trt_cache import (  # noqa: F401 - re-exported
     SIDECAR_VERSION,
     Engine,
     EngineKey,
+    GpuInfo,
     build_lock,
     cached_engine,
     engine_cache_dir,
     engine_key,
     plan_path_for,
     read_sidecar,
+    sha256_bytes,
     sidecar_path,
-    sidecar_record,
     store_engine,
     timing_cache_path,
 )
@@ -101,15 +103,6 @@ def cuda_call(cudart: Any, result: Any, what: str = "CUDA call") -> Any:
     if not values:
         return None
     return values[0] if len(values) == 1 else tuple(values)
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    """The GPU an engine is built for: name, compute capability (e.g. "8.7") and index."""
-
-    name: str
-    compute_capability: str
-    index: int = 0
 
 
 def gpu_info(cudart: Any, device: int = 0) -> GpuInfo:
@@ -200,3 +193,33 @@ def _build_and_store(trt: Any, gpu: GpuInfo, key: EngineKey, onnx_path: Path, pl
     store_engine(plan_path, result.plan, record)
     log.warning("TensorRT engine built in %.1f s (%s): %s", result.seconds, used, plan_path)
     return record
+
+
+def sidecar_record(key: EngineKey, plan_path: Path, onnx_path: Path, result: BuildResult, report: dict[str, Any],
+                   used: str, reason: str, workspace_mb: int) -> dict[str, Any]:
+    """The sidecar of a plan just built: its key, the precision really used and the build facts."""
+    return {
+        "format": SIDECAR_FORMAT,
+        "version": SIDECAR_VERSION,
+        "key": key.to_dict(),
+        "plan": plan_path.name,
+        "plan_sha256": sha256_bytes(result.plan),
+        "plan_bytes": len(result.plan),
+        "onnx": onnx_path.name,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "build_seconds": round(result.seconds, 3),
+        "rebuild_reason": reason,
+        "typing": result.typing,
+        "workspace_mb": int(workspace_mb),
+        "timing_cache_loaded": result.timing_cache_loaded,
+        "precision": {
+            "requested": key.precision,
+            "used": used,
+            "layers": report.get("counts", {}),
+            "fp32_layers": report.get("fp32_layers", [])[:50],
+        },
+        "inputs": result.inputs,
+        "outputs": result.outputs,
+        "dynamic_input": result.dynamic_input,
+        "notes": result.notes,
+    }
