@@ -253,8 +253,6 @@ def main(argv: Sequence[str] | None = None, runtime: Any = None, labels: Sequenc
 def _run(args: argparse.Namespace, runtime: Any, labels: Sequence[str] | None, out: TextIO) -> int:
     from contextlib import ExitStack
 
-    from edgekit.vector.camera import VectorSource
-
     if args.agree < 1 or not 0.0 <= args.min_confidence <= 1.0:
         raise UsageError("--agree must be >= 1 and --min-confidence within 0..1")
     with ExitStack() as stack:
@@ -276,22 +274,7 @@ def _run(args: argparse.Namespace, runtime: Any, labels: Sequence[str] | None, o
         background = background_index(labels, args.background)
         if args.background and background is None:
             raise UsageError(f"no label {args.background!r} in the model's labels")
-        until = None
-        if args.fake:
-            from edgekit.vector.fake import FakeVector
-
-            fake = stack.enter_context(FakeVector(args.fake, fps=args.fps, hold=args.hold, loop=args.loop))
-            serial, home = fake.serial, fake.home
-            if not args.loop:
-                # one pass: stop once the frame the fake sent last has been processed
-                def until(frame, fake=fake):
-                    return fake.exhausted.is_set() and frame.index >= fake.frame_count
-        else:
-            serial, home = args.serial, None
-        source = VectorSource(serial, config_home=home, connect_timeout_s=args.connect_timeout,
-                              reconnect=args.reconnect)
-        stack.callback(source.close)
-        source.open()
+        source, serial, until = _open_robot(args, stack)
         describe = runtime.describe() if hasattr(runtime, "describe") else {}
         print(f"robot.signs: Vector {serial}{' (fake)' if args.fake else ''}; model {name} "
               f"[{describe.get('backend', '?')} {describe.get('version', '')}]; {len(labels)} labels, "
@@ -312,6 +295,33 @@ def _run(args: argparse.Namespace, runtime: Any, labels: Sequence[str] | None, o
         if report.failure is not None:
             raise report.failure
     return 0
+
+
+def _open_robot(args: argparse.Namespace, stack: Any) -> tuple[Any, str, Callable[[Any], bool] | None]:
+    """Connect to the real robot (--serial) or a loopback FakeVector (--fake), closed by ``stack``.
+
+    Returns the camera source, the robot's serial and, for one pass over a fake's frames,
+    the ``until`` test that ends the run after the last one.
+    """
+    from edgekit.vector.camera import VectorSource
+
+    until = None
+    if args.fake:
+        from edgekit.vector.fake import FakeVector
+
+        fake = stack.enter_context(FakeVector(args.fake, fps=args.fps, hold=args.hold, loop=args.loop))
+        serial, home = fake.serial, fake.home
+        if not args.loop:
+            # one pass: stop once the frame the fake sent last has been processed
+            def until(frame, fake=fake):
+                return fake.exhausted.is_set() and frame.index >= fake.frame_count
+    else:
+        serial, home = args.serial, None
+    source = VectorSource(serial, config_home=home, connect_timeout_s=args.connect_timeout,
+                          reconnect=args.reconnect)
+    stack.callback(source.close)
+    source.open()
+    return source, serial, until
 
 
 def print_report(report: DemoReport, out: TextIO) -> None:

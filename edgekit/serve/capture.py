@@ -1,0 +1,181 @@
+"""The daemon's capture thread: camera -> newest-frame mailbox, reopened with backoff.
+
+The thread reads the camera as fast as it delivers and keeps only the newest frame in a
+one-slot :class:`~edgekit.camera.mailbox.FrameMailbox`; the inference loop takes whatever
+is newest when it is free. Frames overwritten in the mailbox, and gaps in ``Frame.index``
+(frames the source itself dropped), are counted as skipped. A camera that fails to open or
+stops is reopened with exponential backoff; one that cannot work (a wrong option, a missing
+library, a robot with no SDK configuration) is fatal: retrying forever would hide it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from edgekit.camera import redact_uri
+from edgekit.camera.mailbox import FrameMailbox
+from edgekit.errors import BackendUnavailable, UsageError
+from edgekit.serve.config import CameraConfig
+from edgekit.serve.stats import Counters, RateMeter
+
+log = logging.getLogger("edgekit.serve")
+
+
+class Capture:
+    """Feeds ``mailbox`` from the camera in a daemon thread until ``stop`` is set.
+
+    Args:
+        config: the ``[camera]`` table.
+        factory: ``(uri, options) -> FrameSource``; called again after every camera loss.
+        mailbox: where the newest frame waits for the inference loop.
+        counters: ``frames.captured``/``skipped``, ``errors.camera``, ``reconnects.camera``.
+        stop: the daemon's stop event; the capture sets it itself when the camera is fatal.
+        clock: nanosecond monotonic clock.
+
+    Read by other threads: ``is_open``, ``error``, ``last_frame_ns``, ``rates`` (camera,
+    skipped), ``fatal`` (the exception that ended capture for good) and ``ended`` (set when
+    a source with ``on_end = "stop"`` finished).
+    """
+
+    def __init__(self, config: CameraConfig, factory: Callable[[str, dict], Any], mailbox: FrameMailbox,
+                 counters: Counters, stop: threading.Event, clock: Callable[[], int]):
+        self.config = config
+        self.name = redact_uri(config.uri)  # never publish camera credentials
+        self._factory = factory
+        self._mailbox = mailbox
+        self._counters = counters
+        self._stop = stop
+        self._clock = clock
+        self.rates = {"camera": RateMeter(clock=clock), "skipped": RateMeter(clock=clock)}
+        self.ended = threading.Event()
+        self.fatal: BaseException | None = None
+        self.is_open = False
+        self.error = ""
+        self.last_frame_ns: int | None = None
+        self.source: Any = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the capture thread."""
+        self._thread = threading.Thread(target=self._run, name="edgekit-capture", daemon=True)
+        self._thread.start()
+
+    def join(self, timeout_s: float = 1.0) -> None:
+        """Wait for the thread after ``stop`` was set; close a source stuck in a read."""
+        thread = self._thread
+        if thread is None:
+            return
+        thread.join(timeout=timeout_s)
+        if thread.is_alive():
+            # The source is blocked in a read: closing it from here is the only way to
+            # unblock it; the thread is a daemon thread, so it cannot hold up the exit.
+            self.close_source()
+            thread.join(timeout=timeout_s)
+
+    def close_source(self) -> None:
+        """Close the current source, if any (errors are only logged)."""
+        source, self.source = self.source, None
+        if source is not None:
+            try:
+                source.close()
+            except Exception as exc:
+                log.debug("closing the camera failed: %s", exc)
+
+    def source_stats(self) -> dict[str, Any] | None:
+        """The open source's own ``stats()``, if it has one."""
+        stats = getattr(self.source, "stats", None)
+        if not callable(stats):
+            return None
+        try:
+            return stats()
+        except Exception as exc:
+            return {"error": str(exc)}
+
+    # ------------------------------------------------------------------ the thread
+    def _run(self) -> None:
+        cfg = self.config
+        delay, opened = cfg.reconnect_min_s, 0
+        while not self._stop.is_set():
+            source = self._open()
+            if source is None:
+                if self.fatal is not None:
+                    return
+                self._stop.wait(delay)
+                delay = min(delay * 2, cfg.reconnect_max_s)
+                continue
+            opened += 1
+            if opened > 1:
+                self._counters.add("reconnects", camera=1)
+                log.info("camera %s reopened (reconnect %d)", self.name, opened - 1)
+            if self._session(source):
+                return
+            if self.last_frame_ns is not None and self._clock() - self.last_frame_ns < 1e9 * delay:
+                delay = cfg.reconnect_min_s  # it delivered recently: start the backoff over
+            self._stop.wait(delay)
+            delay = min(delay * 2, cfg.reconnect_max_s)
+
+    def _open(self) -> Any:
+        """The opened source, or None (``fatal`` set when retrying cannot help)."""
+        try:
+            return self._factory(self.config.uri, dict(self.config.options))
+        except (UsageError, BackendUnavailable) as exc:
+            # A wrong option or a missing library will not fix itself: retrying forever
+            # would hide it (and keep systemd from ever seeing the failure).
+            self._give_up(exc)
+        except Exception as exc:  # CameraError, or anything a driver throws
+            if getattr(exc, "retryable", True) is False:  # e.g. a Vector with no SDK configuration
+                self._give_up(exc)
+            else:
+                self._down(f"cannot open camera {self.name}: {exc}")
+        return None
+
+    def _give_up(self, exc: BaseException) -> None:
+        self.fatal = exc
+        self._down(f"cannot open camera {self.name}: {exc}")
+        self._stop.set()
+        self._mailbox.wake()
+
+    def _session(self, source: Any) -> bool:
+        """Pump one opened source until it ends or fails; True when capture is over (clip ended)."""
+        self.source = source
+        self.is_open = True
+        try:
+            ended = self._pump(source)
+            if ended and not self._stop.is_set():
+                if self.config.on_end == "stop":
+                    log.info("camera %s ended; stopping after the last frame", self.name)
+                    self.ended.set()
+                    return True
+                self._down(f"camera {self.name} stopped delivering frames")
+        except Exception as exc:  # CameraError or a driver error: reconnect
+            self._down(f"camera {self.name} lost: {exc}")
+        finally:
+            self.is_open = False
+            self.close_source()
+        return False
+
+    def _pump(self, source: Any) -> bool:
+        """Move frames from the source into the mailbox; True when the source ended by itself."""
+        previous: int | None = None
+        for frame in source:
+            if self._stop.is_set():
+                return False
+            now = self._clock()
+            # Gaps in Frame.index are frames the source itself dropped (newest-frame sources).
+            gap = frame.index - previous - 1 if previous is not None and frame.index > previous + 1 else 0
+            previous = frame.index
+            dropped = self._mailbox.put(frame)
+            self.last_frame_ns = now
+            self._counters.add("frames", captured=1 + gap, skipped=gap + int(dropped))
+            self.rates["camera"].add(1 + gap, now)
+            if gap or dropped:
+                self.rates["skipped"].add(gap + int(dropped), now)
+        return True
+
+    def _down(self, message: str) -> None:
+        self._counters.add("errors", camera=1)
+        self.error = message
+        log.warning("%s; retrying", message)

@@ -1,0 +1,147 @@
+"""Model supervision for the daemon: open the model, count inference failures, reopen it.
+
+An Edge TPU pulled out, a GPU reset, a driver that wedged: a runtime that fails
+``reopen_after_errors`` inferences in a row is closed and reopened, with the camera's
+exponential backoff between attempts, while the daemon keeps serving health and stats.
+Every reopened runtime gets a new :class:`~edgekit.pipeline.Pipeline` recording into the
+same bounded metrics sink, so /stats percentiles span the reopen.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from edgekit.errors import UsageError
+from edgekit.metrics import PipelineMetrics
+from edgekit.pipeline import Pipeline
+from edgekit.serve.config import ServeConfig
+from edgekit.serve.stats import Counters
+
+log = logging.getLogger("edgekit.serve")
+
+
+def model_options(config: ServeConfig) -> dict[str, Any]:
+    """Runtime options from ``[model]``; unset ones are left to the bundle/adapter."""
+    m = config.model
+    options = {"num_threads": m.threads or None, "delegate": m.delegate or None, "device": m.device or None,
+               "providers": m.providers or None, "allow_fallback": m.allow_fallback or None,
+               "backend": m.backend or None}
+    return {k: v for k, v in options.items() if v is not None}
+
+
+class ModelSupervisor:
+    """Owns the daemon's runtime and the Pipeline around it.
+
+    Args:
+        config: the service configuration (``[model]`` and the backoff of ``[camera]``).
+        factory: ``() -> Runtime``, or None to open ``[model]`` with :func:`edgekit.model.open_model`.
+        labels: class names (None: the bundle's, once the default factory opened it).
+        metrics: the bounded sink every Pipeline records into.
+        counters: ``errors.inference`` and ``reconnects.model`` are counted here.
+        clock: nanosecond monotonic clock of the frames.
+
+    ``pipeline`` is None while the model is closed after failures; :meth:`retry` reopens it.
+    Health (``ok``, ``error``) may be read from any thread.
+    """
+
+    def __init__(self, config: ServeConfig, factory: Callable[[], Any] | None, labels: list[str] | None,
+                 metrics: PipelineMetrics, counters: Counters, clock: Callable[[], int]):
+        self.config = config
+        self._factory = factory or self._open_configured
+        self.labels = labels
+        self._metrics = metrics
+        self._counters = counters
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.pipeline: Pipeline | None = None
+        self.runtime_info: dict[str, Any] = {}
+        self.error = ""
+        self._failing = 0
+        self._retry_at = 0.0
+        self._delay = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """The model is loaded and its latest inference (if any) succeeded."""
+        with self._lock:
+            return self.pipeline is not None and self._failing == 0
+
+    def open(self) -> None:
+        """Open the runtime and build its Pipeline; raises what the factory raises."""
+        runtime = self._factory()
+        # Unusable frames are counted and skipped, never fatal (max_corrupt=None): a daemon
+        # outlives a camera's bad moments. Inference errors come back to the daemon.
+        pipeline = Pipeline(runtime, self.labels or [], top_k=self.config.model.top_k, max_corrupt=None,
+                            clock=self._clock, metrics=self._metrics)
+        try:
+            info = dict(runtime.describe())
+        except Exception as exc:  # describe() is informative only
+            info = {"describe_error": str(exc)}
+        with self._lock:
+            self.pipeline, self.runtime_info = pipeline, info
+            self._failing, self.error = 0, ""
+
+    def succeeded(self) -> None:
+        """An inference worked: the failure streak is over."""
+        with self._lock:
+            self._failing, self.error = 0, ""
+
+    def failed(self, exc: Exception) -> None:
+        """Count a failed inference; close the runtime after ``reopen_after_errors`` in a row."""
+        self._counters.add("errors", inference=1)
+        with self._lock:
+            self._failing += 1
+            self.error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            failing = self._failing
+        log.warning("inference failed (%d in a row): %s", failing, self.error)
+        if failing >= self.config.model.reopen_after_errors:
+            log.warning("reopening the model after %d failures", failing)
+            self.close()  # retry() reopens it, with backoff
+
+    def retry(self, now: float) -> bool:
+        """Reopen a closed model when its backoff has passed (``now``: ``time.monotonic()``).
+
+        Returns False when it is not yet time, so the caller can wait a little.
+        """
+        if now < self._retry_at:
+            return False
+        try:
+            self.open()
+        except Exception as exc:  # e.g. the Edge TPU is still unplugged
+            # The camera's backoff settings serve the model too: both are local devices.
+            cam = self.config.camera
+            delay = min(max(self._delay, cam.reconnect_min_s), cam.reconnect_max_s)
+            self._delay, self._retry_at = delay * 2, now + delay
+            with self._lock:
+                self.error = f"cannot reopen the model: {exc}"
+            log.warning("%s; retrying in %.1f s", self.error, delay)
+            return True
+        self._delay = 0.0
+        self._counters.add("reconnects", model=1)
+        log.info("model reopened")
+        return True
+
+    def close(self) -> None:
+        """Close the runtime (errors are only logged)."""
+        with self._lock:
+            pipeline, self.pipeline = self.pipeline, None
+        if pipeline is not None:
+            try:
+                pipeline.runtime.close()
+            except Exception as exc:
+                log.warning("closing the runtime failed: %s", exc)
+
+    def _open_configured(self) -> Any:
+        """The default factory: ``[model]`` through :func:`edgekit.model.open_model`."""
+        from edgekit.model import open_model
+
+        m = self.config.model
+        if not m.path:
+            raise UsageError("no model to serve", "give --bundle DIR (or --model FILE) or set [model] path")
+        opened = open_model(m.path, variant=m.name or None, labels=m.labels or None, **model_options(self.config))
+        if self.labels is None:
+            self.labels = opened.labels
+        return opened.runtime

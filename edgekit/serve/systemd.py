@@ -1,0 +1,56 @@
+"""systemd integration without a systemd binding: ``sd_notify`` and the watchdog ping.
+
+The unit (``deploy/edgekit.service``) is ``Type=notify`` with ``WatchdogSec``: the daemon says
+``READY=1`` once it serves and pings ``WATCHDOG=1`` from the inference loop, so a hung
+inference stops the pings and systemd restarts the service.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Mapping
+
+log = logging.getLogger("edgekit.serve")
+
+
+def sd_notify(message: str) -> bool:
+    """Send a systemd notification (``READY=1``, ``WATCHDOG=1``...) when run by systemd.
+
+    Speaks the documented datagram protocol on ``$NOTIFY_SOCKET`` directly, so the daemon
+    needs no systemd Python binding. Returns False when not under systemd.
+    """
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return False
+    if address.startswith("@"):  # abstract namespace socket
+        address = "\0" + address[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.connect(address)
+            sock.sendall(message.encode())
+        return True
+    except OSError as exc:
+        log.debug("sd_notify(%s) failed: %s", message, exc)
+        return False
+
+
+class Watchdog:
+    """Pings systemd's watchdog at half the interval the unit asked for (``$WATCHDOG_USEC``).
+
+    A no-op when the variable is unset (not under systemd, or no ``WatchdogSec``). Call
+    :meth:`tick` from the loop whose liveness it vouches for, with ``time.monotonic()``.
+    """
+
+    def __init__(self, environ: Mapping[str, str] = os.environ):
+        # Half the interval: a ping that arrives a little late must still be in time.
+        self.interval_s = int(environ.get("WATCHDOG_USEC", "0") or 0) / 2e6
+        self._next = 0.0
+
+    def tick(self, now: float) -> bool:
+        """Ping when due; True when a ping was sent."""
+        if not self.interval_s or now < self._next:
+            return False
+        self._next = now + self.interval_s
+        return sd_notify("WATCHDOG=1")
