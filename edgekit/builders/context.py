@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from edgekit.builders.calibration import ImageSet
-from edgekit.builders.contract import BuildRequest
+from edgekit.builders.contract import BuilderOutput, BuildRequest
 from edgekit.builders.log import BuildLog
 from edgekit.builders.source import SourceModel
 from edgekit.builders.verify import compare
@@ -95,3 +95,8 @@ class BuildContext:
                               f"{res['agreement']:.4f}, max abs diff {res['max_abs_diff']}")
         return out
 
+
+class Builder(Protocol):
+    """The callable a target file names as ``builder = "module:function"`` (the builder contract)."""
+
+    def __call__(self, ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput: ...

@@ -2,8 +2,8 @@
 
 A :class:`BuildRequest` holds everything one build needs (model, targets, images, gate,
 preprocessing and builder overrides); it is checked when made, so a bad number fails before
-TensorFlow is imported. A builder named by a target file (``builder = "module:function"``)
-is called as ``builder(ctx, target, out_dir)`` with the shared
+TensorFlow is imported. A builder named by a target file (``builder = "module:function"``,
+see ``context.Builder``) is called as ``builder(ctx, target, out_dir)`` with the shared
 :class:`~edgekit.builders.context.BuildContext`, writes its model files into ``out_dir`` and
 returns a :class:`BuilderOutput` of verified :class:`BuiltModel` entries. The orchestrator
 turns that into the bundle manifest and returns one :class:`TargetBuild` per target.
@@ -14,14 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.image import InputSpec
-
-if TYPE_CHECKING:
-    from edgekit.builders.context import BuildContext
-    from edgekit.target import Target
 
 # Request fields a target's [build] table may also set; a value given in the request wins.
 BUILDER_OPTIONS = ("variants", "io_dtype", "compiler", "min_runtime_version", "min_tpu_ops", "strict_tpu_ops")
@@ -168,12 +164,6 @@ class BuilderOutput:
     def verification(self) -> dict[str, dict[str, Any]]:
         """Per model name, its verification (the manifest's ``verification.models``)."""
         return {m.name: m.verification for m in self.models}
-
-
-class Builder(Protocol):
-    """The callable a target file names as ``builder``."""
-
-    def __call__(self, ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput: ...
 
 
 @dataclass(frozen=True)
