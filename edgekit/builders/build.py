@@ -101,8 +101,11 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
                              "give a labels file with one line per output class (--labels)")
         model = request.model
         name = request.name or (model.stem if model.is_file() else model.name)
+        used, holdout = _split_holdout(calib_all, request.holdout_fraction)
         with tempfile.TemporaryDirectory(prefix="edgekit-build-") as work:
-            ctx = _context(request, source, name, labels or [], float_spec, calib_all, evalset, log, Path(work))
+            ctx = BuildContext(request=request, source=source, name=name, labels=labels or [], float_spec=float_spec,
+                               calib_all=calib_all, calib=used, holdout=holdout, evalset=evalset, log=log,
+                               workdir=Path(work))
             results = [build_target(ctx, target, t_start) for target in resolved]
     _raise_if_rejected(results)
     return results
@@ -136,16 +139,11 @@ def _load_images(request: BuildRequest, prep: Preprocessor, labels: list[str] | 
     return calib_all, evalset
 
 
-def _context(request: BuildRequest, source: SourceModel, name: str, labels: list[str], float_spec: InputSpec,
-             calib_all: ImageSet, evalset: ImageSet | None, log: BuildLog, workdir: Path) -> BuildContext:
-    """Split the calibration set into images used and images held back, then share everything."""
+def _split_holdout(calib_all: ImageSet, fraction: float) -> tuple[ImageSet, ImageSet]:
+    """The calibration images used for int8, and those held back to measure agreement (none of < 10)."""
     n_images = len(calib_all.images)
-    n_hold = int(n_images * request.holdout_fraction) if n_images >= 10 else 0
-    return BuildContext(
-        request=request, source=source, name=name, labels=labels, float_spec=float_spec,
-        calib_all=calib_all, calib=calib_all.subset(np.arange(n_hold, n_images)),
-        holdout=calib_all.subset(np.arange(n_hold)), evalset=evalset, log=log, workdir=workdir,
-    )
+    n_hold = int(n_images * fraction) if n_images >= 10 else 0
+    return calib_all.subset(np.arange(n_hold, n_images)), calib_all.subset(np.arange(n_hold))
 
 
 def _raise_if_rejected(results: list[TargetBuild]) -> None:
