@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.bench_report import BenchReport, RunResult, VariantResult, noise_warnings
-from edgekit.errors import BackendUnavailable, CameraError, EdgekitError, ModelError, UsageError
+from edgekit.errors import BackendUnavailable, CameraError, EdgekitError, ModelError, UnknownOptionError, UsageError
 from edgekit.metrics import machine_context
 from edgekit.model import OpenModel, open_model, split_model_spec
 from edgekit.pipeline import Pipeline
@@ -186,34 +186,65 @@ def _backends_for(path: str, variant: str | None, backends: list[str | None]) ->
 
 def _open_all(pairs: list[tuple[str, str | None]], config: BenchConfig) -> tuple[list[OpenModel], list[str]]:
     """Open every variant; with ``skip_unavailable``, variants this machine cannot run (no
-    Edge TPU, no CUDA, a model compiled for other hardware) are left out with a reason."""
+    Edge TPU, no CUDA, a model compiled for other hardware) are left out with a reason.
+
+    A runtime flag applies to the variants whose adapter takes it (``--delegate`` to the LiteRT
+    ones of a TFLite-vs-ONNX comparison) and is listed as not applied to the others; a flag no
+    variant takes is an error, never silently nothing."""
     options = dict(config.runtime_options)
     backends = options.pop("backend", None) or [None]
     backends = [backends] if isinstance(backends, str) else list(backends)
     if config.profile:
         options["profile"] = True
     opened: list[OpenModel] = []
-    skipped: list[str] = []
+    notes: list[str] = []
+    untaken: dict[str, UnknownOptionError] = {}
+    applied: set[str] = set()  # flags at least one opened variant took
     try:
         for path, variant in pairs:
             for backend in _backends_for(path, variant, backends):
-                try:
-                    m = open_model(path, variant, config.labels, backend=backend, **options)
+                name = f"{Path(path).name}{':' + variant if variant else ''}{'@' + backend if backend else ''}"
+                m, taken = _open_one(path, variant, backend, options, config, name, notes, untaken)
+                if m is not None:
                     if backend and len(backends) > 1:
                         m.name = f"{m.name}@{backend}"
                     opened.append(m)
-                except (BackendUnavailable, ModelError) as exc:
-                    if not config.skip_unavailable or not Path(path).exists():
-                        raise
-                    name = f"{Path(path).name}{':' + variant if variant else ''}{'@' + backend if backend else ''}"
-                    skipped.append(f"skipped {name}: {exc.message}")
+                    applied |= taken
     except BaseException:
         for m in opened:
             m.close()
         raise
     if not opened:
-        raise BackendUnavailable("none of the models can run on this machine: " + "; ".join(skipped))
-    return opened, skipped
+        raise BackendUnavailable("none of the models can run on this machine: " + "; ".join(notes))
+    taken_nowhere = [exc for key, exc in untaken.items() if key not in applied]
+    if taken_nowhere:
+        for m in opened:
+            m.close()
+        raise taken_nowhere[0]
+    return opened, notes
+
+
+def _open_one(path: str, variant: str | None, backend: str | None, options: dict[str, Any], config: BenchConfig,
+              name: str, notes: list[str], untaken: dict[str, UnknownOptionError]) -> tuple[OpenModel | None, set]:
+    """Open one variant, leaving out the flags its adapter does not take (recorded in ``notes``);
+    returns it (None when skipped as unavailable) and the flags it took."""
+    options = dict(options)
+    while True:
+        try:
+            m = open_model(path, variant, config.labels, backend=backend, **options)
+        except UnknownOptionError as exc:
+            if exc.key not in options or exc.key == "profile":
+                raise
+            untaken.setdefault(exc.key, exc)
+            options.pop(exc.key)
+            notes.append(f"{exc.key} not applied to {name}: its runtime does not take it")
+            continue
+        except (BackendUnavailable, ModelError) as exc:
+            if not config.skip_unavailable or not Path(path).exists():
+                raise
+            notes.append(f"skipped {name}: {exc.message}")
+            return None, set()
+        return m, set(options)
 
 
 def run_bench(

@@ -22,6 +22,14 @@ class UsageError(EdgekitError):
     """Arguments that cannot work together or do not exist."""
 
 
+class UnknownOptionError(UsageError):
+    """A caller passed an option the chosen plug-in does not take; ``key`` names it."""
+
+    def __init__(self, message: str, hint: str | None = None, key: str = ""):
+        super().__init__(message, hint)
+        self.key = key
+
+
 class ModelError(EdgekitError):
     """A model file that is missing, corrupt or of an unsupported kind."""
 

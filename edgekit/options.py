@@ -86,12 +86,12 @@ def add_runtime_options(
     g.add_argument(
         "--delegate",
         choices=DELEGATES,
-        help="LiteRT delegate (default: the bundle's; 'none' = plain built-in kernels); ignored by ONNX Runtime"
+        help="LiteRT delegate (default: the bundle's; 'none' = plain built-in kernels); LiteRT models only"
         + note("delegate"),
     )
     g.add_argument(
         "--providers",
-        help="ONNX Runtime providers in order, comma-separated (cpu,cuda,tensorrt); ignored by LiteRT"
+        help="ONNX Runtime providers in order, comma-separated (cpu,cuda,tensorrt); ONNX models only"
         + note("providers"),
     )
     g.add_argument(

@@ -266,3 +266,20 @@ def test_camera_options_reach_the_bench_camera(models, monkeypatch):
     assert seen == {"uri": "v4l2:1", "options": {"fps": "30"}}
     with pytest.raises(SystemExit):
         cli(["bench", str(models["onnx"]), "--camera", "v4l2:1", "-O", "=30"])
+
+
+def test_a_flag_applies_to_the_variants_that_take_it_and_says_where_it_did_not(models):
+    # --delegate is a LiteRT option: in a TFLite-vs-ONNX comparison it reaches the TFLite variant,
+    # and the report says it was not applied to the ONNX one.
+    cfg = BenchConfig(min_duration_s=0.01, min_count=3, repeats=1, warmup=1,
+                      runtime_options={"delegate": "none"})
+    report = run_bench([f"{models['bundle']}:int8", str(models["onnx"])], cfg)
+    assert [v.name for v in report.variants] == ["demo-cpu:int8", "light.onnx"]
+    assert report.variants[0].runtime["delegate_requested"] == "none"
+    assert "delegate not applied to light.onnx: its runtime does not take it" in report.warnings
+
+
+def test_a_flag_no_variant_takes_is_an_error(models):
+    cfg = BenchConfig(min_duration_s=0.01, min_count=3, repeats=1, warmup=1, runtime_options={"delegate": "none"})
+    with pytest.raises(UsageError, match="delegate"):
+        run_bench([str(models["onnx"])], cfg)

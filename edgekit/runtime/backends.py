@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from edgekit.errors import UnknownOptionError, UsageError
+
 _GPU_ORT_HINT = "pip install 'edgekit[jetson]' (onnxruntime-gpu) on a machine with an NVIDIA GPU"
 
 
@@ -80,10 +82,11 @@ def check_options(adapter: type, options: Mapping[str, Any], error: type[Excepti
     for key, value in options.items():
         if key not in declared:
             close = difflib.get_close_matches(key, declared, n=1)
-            raise error(
-                f"{where}{adapter.__name__} takes no option {key!r} (it takes: {', '.join(sorted(declared))})",
-                f"did you mean {close[0]!r}?" if close else hint or None,
-            )
+            message = f"{where}{adapter.__name__} takes no option {key!r} (it takes: {', '.join(sorted(declared))})"
+            fix = f"did you mean {close[0]!r}?" if close else hint or None
+            if error is UsageError:  # a caller's key: say which, so a mixed bench can apply it where taken
+                raise UnknownOptionError(message, fix, key)
+            raise error(message, fix)
         why = declared[key].problem(value)
         if why:
             raise error(f"{where}{adapter.__name__} option {key}={value!r} {why}", hint or None)
