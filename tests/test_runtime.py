@@ -224,6 +224,7 @@ def test_onnx_runs_and_reports_providers(models):
         info = rt.describe()
         assert info["providers_used"] == ["CPUExecutionProvider"] == info["providers_requested"]
         assert info["input"]["name"] == "x" and rt.output_quantization == [None]
+        assert rt.output_details() == [{"name": "y", "shape": ["batch", 2], "type": "tensor(float)"}]
 
 
 def test_onnx_refuses_a_silent_provider_fallback(models):

@@ -80,8 +80,8 @@ def _verified(ctx: BuildContext, variant: str, path: Path, seconds: float) -> Bu
 
     with OnnxRuntime(path, providers=["cpu"]) as rt:
         spec = rt.input_spec
-        outs = tuple({"name": o.name, "shape": [d if isinstance(d, int) else 1 for d in o.shape],
-                      "dtype": "float32"} for o in rt._session.get_outputs())
+        outs = tuple({"name": o["name"], "shape": [d if isinstance(d, int) else 1 for d in o["shape"]],
+                      "dtype": "float32"} for o in rt.output_details())
     d = ctx.float_spec.to_dict()
     d.update(shape=list(spec.shape), dtype=spec.dtype, name=spec.name, layout="NHWC")
     if len(spec.shape) == 4 and spec.shape[1] in (1, 3) and spec.shape[3] not in (1, 3):

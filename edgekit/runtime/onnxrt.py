@@ -152,6 +152,10 @@ class OnnxRuntime:
         """Run one inference on a tensor shaped and typed as ``input_spec``."""
         return self._session.run(self._output_names, {self._input_name: tensor})
 
+    def output_details(self) -> list[dict[str, Any]]:
+        """Each output's ``name``, ``shape`` (symbolic dimensions as their names) and ONNX ``type``."""
+        return [{"name": o.name, "shape": list(o.shape), "type": o.type} for o in self._session.get_outputs()]
+
     def end_profiling(self) -> str | None:
         """Stop profiling and return the path of ONNX Runtime's JSON trace (or None)."""
         if not self._session:
