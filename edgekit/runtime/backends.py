@@ -81,9 +81,15 @@ def check_options(adapter: type, options: Mapping[str, Any], error: type[Excepti
     checked = {}
     for key, value in options.items():
         if key not in declared:
-            close = difflib.get_close_matches(key, declared, n=1)
+            close = difflib.get_close_matches(key, declared, n=1, cutoff=0.75)
             message = f"{where}{adapter.__name__} takes no option {key!r} (it takes: {', '.join(sorted(declared))})"
-            fix = f"did you mean {close[0]!r}?" if close else hint or None
+            others = _backends_taking(key)
+            if close:
+                fix = f"did you mean {close[0]!r}?"
+            elif others:
+                fix = f"{key} is an option of the {', '.join(others)} backend(s); this model runs on {adapter.__name__}"
+            else:
+                fix = hint or None
             if error is UsageError:  # a caller's key: say which, so a mixed bench can apply it where taken
                 raise UnknownOptionError(message, fix, key)
             raise error(message, fix)
@@ -137,6 +143,22 @@ BACKENDS: dict[str, Backend] = {
         "TensorRT engine built on this device",
     ),
 }
+
+
+def _backends_taking(key: str) -> list[str]:
+    """Backends whose adapter declares option ``key`` (those whose adapter module imports here)."""
+    import importlib
+
+    names = []
+    for name, row in BACKENDS.items():
+        module, _, cls = row.adapter.partition(":")
+        try:
+            options = getattr(getattr(importlib.import_module(module), cls), "OPTIONS", ())
+        except (ImportError, AttributeError):  # an adapter module is lazy about its library: rarely hit
+            continue
+        if any(o.name == key for o in options):
+            names.append(name)
+    return names
 
 
 def known_adapters() -> list[str]:
