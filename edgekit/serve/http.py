@@ -7,22 +7,29 @@
 - ``/healthz``: ``200`` when the camera delivers frames and the model runs, else ``503``;
   the JSON body says which part is down. Use it for systemd/k8s-style probes and alerting.
 - ``/stats``: the daemon's stats as JSON.
+- ``POST /reload`` (off unless ``[http] reload = true``, and only from a loopback address):
+  look at the bundle again and hot-swap it (:mod:`edgekit.serve.swap`), as SIGHUP does.
 
 The server binds 127.0.0.1 unless the configuration says otherwise: metrics are not meant
-to be exposed to a network by accident.
+to be exposed to a network by accident. It is :class:`~edgekit.serve.httpserver.BoundedHTTPServer`:
+a real backlog, socket timeouts and a fixed number of threads, whatever the clients do.
+
+Rates are not exported as gauges: ``rate(edgekit_frames_processed_total[1m])`` gives the
+processing rate (and the camera's, the skipped one) without a second source of truth.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
-import socket
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from edgekit.errors import BackendUnavailable
+from edgekit.serve.httpserver import BoundedHTTPServer
 
 try:
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, ProcessCollector, generate_latest
@@ -33,8 +40,30 @@ except ImportError as exc:  # the daemon imports this module only when the HTTP 
 
 log = logging.getLogger("edgekit.serve")
 
-# Inference on an Edge TPU takes ~1-10 ms, on a Pi CPU 10-200 ms: buckets span both.
-LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
+# A Coral or XNNPACK int8 model takes 0.2-1 ms, a Pi CPU 10-200 ms: buckets from 100 us to 5 s,
+# 1-2-5 per decade, so a sub-millisecond model spreads over several buckets, not the first one.
+LATENCY_MIN_S = 0.0001
+LATENCY_MAX_S = 5.0
+
+
+def latency_buckets(smallest_s: float = LATENCY_MIN_S, largest_s: float = LATENCY_MAX_S) -> tuple[float, ...]:
+    """Histogram bounds (s) in a 1-2-5 series from ``smallest_s`` up to at least ``largest_s``."""
+    bounds, value = [], smallest_s
+    while not bounds or bounds[-1] < largest_s * (1 - 1e-9):
+        bounds.append(float(f"{value * (1, 2, 5)[len(bounds) % 3]:.3g}"))
+        if len(bounds) % 3 == 0:
+            value *= 10
+    return tuple(bounds)
+
+
+LATENCY_BUCKETS = latency_buckets()
+STAGES = ("preprocess", "inference", "postprocess", "end_to_end")
+_STAGE_HELP = {
+    "preprocess": "Frame to input tensor.",
+    "inference": "Model inference (runtime.infer).",
+    "postprocess": "Decoding the outputs (top-k; box decoding and NMS for detection).",
+    "end_to_end": "Frame capture to decoded result (includes waiting for the model).",
+}
 
 # (metric name, stats path, help) for counters and gauges exported from a stats snapshot.
 _COUNTERS = (
@@ -44,9 +73,6 @@ _COUNTERS = (
     ("edgekit_frames_bad_total", ("frames", "bad"), "Frames that were unusable (wrong type/shape, corrupt)."),
 )
 _GAUGES = (
-    ("edgekit_camera_fps", ("fps", "camera"), "Frames per second delivered by the camera (recent window)."),
-    ("edgekit_process_fps", ("fps", "process"), "Frames per second processed by the model (recent window)."),
-    ("edgekit_skipped_fps", ("fps", "skipped"), "Frames per second skipped (recent window)."),
     ("edgekit_camera_up", ("health", "camera"), "1 when the camera delivers frames."),
     ("edgekit_model_up", ("health", "model"), "1 when the model runs."),
     ("edgekit_ready", ("health", "ready"), "1 when camera and model are both good (as /healthz)."),
@@ -90,6 +116,11 @@ class _StatsCollector:
         for component, value in sorted((stats.get("reconnects") or {}).items()):
             reconnects.add_metric([component], float(value))
         yield reconnects
+        swaps = CounterMetricFamily("edgekit_model_swaps", "Bundle hot-swaps by result.", labels=["result"])
+        for result, value in sorted((stats.get("swaps") or {}).items()):
+            if result in ("ok", "rolled_back", "refused"):
+                swaps.add_metric([result], float(value))
+        yield swaps
         info = stats.get("info") or {}
         if info:
             keys = sorted(info)
@@ -105,45 +136,40 @@ class ServeMetrics:
     everything else is read from ``snapshot()`` (the daemon's stats dict) when scraped.
     """
 
-    def __init__(self, snapshot: Callable[[], dict]):
+    def __init__(self, snapshot: Callable[[], dict], buckets: tuple[float, ...] = LATENCY_BUCKETS):
         self.registry = CollectorRegistry()
-        self.preprocess = Histogram(
-            "edgekit_preprocess_seconds", "Frame to input tensor.", buckets=LATENCY_BUCKETS, registry=self.registry
-        )
-        self.inference = Histogram(
-            "edgekit_inference_seconds", "Model inference (runtime.infer).", buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
-        self.end_to_end = Histogram(
-            "edgekit_end_to_end_seconds", "Frame capture to decoded result (includes waiting for the model).",
-            buckets=LATENCY_BUCKETS, registry=self.registry,
-        )
+        self.histograms = {
+            stage: Histogram(f"edgekit_{stage}_seconds", _STAGE_HELP[stage], buckets=buckets, registry=self.registry)
+            for stage in STAGES
+        }
         self.registry.register(_StatsCollector(snapshot))
         ProcessCollector(registry=self.registry)  # RSS, CPU seconds, open fds: what a soak watches
 
-    def observe(self, preprocess_s: float, inference_s: float, end_to_end_s: float) -> None:
+    def observe(self, preprocess_s: float, inference_s: float, end_to_end_s: float,
+                postprocess_s: float | None = None) -> None:
         """Record one processed frame's latencies, in seconds."""
-        self.preprocess.observe(preprocess_s)
-        self.inference.observe(inference_s)
-        self.end_to_end.observe(end_to_end_s)
+        h = self.histograms
+        h["preprocess"].observe(preprocess_s)
+        h["inference"].observe(inference_s)
+        if postprocess_s is not None:
+            h["postprocess"].observe(postprocess_s)
+        h["end_to_end"].observe(end_to_end_s)
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric."""
         return generate_latest(self.registry)
 
 
-class _IPv6Server(ThreadingHTTPServer):
-    address_family = socket.AF_INET6
-
-
 class HttpEndpoint:
-    """A small threaded HTTP server for ``/metrics``, ``/healthz`` and ``/stats``.
+    """A small HTTP server for ``/metrics``, ``/healthz``, ``/stats`` (and ``POST /reload``).
 
     Args:
         host, port: where to listen; port 0 picks a free port (see :attr:`address`).
         metrics: the registry to expose.
         health: returns ``(ready, details)``; ``/healthz`` answers 200 when ready, else 503.
         stats: returns the stats dict for ``/stats``.
+        reload: called by ``POST /reload`` from a loopback address; None turns the route off.
+        server_options: keyword arguments of :class:`BoundedHTTPServer` (workers, timeouts).
     """
 
     def __init__(
@@ -153,6 +179,8 @@ class HttpEndpoint:
         metrics: ServeMetrics,
         health: Callable[[], tuple[bool, dict]],
         stats: Callable[[], dict],
+        reload: Callable[[str], Any] | None = None,
+        **server_options: Any,
     ):
         self.metrics = metrics
         endpoint = self
@@ -166,13 +194,14 @@ class HttpEndpoint:
             def do_HEAD(self) -> None:  # noqa: N802
                 endpoint._handle(self, body=False)
 
+            def do_POST(self) -> None:  # noqa: N802
+                endpoint._post(self)
+
             def log_message(self, fmt: str, *args: Any) -> None:
                 log.debug("http %s " + fmt, self.client_address[0], *args)
 
-        self._health, self._stats = health, stats
-        server_class = _IPv6Server if ":" in host else ThreadingHTTPServer
-        self._server = server_class((host, port), Handler)
-        self._server.daemon_threads = True
+        self._health, self._stats, self._reload = health, stats, reload
+        self._server = BoundedHTTPServer((host, port), Handler, **server_options)
         self._thread: threading.Thread | None = None
 
     @property
@@ -199,13 +228,19 @@ class HttpEndpoint:
         except Exception as exc:  # a bug in a stats callback must not kill the endpoint
             log.exception("http %s failed", path)
             status, ctype, payload = 500, "text/plain; charset=utf-8", f"error: {exc}\n".encode()
-        req.send_response(status)
-        req.send_header("Content-Type", ctype)
-        req.send_header("Content-Length", str(len(payload)))
-        req.send_header("Cache-Control", "no-store")
-        req.end_headers()
-        if body:
-            req.wfile.write(payload)
+        _answer(req, status, ctype, payload, body)
+
+    def _post(self, req: BaseHTTPRequestHandler) -> None:
+        """``POST /reload``: only when enabled, only from this machine (a reload costs a model load)."""
+        path = req.path.split("?", 1)[0]
+        if path != "/reload" or self._reload is None:
+            _answer(req, 404, "text/plain; charset=utf-8", b"not found\n")
+            return
+        if not ipaddress.ip_address(req.client_address[0].removeprefix("::ffff:")).is_loopback:
+            _answer(req, 403, "text/plain; charset=utf-8", b"reload is allowed from this machine only\n")
+            return
+        answer = self._reload("POST /reload")
+        _answer(req, 202, "application/json", json.dumps(answer, default=str).encode())
 
     def start(self) -> None:
         """Serve in a background (daemon) thread."""
@@ -221,3 +256,13 @@ class HttpEndpoint:
             self._server.shutdown()
             self._thread.join(timeout=2)
         self._server.server_close()
+
+
+def _answer(req: BaseHTTPRequestHandler, status: int, ctype: str, payload: bytes, body: bool = True) -> None:
+    req.send_response(status)
+    req.send_header("Content-Type", ctype)
+    req.send_header("Content-Length", str(len(payload)))
+    req.send_header("Cache-Control", "no-store")
+    req.end_headers()
+    if body:
+        req.wfile.write(payload)
