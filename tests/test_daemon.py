@@ -168,7 +168,7 @@ def test_json_lines_rotate_and_stay_bounded(tmp_path):
 
 def test_json_lines_write_errors_are_counted_not_raised(tmp_path):
     sink = JsonLinesSink(str(tmp_path / "r.jsonl"))
-    sink._file.close()  # simulate the file going away under the daemon (disk full, unmounted)
+    sink.close()  # simulate the file going away under the daemon (disk full, unmounted)
     sink.target = str(tmp_path / "missing-dir" / "r.jsonl")
     sink.write({"frame": 1})
     assert sink.errors == 1 and sink.lines == 0
@@ -341,7 +341,11 @@ def test_stats_metrics_and_health_endpoints_agree(tmp_path):
     assert inference["edgekit_inference_seconds_count"] >= 20
     assert 0.002 <= inference["edgekit_inference_seconds_sum"] / inference["edgekit_inference_seconds_count"] < 0.5
     assert families["edgekit_ready"].samples[0].value == 1.0
-    assert families["edgekit_camera_fps"].samples[0].value > 10
+    # Rates are rate(..._total) in PromQL, not gauges of their own.
+    assert not {"edgekit_camera_fps", "edgekit_process_fps", "edgekit_skipped_fps"} & set(families)
+    assert families["edgekit_frames_captured"].samples[0].value >= processed
+    post = {s.name: s.value for s in families["edgekit_postprocess_seconds"].samples}
+    assert post["edgekit_postprocess_seconds_count"] == inference["edgekit_inference_seconds_count"]
     errors = {s.labels["kind"]: s.value for s in families["edgekit_errors"].samples}
     assert errors == {"camera": 0.0, "inference": 0.0, "output": 0.0}
     info = families["edgekit_info"].samples[0].labels

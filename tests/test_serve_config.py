@@ -156,6 +156,7 @@ def test_print_config_shows_the_effective_values(tmp_path, capsys):
     from edgekit.commands.serve import main
 
     path = write(tmp_path, '[model]\npath = "m.tflite"\n')
+    (tmp_path / "m.tflite").write_bytes(b"")  # --print-config checks that the model exists
     assert main(parse_flags("--config", str(path), "--top-k", "4", "--print-config")) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["model"]["top_k"] == 4 and shown["model"]["path"].endswith("m.tflite")

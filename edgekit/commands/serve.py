@@ -31,6 +31,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="bundle directory, .tflite or .onnx (config: [model] path)")
     parser.add_argument("--model-name", help="model inside the bundle (config: [model] name)")
     parser.add_argument("--labels", help="labels file for a bare model (config: [model] labels)")
+    parser.add_argument("--watch", action="store_true", default=None,
+                        help="hot-swap the bundle when a new one is moved into place (config: [model] watch)")
     add_runtime_options(parser, config_table="model")
     add_deprecated_alias(parser, "--edgetpu-device", "--device")
     parser.add_argument("--top-k", type=int, help="classes per result (config: [model] top_k)")
@@ -64,7 +66,7 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         return "" if value in ("off", "none") else value
 
     config = override(config, "model", path=flag("model_path"), name=flag("model_name"), labels=flag("labels"),
-                      top_k=flag("top_k"), **config_values(runtime_options(args)))
+                      top_k=flag("top_k"), watch=flag("watch"), **config_values(runtime_options(args)))
     config = override(config, "camera", uri=flag("camera"))
     if camera_options(args):  # each flag replaces one key of the file's [camera] options
         config = override(config, "camera", options={**config.camera.options, **camera_options(args)})
@@ -99,6 +101,9 @@ def main(args: argparse.Namespace) -> int:
     """``edgekit serve``: run until SIGTERM/SIGINT (exit 0), ``--max-frames`` or ``--duration``."""
     config = build_config(args)
     if getattr(args, "print_config", False):
+        from edgekit.serve.preflight import preflight
+
+        preflight(config)  # what would stop the daemon at start stops the check too
         print(json.dumps(config.to_dict(), indent=2))
         return 0
     if not config.model.path:
@@ -117,6 +122,8 @@ def main(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    # SIGHUP (systemctl reload) hot-swaps the bundle; its default action would kill the daemon silently.
+    previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda _s, _f: daemon.request_reload("SIGHUP"))
     try:
         daemon.start()
         log.info("serving %s from %s", config.model.path, redact_uri(config.camera.uri))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -45,6 +46,11 @@ class ModelConfig:
     backend: str = ""  # a key of edgekit.runtime.BACKENDS, e.g. "onnxruntime" ("" = the bundle's adapter)
     top_k: int = 3
     reopen_after_errors: int = 5  # consecutive inference errors before the runtime is reopened
+    watch: bool = False  # hot-swap: look at the bundle path every watch_interval_s (SIGHUP always works)
+    watch_interval_s: float = 2.0
+    warmup_frames: int = 5  # a new bundle runs this many recent frames before it is swapped in
+    probation_frames: int = 30  # a swapped-in bundle that fails within this many frames is rolled back
+    min_agreement: float = 0.0  # top-1 agreement with the running model on the warm-up frames (0 = no check)
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,20 @@ class MqttConfig:
     reconnect_max_s: float = 30.0
     username: str = ""
     password_file: str = ""  # a file holding the password (keep secrets out of this file)
+    tls: bool = False  # mqtts: verify the broker against ca_file ("" = the system's CAs)
+    ca_file: str = ""
+    cert_file: str = ""  # client certificate and key for brokers that require one
+    key_file: str = ""
+    publish: str = "change"  # results: "every" frame, on a "change" of the top label, or at most every "interval"
+    min_interval_s: float = 1.0  # "interval": seconds between results
+    min_score: float = 0.5  # a label counts as seen from this score ("change", state, binary sensors)
+    hysteresis: float = 0.1  # a seen label stays until its score drops below min_score - hysteresis
+    confirm_frames: int = 2  # "change": a new state must hold for this many results in a row
+    queue_size: int = 1000  # QoS >= 1 results kept while disconnected, replayed on reconnect (0 = none)
+    queue_policy: str = "drop_oldest"  # when the queue is full: "drop_oldest" or "drop_newest"
+    discovery: bool = False  # Home Assistant MQTT discovery (sensors, binary sensors, availability)
+    discovery_prefix: str = "homeassistant"
+    labels_of_interest: tuple = ()  # a binary sensor (ON/OFF topic) for each of these labels
 
 
 @dataclass(frozen=True)
@@ -90,6 +110,8 @@ class HttpConfig:
     """``[http]``: /metrics, /healthz and /stats (off when listen is empty)."""
 
     listen: str = "127.0.0.1:9100"
+    reload: bool = False  # POST /reload from this machine hot-swaps the bundle, as SIGHUP does
+    latency_min_s: float = 0.0001  # smallest latency histogram bucket (1-2-5 series up to 5 s)
 
 
 @dataclass(frozen=True)
@@ -136,18 +158,26 @@ SECTIONS: dict[str, type] = {
     "http": HttpConfig,
     "log": LogConfig,
 }
-_PATH_KEYS = {("model", "path"), ("model", "labels"), ("output", "jsonl"), ("mqtt", "password_file")}
+_PATH_KEYS = {("model", "path"), ("model", "labels"), ("output", "jsonl"), ("mqtt", "password_file"),
+              ("mqtt", "ca_file"), ("mqtt", "cert_file"), ("mqtt", "key_file")}
 _CHOICES = {
     ("model", "delegate"): ("", "xnnpack", "none", "edgetpu"),
     ("model", "backend"): ("", *BACKENDS),
     ("camera", "on_end"): ("reconnect", "stop"),
     ("log", "level"): ("debug", "info", "warning", "error"),
     ("mqtt", "qos"): (0, 1, 2),
+    ("mqtt", "publish"): ("every", "change", "interval"),
+    ("mqtt", "queue_policy"): ("drop_oldest", "drop_newest"),
 }
 _MINIMUM = {  # (table, key) -> smallest allowed value
     ("model", "threads"): 0,
     ("model", "top_k"): 1,
     ("model", "reopen_after_errors"): 1,
+    ("model", "watch_interval_s"): 0.05,
+    ("model", "warmup_frames"): 1,
+    ("model", "probation_frames"): 0,
+    ("model", "min_agreement"): 0.0,
+    ("http", "latency_min_s"): 1e-6,
     ("camera", "reconnect_min_s"): 0.01,
     ("camera", "reconnect_max_s"): 0.01,
     ("camera", "stall_timeout_s"): 0.1,
@@ -158,11 +188,17 @@ _MINIMUM = {  # (table, key) -> smallest allowed value
     ("mqtt", "stats_interval_s"): 0.1,
     ("mqtt", "reconnect_min_s"): 1,
     ("mqtt", "reconnect_max_s"): 1,
+    ("mqtt", "min_interval_s"): 0.0,
+    ("mqtt", "min_score"): 0.0,
+    ("mqtt", "hysteresis"): 0.0,
+    ("mqtt", "confirm_frames"): 1,
+    ("mqtt", "queue_size"): 0,
 }
 
 
 def _type_name(value: Any) -> str:
-    return {bool: "true/false", int: "an integer", float: "a number", str: "a string", dict: "a table"}[
+    return {bool: "true/false", int: "an integer", float: "a number", str: "a string", dict: "a table",
+            tuple: "a list of strings", list: "a list of strings"}[
         type(value)
     ]
 
@@ -173,6 +209,8 @@ def _check_value(where: str, table: str, key: str, value: Any, default: Any) -> 
     ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         value, ok = float(value), True
+    if expected is tuple and isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        value, ok = tuple(value), True
     if not ok:
         raise UsageError(
             f"{where}: [{table}] {key} must be {_type_name(default)}, got {value!r}",
@@ -270,6 +308,11 @@ def check(config: ServeConfig) -> ServeConfig:
         raise UsageError(f"{where}: [camera] reconnect_max_s is below reconnect_min_s", "swap or raise them")
     if m.reconnect_max_s < m.reconnect_min_s:
         raise UsageError(f"{where}: [mqtt] reconnect_max_s is below reconnect_min_s", "swap or raise them")
+    if config.model.min_agreement > 1:
+        raise UsageError(f"{where}: [model] min_agreement is a share, 0..1", "e.g. 0.9 (0 turns the check off)")
+    if config.http.latency_min_s >= 5:
+        raise UsageError(f"{where}: [http] latency_min_s must be below 5 s", "e.g. 0.0001 (100 us)")
+    _check_mqtt(where, m)
     topic = config.topic
     if not topic or any(ch in topic for ch in "+#\0") or topic.startswith("/") or topic.endswith("/"):
         raise UsageError(
@@ -279,6 +322,21 @@ def check(config: ServeConfig) -> ServeConfig:
     if config.http.listen:
         parse_address(config.http.listen, 9100, what="[http] listen", where=where)
     return config
+
+
+def _check_mqtt(where: str, m: MqttConfig) -> None:
+    """[mqtt] keys that depend on each other or on files (checked by --print-config too)."""
+    if m.min_score > 1:
+        raise UsageError(f"{where}: [mqtt] min_score is a score, 0..1", "e.g. 0.5")
+    if (m.ca_file or m.cert_file or m.key_file) and not m.tls:
+        raise UsageError(f"{where}: [mqtt] ca_file/cert_file/key_file are set but tls is false", "set tls = true")
+    if m.key_file and not m.cert_file:
+        raise UsageError(f"{where}: [mqtt] key_file without cert_file", "give the client certificate too")
+    for key in ("password_file", "ca_file", "cert_file", "key_file"):
+        path = getattr(m, key)
+        if path and not os.access(path, os.R_OK):
+            raise UsageError(f"{where}: [mqtt] {key} {path} is missing or unreadable",
+                             "fix the path or its permissions (the daemon's user must read it)")
 
 
 def parse_address(text: str, default_port: int, what: str = "address", where: str = "") -> tuple[str, int]:

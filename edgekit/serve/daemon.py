@@ -35,10 +35,12 @@ from edgekit.metrics import PipelineMetrics
 from edgekit.pipeline import frame_problem  # noqa: F401 - re-exported: it lived here
 from edgekit.serve.capture import Capture
 from edgekit.serve.config import ServeConfig, parse_address
-from edgekit.serve.publish import JsonLinesSink, MqttPublisher, to_json
+from edgekit.serve.preflight import preflight
+from edgekit.serve.publish import JsonLinesSink, MqttPublisher, mqtt_from_config, to_json
 from edgekit.serve.stats import RATE_WINDOW_S, Counters, RateMeter, camera_health, health_stats, percentiles
 from edgekit.serve.stats import stats_line as format_stats_line
 from edgekit.serve.supervisor import ModelSupervisor, model_options
+from edgekit.serve.swap import BundleSwap
 from edgekit.serve.systemd import Watchdog, sd_notify
 
 __all__ = ["Daemon", "RateMeter", "sd_notify", "model_options", "open_source", "RATE_WINDOW_S", "LATENCY_WINDOW"]
@@ -103,6 +105,9 @@ class Daemon:
         self._capture = Capture(config.camera, camera_factory or open_source, self._slot, self._counters,
                                 self._stop, clock)
         self._process_rate = RateMeter(clock=clock)
+        # What start() checks before opening anything: only the parts this daemon opens itself.
+        self._preflight = {"model": runtime_factory is None, "camera": camera_factory is None}
+        self._swap: BundleSwap | None = None
         self._started_ns: int | None = None
         self.sink: JsonLinesSink | None = None
         self.mqtt: MqttPublisher | None = None
@@ -114,7 +119,11 @@ class Daemon:
     def start(self) -> Daemon:
         """Open the model and outputs and start capturing. Raises EdgekitError on a bad model."""
         cfg = self.config
+        preflight(cfg, **self._preflight)
         self._model.open()
+        if self._preflight["model"]:  # hot-swap needs the daemon to open [model] path itself
+            self._swap = BundleSwap(cfg, self._model.open_candidate, self._model, self._stop)
+            self._swap.start()
         self.sink = JsonLinesSink(cfg.output.jsonl, cfg.output.max_bytes, cfg.output.backups)
         if cfg.mqtt.host:
             self._start_mqtt()
@@ -126,28 +135,18 @@ class Daemon:
         return self
 
     def _start_mqtt(self) -> None:
-        m = self.config.mqtt
-        password = None
-        if m.password_file:
-            try:
-                password = Path(m.password_file).read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                raise UsageError(f"cannot read [mqtt] password_file: {exc}", "fix the path or permissions") from exc
-        self.mqtt = MqttPublisher(
-            m.host, m.port, topic=self.config.topic, client_id=f"edgekit-{self.config.device}",
-            qos=m.qos, keepalive_s=m.keepalive_s, reconnect_min_s=m.reconnect_min_s,
-            reconnect_max_s=m.reconnect_max_s, username=m.username, password=password,
-        )
+        self.mqtt = mqtt_from_config(self.config, model=Path(self.config.model.path).name)
         self.mqtt.start()
 
     def _start_http(self, host: str, port: int) -> None:
-        from edgekit.serve.http import HttpEndpoint, ServeMetrics
+        from edgekit.serve.http import HttpEndpoint, ServeMetrics, latency_buckets
 
         if host not in ("127.0.0.1", "localhost", "::1"):
             log.warning("HTTP metrics listen on %s: reachable from the network", host)
-        self.metrics = ServeMetrics(self.stats)
+        self.metrics = ServeMetrics(self.stats, latency_buckets(self.config.http.latency_min_s))
+        reload = self.request_reload if self.config.http.reload else None
         try:
-            self.http = HttpEndpoint(host, port, self.metrics, self.health, self.stats)
+            self.http = HttpEndpoint(host, port, self.metrics, self.health, self.stats, reload=reload)
         except OSError as exc:
             raise UsageError(f"cannot listen on {host}:{port}: {exc}", "choose another [http] listen port") from exc
         self.http.start()
@@ -160,6 +159,16 @@ class Daemon:
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
+
+    def request_reload(self, why: str) -> dict[str, Any]:
+        """Look at the bundle path again and hot-swap a new bundle (SIGHUP, POST /reload).
+
+        Signal- and thread-safe; the work happens in the swap thread. Returns what the
+        caller may show (the active bundle)."""
+        if self._swap is None:
+            log.info("%s: reload is not available (the model was not opened from [model] path); ignored", why)
+            return {"requested": why, "available": False}
+        return self._swap.request(why)
 
     def run(self, max_frames: int | None = None, duration_s: float | None = None) -> dict[str, Any]:
         """The inference loop; returns the final stats after closing everything."""
@@ -182,6 +191,8 @@ class Daemon:
         sd_notify("STOPPING=1")
         self._slot.wake()
         self._capture.join(timeout_s=1.0)
+        if self._swap is not None:
+            self._swap.close()
         for part in (self.sink, self.mqtt, self.http):
             if part is not None:
                 part.close()
@@ -211,6 +222,8 @@ class Daemon:
                 if not self._model.retry(now):
                     self._stop.wait(POLL_S)
                 continue
+            if self._swap is not None:
+                self._swap.install_pending()  # between two frames: none is lost or run twice
             frame = self._slot.take(POLL_S)
             if frame is None:
                 if self._capture.ended.is_set():
@@ -237,6 +250,8 @@ class Daemon:
         try:
             result = self._model.pipeline.step(frame)
         except Exception as exc:  # any backend failure: count, keep serving, reopen if it persists
+            if self._swap is not None and self._swap.frame_failed(exc):
+                return self._process(frame)  # rolled back: the previous model runs this frame
             self._model.failed(exc)
             return False
         if result is None:  # unusable frame: the pipeline logged why
@@ -245,9 +260,13 @@ class Daemon:
         ms = result.timings_ms
         self._counters.add("frames", processed=1)
         self._model.succeeded()
+        if self._swap is not None:
+            self._swap.frame_ok()
+            self._swap.remember(frame, result)
         self._process_rate.add(1, self._clock())
         if self.metrics is not None:
-            self.metrics.observe(ms["preprocess"] / 1e3, ms["inference"] / 1e3, ms["end_to_end"] / 1e3)
+            self.metrics.observe(ms["preprocess"] / 1e3, ms["inference"] / 1e3, ms["end_to_end"] / 1e3,
+                                 ms.get("postprocess", 0.0) / 1e3)
         record = {
             "device": self.config.device,
             "time": round(time.time(), 3),
@@ -264,7 +283,7 @@ class Daemon:
             if self.sink.errors != errors:
                 self._counters.add("errors", output=1)
         if self.mqtt is not None:
-            self.mqtt.publish_result(to_json(record))
+            self.mqtt.publish_result(record)  # the [mqtt] publish mode decides whether it is sent
 
     # ------------------------------------------------------------------ health and stats
     def health(self) -> tuple[bool, dict[str, Any]]:
@@ -283,10 +302,13 @@ class Daemon:
             details["camera_error"] = camera_error
         if not model_ok:
             details["model_error"] = model_error or "model not loaded"
+        output_ok = self.sink is None or self.sink.healthy  # a full disk: results are being lost
+        if not output_ok:
+            details.update(status="unavailable", output="down", output_error=self.sink.last_error)
         if self._stop.is_set():
             details["status"] = "stopping"
             return False, details
-        return camera_ok and model_ok, details
+        return camera_ok and model_ok and output_ok, details
 
     def stats(self) -> dict[str, Any]:
         """Counters, recent FPS and latency percentiles, health, MQTT state: JSON-ready."""
@@ -295,6 +317,7 @@ class Daemon:
         rates = {"camera": self._capture.rates["camera"], "process": self._process_rate,
                  "skipped": self._capture.rates["skipped"]}
         info = self._model.runtime_info
+        model = self._model.identity
         stats: dict[str, Any] = {
             "device": self.config.device,
             "uptime_s": round((self._clock() - self._started_ns) / 1e9, 3) if self._started_ns else 0.0,
@@ -306,19 +329,21 @@ class Daemon:
             "reconnects": counts["reconnects"],
             "info": {"device": self.config.device, "camera": self._capture.name,
                      "model": Path(self.config.model.path).name if self.config.model.path else "",
-                     "backend": info.get("backend", ""), "delegate": info.get("delegate_requested", "")},
+                     "backend": info.get("backend", ""), "delegate": info.get("delegate_requested", ""),
+                     "variant": model.get("variant", ""), "bundle_sha256": model.get("sha256", "")},
             "runtime": info,
+            "model": dict(model),
         }
+        if self._swap is not None:
+            stats["swaps"] = self._swap.stats()
         camera = self._capture.source_stats()
         if camera is not None:
             stats["camera"] = camera
         if self.mqtt is not None:
-            m = self.mqtt
-            stats["mqtt"] = {"connected": int(m.connected.is_set()), "published": m.published,
-                             "dropped": m.dropped, "last_error": m.last_error}
-            stats["reconnects"]["mqtt"] = m.reconnects
+            stats["mqtt"] = self.mqtt.stats()
+            stats["reconnects"]["mqtt"] = self.mqtt.reconnects
         if self.sink is not None:
-            stats["output"] = {"lines": self.sink.lines, "errors": self.sink.errors}
+            stats["output"] = {**self.sink.state(), "errors": self.sink.failed}
         return stats
 
     def stats_line(self) -> str:

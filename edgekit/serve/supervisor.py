@@ -19,6 +19,7 @@ from edgekit.metrics import PipelineMetrics
 from edgekit.pipeline import Pipeline
 from edgekit.serve.config import ServeConfig
 from edgekit.serve.stats import Counters
+from edgekit.serve.swap import Loaded, identity
 
 log = logging.getLogger("edgekit.serve")
 
@@ -58,6 +59,8 @@ class ModelSupervisor:
         self._lock = threading.Lock()
         self.pipeline: Pipeline | None = None
         self.runtime_info: dict[str, Any] = {}
+        self.identity: dict[str, Any] = {}  # bundle, path, variant, sha256, target of what runs
+        self.active_path = config.model.path  # what a reopen opens: the swapped-in bundle after a swap
         self.error = ""
         self._failing = 0
         self._retry_at = 0.0
@@ -72,17 +75,43 @@ class ModelSupervisor:
     def open(self) -> None:
         """Open the runtime and build its Pipeline; raises what the factory raises."""
         runtime = self._factory()
+        loaded = self._loaded(runtime, self.labels or [], self.identity)
+        with self._lock:
+            self.pipeline, self.runtime_info = loaded.pipeline, loaded.info
+            self._failing, self.error = 0, ""
+
+    def _loaded(self, runtime: Any, labels: list[str], identity: dict[str, Any]) -> Loaded:
         # Unusable frames are counted and skipped, never fatal (max_corrupt=None): a daemon
         # outlives a camera's bad moments. Inference errors come back to the daemon.
-        pipeline = Pipeline(runtime, self.labels or [], top_k=self.config.model.top_k, max_corrupt=None,
+        pipeline = Pipeline(runtime, labels, top_k=self.config.model.top_k, max_corrupt=None,
                             clock=self._clock, metrics=self._metrics)
         try:
             info = dict(runtime.describe())
         except Exception as exc:  # describe() is informative only
             info = {"describe_error": str(exc)}
+        return Loaded(pipeline, info, identity, labels)
+
+    def open_candidate(self, path: str) -> Loaded:
+        """Open a new bundle at ``path`` with the configured options, beside the running model."""
+        from edgekit.model import open_model
+
+        m = self.config.model
+        opened = open_model(path, variant=m.name or None, labels=m.labels or None, **model_options(self.config))
+        try:
+            return self._loaded(opened.runtime, opened.labels, identity(path, opened.variant, opened.target))
+        except Exception:
+            opened.close()
+            raise
+
+    def install(self, loaded: Loaded) -> Loaded:
+        """Serve ``loaded`` from the next frame on; returns what was served until now (still open)."""
         with self._lock:
-            self.pipeline, self.runtime_info = pipeline, info
+            previous = Loaded(self.pipeline, self.runtime_info, self.identity, self.labels or [])
+            self.pipeline, self.runtime_info = loaded.pipeline, loaded.info
+            self.identity, self.labels = loaded.identity, loaded.labels
+            self.active_path = loaded.identity.get("path") or self.active_path
             self._failing, self.error = 0, ""
+        return previous
 
     def succeeded(self) -> None:
         """An inference worked: the failure streak is over."""
@@ -141,7 +170,9 @@ class ModelSupervisor:
         m = self.config.model
         if not m.path:
             raise UsageError("no model to serve", "give --bundle DIR (or --model FILE) or set [model] path")
-        opened = open_model(m.path, variant=m.name or None, labels=m.labels or None, **model_options(self.config))
+        path = self.active_path or m.path
+        opened = open_model(path, variant=m.name or None, labels=m.labels or None, **model_options(self.config))
         if self.labels is None:
             self.labels = opened.labels
+        self.identity = identity(path, opened.variant, opened.target)
         return opened.runtime

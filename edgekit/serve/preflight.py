@@ -1,0 +1,102 @@
+"""Checks a configuration must pass before the daemon starts (and ``serve --print-config``).
+
+:mod:`edgekit.serve.config` checks each value by itself (types, ranges, choices). This
+module checks what the values point at, without opening anything: the model path exists
+and a bundle's manifest reads; the HTTP host resolves; the camera URI and options match a
+row of :data:`edgekit.camera.SCHEMES`; the MQTT password file can be read; the results
+file's directory can exist. A configuration ``--print-config`` approves then starts, and a
+malformed camera URI (``synthetic:320x240@-5``) is a start-up error, not a camera fault
+retried forever while systemd believes the service is up.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from edgekit.errors import EdgekitError, ModelError, UsageError
+from edgekit.serve.config import ServeConfig, parse_address
+
+
+def preflight(config: ServeConfig, model: bool = True, camera: bool = True) -> None:
+    """Raise UsageError (one line, with what to do) for a configuration that cannot start.
+
+    ``model``/``camera`` False skip those checks (a caller that opens them its own way).
+    """
+    where = "" if config.source == "defaults" else f"{config.source}: "
+    if model:
+        check_model(config.model.path, where)
+    if camera:
+        check_camera(config.camera.uri, config.camera.options, where)
+    if config.http.listen:
+        check_listen(config.http.listen, where)
+    if config.mqtt.host and config.mqtt.password_file:
+        check_readable(config.mqtt.password_file, "[mqtt] password_file", where)
+    if config.output.jsonl not in ("", "-"):
+        check_output(config.output.jsonl, where)
+
+
+def check_model(path: str, where: str) -> None:
+    """The model path is set and exists; a bundle's manifest reads (hashes are checked at load)."""
+    if not path:
+        raise UsageError(f"{where}no model to serve",
+                         "give --bundle DIR (or --model FILE) or set [model] path")
+    from edgekit.model import split_model_spec
+
+    target, _variant = split_model_spec(path)
+    if not target.exists():
+        raise ModelError(f"{where}[model] path {target} does not exist", "copy the bundle there or fix the path")
+    if target.is_dir():
+        from edgekit.bundle import load_bundle
+
+        try:
+            load_bundle(target, check_hashes=False, allow_rejected=True)
+        except EdgekitError as exc:
+            raise UsageError(f"{where}[model] path: {exc.message}", exc.hint) from exc
+
+
+def check_camera(uri: str, options: dict, where: str) -> None:
+    """The URI names a known scheme in a valid form and every option is one it takes."""
+    from edgekit.camera import _locate, check_options, redact_uri
+
+    label = redact_uri(uri)
+    try:
+        scheme, _target = _locate(uri.strip())
+        check_options(scheme, dict(options), label)
+    except EdgekitError as exc:
+        raise UsageError(f"{where}[camera] {exc.message}", exc.hint) from exc
+
+
+def check_listen(listen: str, where: str) -> None:
+    """``[http] listen`` is host:port with a host this machine can resolve."""
+    host, port = parse_address(listen, 9100, "[http] listen", where.removesuffix(": "))
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UsageError(f"{where}[http] listen {listen!r}: cannot resolve host {host!r} ({exc})",
+                         "use an address, e.g. 127.0.0.1:9100, or 'off'") from exc
+
+
+def check_readable(path: str, what: str, where: str) -> None:
+    """A file the daemon must read at start exists and can be read."""
+    if not Path(path).is_file():
+        raise UsageError(f"{where}{what} {path} does not exist", "create it or fix the path")
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"{where}{what} {path} cannot be read", "give the service user read access")
+
+
+def check_output(path: str, where: str) -> None:
+    """The results file is not a directory and its nearest existing ancestor is a writable directory."""
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"{where}[output] jsonl {path} is a directory", "name a file inside it")
+    parent = target.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"{where}[output] jsonl {path}: {parent} is a file, not a directory",
+                         "choose another path for the results")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{where}[output] jsonl {path}: cannot write in {parent}",
+                         "give the service user write access or choose another path")
