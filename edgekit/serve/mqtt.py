@@ -1,0 +1,292 @@
+"""The MQTT output of ``edgekit serve`` (paho-mqtt 2.x): results, state, stats, availability.
+
+Topics, under ``topic`` (e.g. ``edgekit/pi-kitchen``):
+
+- ``<topic>/availability``: ``online`` / ``offline``, retained, QoS 1; the broker publishes
+  ``offline`` itself (last will) when the device vanishes without saying goodbye.
+- ``<topic>/result``: results chosen by the :class:`~edgekit.serve.events.PublishPolicy`
+  (every one, on change, or at most every N s), QoS ``qos``, each with its ``state``.
+- ``<topic>/state``: the current state (a label, or ``none``), retained, on every change.
+- ``<topic>/label/<slug>``: ``ON``/``OFF`` per label of interest, retained (Home Assistant
+  binary sensors; see :mod:`edgekit.serve.discovery`).
+- ``<topic>/stats``: the daemon's stats JSON every ``stats_interval_s``.
+
+Never silent: where it connects is logged at INFO at start, and every failed attempt at
+WARNING with the broker's address and the reason (paho itself only says so at DEBUG).
+While disconnected, results of QoS >= 1 wait in a bounded queue (``queue_size``; when it is
+full ``queue_policy`` drops the oldest or the newest, counted) and are replayed in order on
+reconnect, before any newer result; QoS 0 results are dropped and counted (the JSON-lines
+file has them all). The password is given to paho and kept nowhere else: it is in no log
+line and no stats.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from edgekit.errors import BackendUnavailable
+from edgekit.serve.discovery import discovery_messages, label_topics
+from edgekit.serve.events import PublishPolicy, state_text
+from edgekit.serve.sink import to_json
+
+log = logging.getLogger("edgekit.serve")
+
+QUEUE_POLICIES = ("drop_oldest", "drop_newest")
+
+
+@dataclass(frozen=True)
+class MqttOptions:
+    """What the publisher needs beyond the broker address (defaults as in ``[mqtt]``)."""
+
+    qos: int = 0
+    keepalive_s: int = 30
+    reconnect_min_s: float = 1.0
+    reconnect_max_s: float = 30.0
+    username: str = ""
+    tls: bool = False
+    ca_file: str = ""  # "" = the system's CA certificates
+    cert_file: str = ""  # client certificate (mutual TLS)
+    key_file: str = ""
+    queue_size: int = 1000
+    queue_policy: str = "drop_oldest"
+    discovery: bool = False
+    discovery_prefix: str = "homeassistant"
+    labels_of_interest: tuple[str, ...] = ()
+    model: str = ""  # for the Home Assistant device card
+
+
+class _QuietLogger(logging.LoggerAdapter):
+    """Every paho log record at DEBUG: paho reports routine events (a disconnect on shutdown,
+    each retry) at ERROR; our callbacks log what matters, with the broker address."""
+
+    def log(self, level, msg, *args, **kwargs):  # paho calls .log(level, ...)
+        super().log(logging.DEBUG, msg, *args, **kwargs)
+
+
+class MqttPublisher:
+    """Publish results, state, stats and availability; ``publish_*`` are thread-safe."""
+
+    def __init__(self, host: str, port: int = 1883, topic: str = "edgekit/device", client_id: str = "",
+                 password: str | None = None, options: MqttOptions | None = None,
+                 policy: PublishPolicy | None = None, **option_values: Any):
+        try:
+            import paho.mqtt.client as mqtt
+        except ImportError as exc:
+            raise BackendUnavailable("MQTT needs paho-mqtt", "pip install 'edgekit[serve]' (or --mqtt off)") from exc
+        self.options = options or MqttOptions(**option_values)
+        o = self.options
+        if o.queue_policy not in QUEUE_POLICIES:
+            raise ValueError(f"queue_policy {o.queue_policy!r} is not one of {', '.join(QUEUE_POLICIES)}")
+        self.host, self.port, self.topic, self.qos = host, port, topic, o.qos
+        self.address = f"{'mqtts' if o.tls else 'mqtt'}://{host}:{port}"
+        self.policy = policy or PublishPolicy(mode="every")
+        self.availability_topic = f"{topic}/availability"
+        self._result_topic = f"{topic}/result"
+        self.client_id = client_id or f"edgekit-{os.getpid()}"
+        self._label_topics = label_topics(topic, o.labels_of_interest)
+        self.connected = threading.Event()
+        self.connects = self.disconnects = self.failures = 0
+        self.published = self.dropped = self.replayed = 0
+        self.last_error = ""
+        self._closing = False
+        self._lock = threading.Lock()  # orders publishes against the replay of the queue
+        self._queue: deque[tuple[str, str, int, bool]] = deque()
+        self._no_conn = mqtt.MQTT_ERR_NO_CONN
+        self._client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id,
+                                   clean_session=True)
+        self._client.enable_logger(_QuietLogger(logging.getLogger("edgekit.serve.mqtt")))
+        self._setup_client(password)
+
+    def _setup_client(self, password: str | None) -> None:
+        o, c = self.options, self._client
+        if o.username:
+            c.username_pw_set(o.username, password)
+        if o.tls:
+            try:
+                c.tls_set(ca_certs=o.ca_file or None, certfile=o.cert_file or None, keyfile=o.key_file or None,
+                          cert_reqs=ssl.CERT_REQUIRED)
+            except (OSError, ValueError, ssl.SSLError) as exc:
+                from edgekit.errors import UsageError
+
+                raise UsageError(f"MQTT TLS settings for {self.address}: {exc}",
+                                 "check [mqtt] ca_file, cert_file and key_file") from exc
+        c.will_set(self.availability_topic, "offline", qos=1, retain=True)
+        # paho takes whole seconds; a sub-second minimum would become 0 (a busy loop).
+        c.reconnect_delay_set(max(1, round(o.reconnect_min_s)), max(1, round(o.reconnect_max_s)))
+        c.connect_timeout = 5.0
+        c.on_connect = self._on_connect
+        c.on_disconnect = self._on_disconnect
+        c.on_connect_fail = self._on_connect_fail
+
+    # ------------------------------------------------------------------ paho's network thread
+    def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
+        if reason_code.is_failure:
+            self.failures += 1
+            self.last_error = f"broker refused the connection: {reason_code}"
+            log.warning("MQTT %s: %s; retrying", self.address, self.last_error)
+            return
+        client.publish(self.availability_topic, "online", qos=1, retain=True)
+        if self.options.discovery:
+            self._announce(client)
+        with self._lock:
+            waiting = len(self._queue)
+            self._replay(client)
+            self.connects += 1
+            self.last_error = ""  # /stats must not keep saying "cannot reach the broker"
+            self.connected.set()
+        log.info("MQTT connected to %s (connection %d)%s", self.address, self.connects,
+                 f"; replayed {waiting} queued results" if waiting else "")
+
+    def _announce(self, client) -> None:
+        """Home Assistant discovery configs and the retained state topics (on every connect:
+        a broker without persistence forgets retained messages when it restarts)."""
+        from edgekit._version import __version__
+
+        o = self.options
+        for config_topic, payload in discovery_messages(self.topic, self.topic.rsplit("/", 1)[-1],
+                                                        o.labels_of_interest, o.discovery_prefix, o.model,
+                                                        __version__):
+            client.publish(config_topic, payload, qos=1, retain=True)
+        if self.policy.state is not None:
+            for topic, payload in self._state_messages(self.policy.state):
+                client.publish(topic, payload, qos=1, retain=True)
+
+    def _replay(self, client) -> None:
+        """Send what waited in the queue, oldest first (called with the lock held)."""
+        while self._queue:
+            topic, payload, qos, retain = self._queue[0]
+            info = client.publish(topic, payload, qos=qos, retain=retain)
+            if info.rc not in (0, self._no_conn):  # paho keeps QoS>=1 messages on NO_CONN
+                break
+            self._queue.popleft()
+            if topic == self._result_topic:
+                self.replayed += 1
+                self.published += 1
+
+    def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
+        was = self.connected.is_set()
+        self.connected.clear()
+        if was:
+            self.disconnects += 1
+            if not self._closing:
+                self.last_error = f"disconnected: {reason_code}"
+                log.warning("MQTT %s %s; reconnecting (QoS %d results %s meanwhile)", self.address,
+                            self.last_error, self.qos,
+                            "queue" if self.qos and self.options.queue_size else "are dropped")
+
+    def _on_connect_fail(self, client, userdata) -> None:
+        # paho calls this inside its `except OSError` (loop_forever): the exception is the reason.
+        exc = sys.exc_info()[1]
+        self.failures += 1
+        self.last_error = f"cannot reach the broker: {exc}" if exc else "cannot reach the broker"
+        log.warning("MQTT %s: %s (attempt %d); retrying", self.address, self.last_error, self.failures)
+
+    # ------------------------------------------------------------------ API
+    @property
+    def reconnects(self) -> int:
+        """Successful connections after the first one."""
+        return max(0, self.connects - 1)
+
+    @property
+    def queued(self) -> int:
+        """Results waiting for the broker."""
+        return len(self._queue)
+
+    def start(self) -> None:
+        """Start connecting in the background; returns at once even if the broker is down."""
+        o = self.options
+        log.info("MQTT: connecting to %s as %s, topic %s/#, results QoS %d, publish %s%s%s", self.address,
+                 self.client_id, self.topic, self.qos, self.policy.mode,
+                 f", queue {o.queue_size} ({o.queue_policy})" if self.qos else "",
+                 ", Home Assistant discovery" if o.discovery else "")
+        self._client.connect_async(self.host, self.port, keepalive=o.keepalive_s)
+        self._client.loop_start()
+
+    def _publish(self, topic: str, payload: str, qos: int, retain: bool = False, queue: bool = True,
+                 result: bool = False) -> str:
+        """Send, queue or drop one message: returns ``"sent"``, ``"queued"`` or ``"dropped"``."""
+        with self._lock:
+            if self.connected.is_set() and not self._queue:
+                info = self._client.publish(topic, payload, qos=qos, retain=retain)
+                if info.rc == 0 or (qos and info.rc == self._no_conn):  # NO_CONN: paho keeps and resends it
+                    self.published += result
+                    return "sent"
+            if not queue or qos == 0 or self.options.queue_size == 0:
+                self.dropped += result
+                return "dropped"
+            if len(self._queue) >= self.options.queue_size:
+                self.dropped += 1  # the queue holds results and state messages alike
+                if self.options.queue_policy == "drop_newest":
+                    return "dropped"
+                self._queue.popleft()
+            self._queue.append((topic, payload, qos, retain))
+            return "queued"
+
+    def publish_result(self, record: dict[str, Any] | str) -> bool:
+        """Offer one result to the publish policy; True when it was sent or queued.
+
+        A result dropped while disconnected counts in ``dropped``; one the policy holds back
+        (``change``/``interval`` modes) counts in ``policy.suppressed``. A ``str`` is an
+        already-encoded line and is published as it is, without the policy.
+        """
+        if isinstance(record, str):
+            return self._publish(self._result_topic, record, self.qos, result=True) != "dropped"
+        previous = self.policy.state
+        publish, state = self.policy.decide(record)
+        if state != previous:
+            for topic, payload in self._state_messages(state, previous):
+                self._publish(topic, payload, 1, retain=True)
+        if not publish:
+            return False
+        payload = to_json({**record, "state": state_text(state)})
+        return self._publish(self._result_topic, payload, self.qos, result=True) != "dropped"
+
+    def _state_messages(self, state: Any, previous: Any = None) -> list[tuple[str, str]]:
+        """``<topic>/state`` and the ON/OFF topics of labels of interest that changed."""
+        messages = [(f"{self.topic}/state", state_text(state))]
+        now_on = set(state) if isinstance(state, frozenset) else {state}
+        was_on = set(previous) if isinstance(previous, frozenset) else {previous}
+        for label, label_topic in self._label_topics.items():
+            if previous is None or (label in now_on) != (label in was_on):
+                messages.append((label_topic, "ON" if label in now_on else "OFF"))
+        return messages
+
+    def publish_stats(self, payload: str) -> bool:
+        """Publish a stats JSON (QoS 0, never queued); False while disconnected."""
+        return self._publish(f"{self.topic}/stats", payload, 0, queue=False) == "sent"
+
+    def stats(self) -> dict[str, Any]:
+        """The /stats ``mqtt`` entry (no credentials in it)."""
+        p = self.policy
+        return {"broker": self.address, "connected": int(self.connected.is_set()), "published": self.published,
+                "dropped": self.dropped, "queued": self.queued, "replayed": self.replayed,
+                "suppressed": p.suppressed, "state_changes": p.changes, "publish": p.mode,
+                "connect_failures": self.failures, "last_error": self.last_error}
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        """Publish ``offline`` (retained), disconnect and stop the network thread, bounded by
+        about ``timeout_s`` even when the broker is unreachable (a SIGTERM never waits on it)."""
+        self._closing = True
+        deadline = time.monotonic() + timeout_s
+        if self.connected.is_set():
+            info = self._client.publish(self.availability_topic, "offline", qos=1, retain=True)
+            try:
+                info.wait_for_publish(timeout=max(0.1, timeout_s / 2))
+            except (RuntimeError, ValueError) as exc:  # raised when the connection went away meanwhile
+                log.debug("MQTT offline message not confirmed: %s", exc)
+        if self._queue:
+            log.warning("MQTT %s: %d queued results not sent before shutdown", self.address, len(self._queue))
+        self._client.disconnect()
+        # loop_stop joins paho's thread, which may sit in a connect attempt: wait in a helper
+        # thread so the daemon's shutdown stays bounded (paho's thread is a daemon thread).
+        stopper = threading.Thread(target=self._client.loop_stop, name="mqtt-stop", daemon=True)
+        stopper.start()
+        stopper.join(max(0.1, deadline - time.monotonic()))
