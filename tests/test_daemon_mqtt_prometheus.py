@@ -72,10 +72,11 @@ def port_open(port: int) -> bool:
 class Broker:
     """A mosquitto process on 127.0.0.1:port; stop()/start() simulate a broker restart."""
 
-    def __init__(self, directory: Path, port: int | None = None):
+    def __init__(self, directory: Path, port: int | None = None, settings: str | None = None):
         self.port = port or free_port()
         self.conf = directory / f"mosquitto-{self.port}.conf"
-        self.conf.write_text(f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence false\n")
+        settings = "allow_anonymous true\npersistence false\n" if settings is None else settings
+        self.conf.write_text(f"listener {self.port} 127.0.0.1\n{settings}")
         self.log = directory / f"mosquitto-{self.port}.log"
         self.proc: subprocess.Popen | None = None
 

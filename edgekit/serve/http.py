@@ -71,12 +71,21 @@ _COUNTERS = (
     ("edgekit_frames_processed_total", ("frames", "processed"), "Frames run through the model."),
     ("edgekit_frames_skipped_total", ("frames", "skipped"), "Frames dropped because the model was busy."),
     ("edgekit_frames_bad_total", ("frames", "bad"), "Frames that were unusable (wrong type/shape, corrupt)."),
+    ("edgekit_results_written_total", ("output", "lines"), "Results written to the JSON-lines output."),
+    ("edgekit_results_failed_total", ("output", "failed"), "Results that could not be written (disk full)."),
+    ("edgekit_mqtt_published_total", ("mqtt", "published"), "Results sent to the MQTT broker (incl. replayed)."),
+    ("edgekit_mqtt_dropped_total", ("mqtt", "dropped"), "Results lost for MQTT (disconnected at QoS 0, queue full)."),
+    ("edgekit_mqtt_replayed_total", ("mqtt", "replayed"), "Results queued while disconnected, sent on reconnect."),
+    ("edgekit_mqtt_suppressed_total", ("mqtt", "suppressed"), "Results not published by the publish mode."),
+    ("edgekit_mqtt_connect_failures_total", ("mqtt", "connect_failures"), "Failed attempts to reach the broker."),
 )
 _GAUGES = (
     ("edgekit_camera_up", ("health", "camera"), "1 when the camera delivers frames."),
     ("edgekit_model_up", ("health", "model"), "1 when the model runs."),
     ("edgekit_ready", ("health", "ready"), "1 when camera and model are both good (as /healthz)."),
     ("edgekit_mqtt_connected", ("mqtt", "connected"), "1 when connected to the MQTT broker."),
+    ("edgekit_mqtt_queued", ("mqtt", "queued"), "Results waiting for the broker to come back."),
+    ("edgekit_output_up", ("output", "healthy"), "1 when results can be written (0: disk full, folder gone)."),
     ("edgekit_uptime_seconds", ("uptime_s",), "Seconds since the daemon started."),
 )
 

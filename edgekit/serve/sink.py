@@ -86,7 +86,10 @@ class JsonLinesSink:
                 Path(target).parent.mkdir(parents=True, exist_ok=True)
                 self._open()
             except OSError as exc:
-                raise UsageError(f"cannot write results to {target}: {exc.strerror or exc}",
+                # mkdir says "File exists" when a part of the folder path is a file: say which
+                blocker = next((p for p in Path(target).parents if p.exists()), None)
+                why = f"{blocker} is not a folder" if blocker and not blocker.is_dir() else exc.strerror or exc
+                raise UsageError(f"cannot write results to {target}: {why}",
                                  "give [output] jsonl a file in a writable folder ('-' for stdout)") from exc
 
     @property

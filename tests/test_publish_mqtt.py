@@ -1,0 +1,283 @@
+"""The MQTT output against a real mosquitto: broker restarts at QoS 0 and 1 (counted end to end
+by a subscriber with a persistent session), publish modes at 15 fps, Home Assistant discovery,
+a broker that is not there, TLS with a client certificate, and a password that never leaks."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import subprocess
+import time
+
+import numpy as np
+import pytest
+from test_daemon_mqtt_prometheus import MOSQUITTO, Broker, Subscriber, free_port, make_config, running, wait_until
+
+from edgekit.camera import open_camera
+from edgekit.image import InputSpec
+from edgekit.runtime.fake import FakeRuntime
+from edgekit.serve.daemon import Daemon
+from edgekit.serve.events import PublishPolicy
+from edgekit.serve.mqtt import MqttOptions, MqttPublisher
+
+paho = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt not installed (pip install 'edgekit[serve]')")
+pytestmark = pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto not installed (apt-get install mosquitto)")
+LABELS = ["cat", "dog", "bird"]
+
+
+def clip_runtime() -> FakeRuntime:
+    """A model watching a scripted clip at 15 fps: cat 3 s, dog 2 s, nothing sure 1 s, bird 2 s,
+    repeated, with noise on every score (what makes a naive "publish on change" flicker)."""
+    rng = np.random.default_rng(0)
+    schedule = [(0, 45), (1, 30), (None, 15), (2, 30)]
+    frames = iter(range(10**9))
+
+    def scores(_tensor):
+        i = next(frames) % sum(n for _, n in schedule)
+        for label, n in schedule:
+            if i < n:
+                break
+            i -= n
+        s = rng.uniform(0.05, 0.3, 3).astype(np.float32)
+        if label is not None:
+            s[label] = rng.uniform(0.55, 0.9)
+        return [(s / s.sum())[None]]
+
+    return FakeRuntime(scores, InputSpec(shape=(1, 16, 16, 3)), delay_s=0.002)
+
+
+def new_daemon(config, runtime=clip_runtime) -> Daemon:
+    return Daemon(config, runtime_factory=runtime, labels=LABELS,
+                  camera_factory=lambda uri, options: open_camera(uri, **options))
+
+
+class Audit(Subscriber):
+    """A subscriber with a persistent session (client id + clean_session=False, QoS 1), so a
+    broker with persistence keeps its messages across a restart: it counts what reached it."""
+
+    def __init__(self, port: int, topic: str):
+        self.messages = []
+        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="audit", clean_session=False)
+        self.client.reconnect_delay_set(1, 1)
+        self.client.on_connect = lambda c, u, f, rc, p: c.subscribe(topic, qos=1)
+        self.client.on_message = lambda c, u, m: self.messages.append((m.topic, m.payload.decode(), bool(m.retain)))
+        self.client.connect("127.0.0.1", port)
+        self.client.loop_start()
+        wait_until(lambda: self.client.is_connected(), what="audit subscriber connected")
+        time.sleep(0.2)
+
+
+def results_key(payload: str) -> tuple:
+    r = json.loads(payload)
+    return r["frame"], r["time"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("qos", [0, 1])
+def test_broker_restart_of_5_s_loses_nothing_at_qos_1(tmp_path, qos, caplog):
+    settings = (f"allow_anonymous true\npersistence true\npersistence_location {tmp_path}/\n"
+                "max_queued_messages 0\nqueue_qos0_messages true\nuser root\n")
+    broker = Broker(tmp_path, settings=settings).start()
+    audit = Audit(broker.port, "edgekit/cam-1/result")
+    config = make_config(tmp_path, broker.port, camera={"uri": "synthetic:64x48@15"},
+                         mqtt={"qos": qos, "publish": "every"}, http={"listen": ""})
+    daemon = new_daemon(config)
+    try:
+        with caplog.at_level(logging.INFO, logger="edgekit.serve"), running(daemon):
+            wait_until(lambda: len(audit.messages) >= 15, what="results before the restart")
+            broker.stop()
+            t_down = time.monotonic()
+            time.sleep(5.0)
+            broker.start()
+            outage = time.monotonic() - t_down
+            wait_until(lambda: daemon.mqtt.connected.is_set() and daemon.mqtt.queued == 0, timeout=15,
+                       what="reconnect and replay")
+            assert daemon.stats()["mqtt"]["last_error"] == ""  # /stats forgets the outage once back
+            time.sleep(1.0)
+        written = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+        wait_until(lambda: len({results_key(p) for _, p, _ in audit.messages}) >= len(written) - (qos == 0) * 10**6,
+                   timeout=10, what="every result at the subscriber")
+    finally:
+        audit.close()
+        broker.stop()
+    got = {results_key(p) for _, p, _ in audit.messages}
+    lost = len({(r["frame"], r["time"]) for r in written} - got)
+    mqtt = daemon.stats()["mqtt"]
+    print(f"\nQoS {qos}: broker down {outage:.1f} s at 15 fps: {len(written)} results, {lost} lost at the "
+          f"subscriber, daemon counted {mqtt['dropped']} dropped, {mqtt['replayed']} replayed")
+    assert any("MQTT" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+    if qos == 1:
+        assert lost == 0 and mqtt["dropped"] == 0 and mqtt["replayed"] > 0
+    else:
+        assert lost >= mqtt["dropped"] > 0 and mqtt["replayed"] == 0
+
+
+@pytest.mark.slow
+def test_publish_modes_at_15_fps(tmp_path):
+    """Messages per second on <topic>/result for each mode over the same scripted clip."""
+    broker = Broker(tmp_path).start()
+    rates = {}
+    try:
+        for mode in ("every", "change", "interval"):
+            sub = Subscriber(broker.port, f"edgekit/{mode}/#")
+            config = make_config(tmp_path, broker.port, camera={"uri": "synthetic:64x48@15"},
+                                 mqtt={"publish": mode, "device": mode, "min_interval_s": 1.0}, http={"listen": ""})
+            daemon = new_daemon(config)
+            with running(daemon):
+                time.sleep(8.0)  # one pass of the clip (cat, dog, nothing, bird)
+            processed = daemon.stats()["frames"]["processed"]
+            results = [json.loads(p) for p, _ in sub.on("/result")]
+            states = [p for p, retained in sub.on("/state")]
+            sub.close()
+            rates[mode] = (len(results), processed)
+            if mode == "change":
+                assert [r["state"] for r in results] == ["cat", "dog", "none", "bird"]
+                assert states == ["cat", "dog", "none", "bird"]
+    finally:
+        broker.stop()
+    for mode, (n, processed) in rates.items():
+        print(f"\n{mode:8s}: {n} results published for {processed} frames in 8 s ({n / 8:.2f} msg/s)")
+    every, change, interval = (rates[m][0] for m in ("every", "change", "interval"))
+    assert every >= 100 and change == 4 and 7 <= interval <= 9
+    assert every >= 10 * change
+
+
+def test_home_assistant_discovery_and_label_topics(tmp_path):
+    broker = Broker(tmp_path).start()
+    sub = Subscriber(broker.port, "#")
+    options = MqttOptions(qos=1, discovery=True, labels_of_interest=("cat", "Red Car"), model="demo-cpu")
+    pub = MqttPublisher("127.0.0.1", broker.port, topic="edgekit/porch", options=options,
+                        policy=PublishPolicy(mode="change", confirm_frames=1))
+    try:
+        pub.start()
+        wait_until(pub.connected.is_set, what="connected")
+        configs = wait_until(lambda: len(sub.on("/config")) >= 4 and sub.on("/config"), what="discovery configs")
+        topics = {t for t, _, _ in sub.messages if t.endswith("/config")}
+        assert topics == {"homeassistant/sensor/porch/label/config", "homeassistant/sensor/porch/score/config",
+                          "homeassistant/binary_sensor/porch/label_cat/config",
+                          "homeassistant/binary_sensor/porch/label_red_car/config"}
+        for payload, _retained in configs:
+            entity = json.loads(payload)
+            assert entity["availability_topic"] == "edgekit/porch/availability"
+            assert entity["device"]["identifiers"] == ["edgekit_porch"] and entity["unique_id"].startswith("edgekit_")
+        for label in ("cat", "Red Car", "cat"):
+            pub.publish_result({"top": [{"label": label, "score": 0.9}]})
+        wait_until(lambda: len(sub.on("/label/cat")) >= 3, what="label topics")
+    finally:
+        pub.close()
+        sub.close()
+    assert [p for p, _ in sub.on("/label/cat")] == ["ON", "OFF", "ON"]
+    assert [p for p, _ in sub.on("/label/red_car")] == ["OFF", "ON", "OFF"]
+    assert [p for p, _ in sub.on("edgekit/porch/state")] == ["cat", "Red Car", "cat"]
+    # A dashboard that subscribes later gets the entities and the current state (retained).
+    late = Subscriber(broker.port, "#")
+    try:
+        wait_until(lambda: len(late.on("/config")) == 4 and late.on("/state"), what="retained messages")
+        assert late.on("edgekit/porch/state")[-1] == ("cat", True)
+    finally:
+        late.close()
+        broker.stop()
+
+
+def test_unreachable_broker_warns_with_its_address_then_connects_and_clears_the_error(tmp_path, caplog):
+    port = free_port()
+    pub = MqttPublisher("127.0.0.1", port, topic="edgekit/x", options=MqttOptions(qos=1, queue_size=5))
+    with caplog.at_level(logging.INFO, logger="edgekit.serve"):
+        pub.start()
+        wait_until(lambda: pub.failures >= 1, what="a failed attempt")
+        for i in range(8):
+            pub.publish_result(json.dumps({"i": i}))
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any(f"mqtt://127.0.0.1:{port}" in w and "Connection refused" in w for w in warnings), warnings
+        assert any(r.levelno == logging.INFO and f"connecting to mqtt://127.0.0.1:{port}" in r.getMessage()
+                   for r in caplog.records)
+        assert pub.stats()["last_error"].startswith("cannot reach the broker")
+        assert (pub.queued, pub.dropped) == (5, 3)  # bounded queue, oldest dropped, counted
+        broker = Broker(tmp_path, port=port).start()
+        sub = Subscriber(port, "edgekit/#")
+        try:
+            wait_until(pub.connected.is_set, timeout=10, what="connected once the broker is up")
+            assert pub.stats()["last_error"] == "" and pub.replayed == 5
+            wait_until(lambda: len(sub.on("/result")) == 5, what="replayed results")
+            assert [json.loads(p)["i"] for p, _ in sub.on("/result")] == [3, 4, 5, 6, 7]  # in order
+        finally:
+            sub.close()
+            pub.close()
+            broker.stop()
+
+
+OPENSSL = shutil.which("openssl")
+
+
+def make_certs(d) -> dict:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, made with openssl."""
+    def run(*args):
+        subprocess.run([OPENSSL, *args], check=True, capture_output=True, cwd=d, timeout=60)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+        "-subj", "/CN=edgekit test CA")
+    for name, extra in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "extendedKeyUsage=clientAuth")):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+            "-subj", f"/CN={name}")
+        (d / f"{name}.ext").write_text(extra + "\n")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext")
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "other.key", "-out", "other.crt", "-days", "2",
+        "-subj", "/CN=some other CA")
+    return {n: str(d / n) for n in ("ca.crt", "server.crt", "server.key", "client.crt", "client.key", "other.crt")}
+
+
+@pytest.mark.skipif(OPENSSL is None or shutil.which("mosquitto_passwd") is None,
+                    reason="needs openssl and mosquitto_passwd (apt-get install openssl mosquitto)")
+def test_tls_with_client_certificate_and_a_password_that_never_leaks(tmp_path, caplog):
+    certs = make_certs(tmp_path)
+    secret = "s3cret-Pa55-do-not-log"
+    subprocess.run(["mosquitto_passwd", "-c", "-b", str(tmp_path / "passwd"), "edge", secret], check=True,
+                   capture_output=True)
+    broker = Broker(tmp_path, settings=(
+        f"cafile {certs['ca.crt']}\ncertfile {certs['server.crt']}\nkeyfile {certs['server.key']}\n"
+        f"require_certificate true\nallow_anonymous false\npassword_file {tmp_path / 'passwd'}\n"
+        "persistence false\nuser root\n")).start()  # root: keep reading the test's files
+    (tmp_path / "mqtt.pass").write_text(secret + "\n")
+    config = make_config(tmp_path, broker.port, mqtt={
+        "tls": True, "ca_file": certs["ca.crt"], "cert_file": certs["client.crt"], "key_file": certs["client.key"],
+        "username": "edge", "password_file": str(tmp_path / "mqtt.pass"), "qos": 1}, http={"listen": ""})
+    daemon = new_daemon(config)
+    try:
+        with caplog.at_level(logging.DEBUG), running(daemon):
+            wait_until(daemon.mqtt.connected.is_set, what="TLS connection")
+            stats = json.dumps(daemon.stats())
+            assert daemon.stats()["mqtt"]["broker"] == f"mqtts://127.0.0.1:{broker.port}"
+        assert secret not in stats and secret not in caplog.text
+        # A broker whose certificate the CA file does not vouch for: one clear warning, never silent.
+        caplog.clear()
+        wrong = MqttPublisher("127.0.0.1", broker.port, topic="edgekit/w", options=MqttOptions(
+            tls=True, ca_file=certs["other.crt"], cert_file=certs["client.crt"], key_file=certs["client.key"]))
+        with caplog.at_level(logging.WARNING, logger="edgekit.serve"):
+            wrong.start()
+            wait_until(lambda: wrong.failures >= 1, what="a failed TLS handshake")
+            wrong.close()
+        assert any("certificate verify failed" in r.getMessage() and f":{broker.port}" in r.getMessage()
+                   for r in caplog.records)
+    finally:
+        broker.stop()
+
+
+def test_mqtt_and_output_counters_on_metrics(tmp_path):
+    """A daemon whose broker is not there: drops and failed attempts are Prometheus counters."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    config = make_config(tmp_path, free_port(), mqtt={"qos": 0, "publish": "every"})
+    daemon = new_daemon(config)
+    with running(daemon):
+        wait_until(lambda: daemon.mqtt.failures >= 1 and daemon.mqtt.dropped >= 5, what="drops")
+        host, port = daemon.http_address
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    assert values["edgekit_mqtt_dropped_total"] >= 5 and values["edgekit_mqtt_connect_failures_total"] >= 1
+    assert values["edgekit_mqtt_connected"] == 0 and values["edgekit_mqtt_published_total"] == 0
+    assert values["edgekit_results_written_total"] >= 5 and values["edgekit_output_up"] == 1
