@@ -152,7 +152,7 @@ class BundleSwap:
         self.path = m.path
         self._watch, self._interval = m.watch, m.watch_interval_s
         self._warmup, self._probation_frames, self._min_agreement = m.warmup_frames, m.probation_frames, m.min_agreement
-        self._open = open_candidate
+        self.opener = open_candidate  # (path) -> Loaded; tests wrap it to inject device faults
         self._supervisor = supervisor
         self._stop = stop
         self._wake = threading.Event()
@@ -238,7 +238,7 @@ class BundleSwap:
             log.info("%s: bundle %s unchanged (sha256 %s); nothing to do", why, self.path, new_id["sha256"][:12])
             return
         try:
-            candidate = self._open(self.path)
+            candidate = self.opener(self.path)
         except EdgekitError as exc:
             if _still_copying(exc, current):
                 log.info("%s: %s is still being written (%s); waiting", why, self.path, exc.message)
