@@ -197,7 +197,8 @@ class Daemon:
             if part is not None:
                 part.close()
         self._model.close()
-        log.info("stopped after %d frames", self._counters.get("frames", "processed"))
+        if self._started_ns is not None:  # a start that failed already said why, in one line
+            log.info("stopped after %d frames", self._counters.get("frames", "processed"))
 
     def __enter__(self) -> Daemon:
         return self.start()
@@ -267,9 +268,12 @@ class Daemon:
         if self.metrics is not None:
             self.metrics.observe(ms["preprocess"] / 1e3, ms["inference"] / 1e3, ms["end_to_end"] / 1e3,
                                  ms.get("postprocess", 0.0) / 1e3)
+        model = self._model.identity  # what produced it: results name the model, variant and bundle hash
         record = {
             "device": self.config.device,
             "time": round(time.time(), 3),
+            "model": model.get("bundle", ""), "variant": model.get("variant", ""),
+            "bundle_sha256": model.get("sha256", ""),
             **result.to_dict(),
             "ms": {k: round(ms[k], 3) for k in LATENCY_STAGES},
         }
