@@ -322,6 +322,11 @@ def test_default_model_path_opens_a_real_bundle_with_its_labels(tmp_path, tiny_t
     lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert {p["label"] for line in lines for p in line["top"]} <= {"red", "green", "blue"}
     assert all(len(line["top"]) == 2 for line in lines)
+    # Every result names what produced it (a fleet mid-rollout runs several bundles).
+    from edgekit.bundle import MANIFEST, sha256_file
+
+    digest = sha256_file(Path(bundle) / MANIFEST)
+    assert {(r["model"], r["variant"], r["bundle_sha256"]) for r in lines} == {("tiny-cpu", "int8", digest)}
 
 
 # ------------------------------------------------------------------------------------ real process

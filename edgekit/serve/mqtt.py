@@ -61,6 +61,7 @@ class MqttOptions:
     discovery_prefix: str = "homeassistant"
     labels_of_interest: tuple[str, ...] = ()
     model: str = ""  # for the Home Assistant device card
+    device: str = ""  # the device's name there ("" = the last level of the topic)
 
 
 class _QuietLogger(logging.LoggerAdapter):
@@ -151,9 +152,9 @@ class MqttPublisher:
         from edgekit._version import __version__
 
         o = self.options
-        for config_topic, payload in discovery_messages(self.topic, self.topic.rsplit("/", 1)[-1],
-                                                        o.labels_of_interest, o.discovery_prefix, o.model,
-                                                        __version__):
+        device = o.device or self.topic.rsplit("/", 1)[-1]
+        for config_topic, payload in discovery_messages(self.topic, device, o.labels_of_interest,
+                                                        o.discovery_prefix, o.model, __version__):
             client.publish(config_topic, payload, qos=1, retain=True)
         if self.policy.state is not None:
             for topic, payload in self._state_messages(self.policy.state):

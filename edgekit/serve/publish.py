@@ -39,6 +39,7 @@ def mqtt_from_config(config: Any, model: str = "") -> MqttPublisher:
         username=m.username, tls=m.tls, ca_file=m.ca_file, cert_file=m.cert_file, key_file=m.key_file,
         queue_size=m.queue_size, queue_policy=m.queue_policy, discovery=m.discovery,
         discovery_prefix=m.discovery_prefix, labels_of_interest=tuple(m.labels_of_interest), model=model,
+        device=config.device,
     )
     policy = PublishPolicy(mode=m.publish, min_interval_s=m.min_interval_s, min_score=m.min_score,
                            hysteresis=m.hysteresis, confirm_frames=m.confirm_frames)
