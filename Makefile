@@ -10,7 +10,7 @@ TARGETS ?= edgetpu,rpi,cpu,jetson
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q --upgrade pip 'setuptools>=77'  # 77: SPDX licence strings; tests build the wheel without isolation
 	$(BIN)/python -m pip install -q -e '.[dev,serve,vector]'
 	touch $(STAMP)
 

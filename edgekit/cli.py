@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK
 """The ``edgekit`` command: a thin layer over the Python API.
 
 Each verb lives in its own module exposing ``configure(parser)`` and ``main(args) -> int``;
@@ -5,12 +6,18 @@ those modules import heavy libraries (TensorFlow, ONNX) only inside ``main``, so
 ``edgekit run`` on a device never pays for the build side. Errors raised as
 :class:`~edgekit.errors.EdgekitError` become one line on stderr and a non-zero exit code;
 ``--debug`` shows the traceback instead.
+
+Every verb takes ``-v/--verbose`` (repeat for DEBUG: library chatter such as LiteRT's delegate
+banner and OpenCV's warnings) and ``-q/--quiet`` (errors only); ``--json`` always means "JSON
+on stdout". Shell completion: ``pip install argcomplete`` (the ``completion`` extra), then
+``eval "$(register-python-argcomplete edgekit)"``.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 import traceback
@@ -25,6 +32,7 @@ VERBS = {
     "serve": ("edgekit.commands.serve", "on-device service: camera -> model -> MQTT/HTTP metrics"),
     "doctor": ("edgekit.commands.doctor", "report what this machine can build and run, and what is missing"),
     "targets": ("edgekit.commands.targets", "list targets and whether this machine can build/run each"),
+    "deploy": ("edgekit.commands.deploy", "write the shipped deployment files (serve config, systemd, Prometheus)"),
 }
 
 
@@ -54,22 +62,70 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             raise
         p = sub.add_parser(verb, help=help_text, description=help_text)
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+        add_verbosity(p)
         module.configure(p)
         p.set_defaults(_main=module.main)
     return parser
 
 
+def add_verbosity(parser: argparse.ArgumentParser) -> None:
+    """``-v/--verbose`` (repeatable) and ``-q/--quiet``, the same on every verb."""
+    g = parser.add_mutually_exclusive_group()
+    g.add_argument("-v", "--verbose", action="count", default=0,
+                   help="more detail on stderr (-v: INFO, -vv: DEBUG incl. library messages)")
+    g.add_argument("-q", "--quiet", action="store_true", help="errors only on stderr (no progress lines)")
+
+
+def log_level(args: argparse.Namespace) -> int:
+    """The ``edgekit`` logger's level for ``-v``/``-q``: WARNING by default."""
+    if getattr(args, "quiet", False):
+        return logging.ERROR
+    return {0: logging.WARNING, 1: logging.INFO}.get(getattr(args, "verbose", 0) or 0, logging.DEBUG)
+
+
+def _setup_logging(args: argparse.Namespace) -> None:
+    """One stderr handler on the ``edgekit`` logger (serve configures its own: [log] level)."""
+    if args.verb == "serve":
+        return
+    logger = logging.getLogger("edgekit")
+    logger.setLevel(log_level(args))
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
+def _verb_of(words: list[str]) -> str | None:
+    """The verb on a command line: the first word that is not an option."""
+    if os.environ.get("_ARGCOMPLETE"):  # completing: argcomplete passes the line in COMP_LINE
+        words = os.environ.get("COMP_LINE", "").split()[1:]
+    return next((w for w in words if not w.startswith("-")), None)
+
+
+def _complete(parser: argparse.ArgumentParser) -> None:
+    """Shell completion when argcomplete is installed (it exits the process while completing)."""
+    if not os.environ.get("_ARGCOMPLETE"):
+        return
+    try:
+        import argcomplete
+    except ImportError:
+        return
+    argcomplete.autocomplete(parser)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``edgekit`` console script."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ logs off the user's screen
-    words = sys.argv[1:] if argv is None else list(argv)
-    verb = next((w for w in words if not w.startswith("-")), None)
+    verb = _verb_of(sys.argv[1:] if argv is None else list(argv))
     # No verb on the command line (--version, --help, a typo): import none of the verb modules.
     parser = build_parser(verb if verb in VERBS else "")
+    _complete(parser)
     args = parser.parse_args(argv)
     if not getattr(args, "verb", None):
         parser.print_help()
         return 2
+    _setup_logging(args)
     try:
         return int(args._main(args) or 0)
     except EdgekitError as exc:

@@ -5,6 +5,10 @@ an int8 model is calibrated on exactly the tensors it will later be fed.
 
 Frames follow OpenCV's convention: ``uint8`` arrays, 2-D for gray, ``HxWx3`` in B,G,R
 order for colour (``HxWx4`` BGRA is accepted and its alpha dropped).
+
+OpenCV is optional: when it is installed it does the resizing, colour conversion and table
+lookup (fastest); without it :mod:`edgekit.imgops` does them in numpy, following OpenCV's
+definitions, and images are decoded with Pillow. ``import edgekit`` never loads OpenCV.
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 
-_INTERPOLATION = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR, "nearest": cv2.INTER_NEAREST}
+from edgekit.imgops import convert_colour as _np_convert_colour
+from edgekit.imgops import resize as _np_resize
+from edgekit.quiet import optional_cv2
+
 _INT_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-32768, 32767)}
 
 
@@ -107,6 +113,11 @@ def convert_colour(frame: np.ndarray, colour: str) -> np.ndarray:
     """Convert an OpenCV-convention frame (gray, BGR or BGRA) to ``gray``, ``rgb`` or ``bgr``."""
     if frame.ndim == 3 and frame.shape[2] == 1:
         frame = frame[:, :, 0]
+    if frame.ndim == 3 and frame.shape[2] not in (3, 4):
+        raise ValueError(f"frames have 1, 3 or 4 channels, not {frame.shape[2]}")
+    cv2 = optional_cv2()
+    if cv2 is None:
+        return _np_convert_colour(frame, colour)
     if frame.ndim == 2:
         if colour == "gray":
             return frame
@@ -120,20 +131,32 @@ def convert_colour(frame: np.ndarray, colour: str) -> np.ndarray:
 
 
 def resize(frame: np.ndarray, height: int, width: int, mode: str = "stretch", interpolation: str = "area"):
-    """Resize to ``height x width``; ``letterbox`` keeps the aspect ratio and pads with black."""
-    inter = _INTERPOLATION[interpolation]
+    """Resize to ``height x width``; ``letterbox`` keeps the aspect ratio and pads with black.
+
+    ``interpolation``: ``area``, ``linear`` or ``nearest`` (OpenCV's, or :mod:`edgekit.imgops`).
+    """
+    if interpolation not in ("area", "linear", "nearest"):
+        raise ValueError(f"unknown interpolation {interpolation!r}; use area, linear or nearest")
     h, w = frame.shape[:2]
     if (h, w) == (height, width):
         return frame
     if mode == "stretch":
-        return cv2.resize(frame, (width, height), interpolation=inter)
+        return _resize(frame, height, width, interpolation)
     scale = min(height / h, width / w)
     nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
-    inner = cv2.resize(frame, (nw, nh), interpolation=inter)
+    inner = _resize(frame, nh, nw, interpolation)
     out = np.zeros((height, width) + frame.shape[2:], dtype=frame.dtype)
     top, left = (height - nh) // 2, (width - nw) // 2
     out[top : top + nh, left : left + nw] = inner
     return out
+
+
+def _resize(frame: np.ndarray, height: int, width: int, interpolation: str) -> np.ndarray:
+    cv2 = optional_cv2()
+    if cv2 is None:
+        return _np_resize(frame, height, width, interpolation)
+    inter = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR, "nearest": cv2.INTER_NEAREST}[interpolation]
+    return cv2.resize(frame, (width, height), interpolation=inter)
 
 
 def pixel_lut(spec: InputSpec) -> np.ndarray:
@@ -169,18 +192,31 @@ class Preprocessor:
         self._lut = pixel_lut(spec)
         self._lut_1d = self._lut[0] if spec.channels == 1 or np.all(self._lut == self._lut[0]) else None
         # cv2.LUT maps uint8 images through a 256-entry table of most dtypes (not float16);
-        # a 3-channel table is passed as 1x256x3.
+        # a 3-channel table is passed as 1x256x3. Without OpenCV, numpy indexing does it.
+        self._cv2 = optional_cv2()
         lut_for_cv = self._lut_1d if self._lut_1d is not None else self._lut.T.reshape(1, 256, spec.channels)
-        self._cv_lut = np.ascontiguousarray(lut_for_cv) if self._lut.dtype != np.float16 else None
+        usable = self._cv2 is not None and self._lut.dtype != np.float16
+        self._cv_lut = np.ascontiguousarray(lut_for_cv) if usable else None
 
     def shaped(self, frame: np.ndarray) -> np.ndarray:
-        """Crop, colour-convert and resize a frame to ``H x W (x C)`` uint8 (no normalisation)."""
+        """Crop, colour-convert and resize a frame to ``H x W (x C)`` uint8 (no normalisation).
+
+        Raises ValueError for a frame that cannot be one (wrong dtype, rank or channel count,
+        empty), whichever library does the work.
+        """
         s = self.spec
         if frame.dtype != np.uint8:
             raise ValueError(f"frames must be uint8, got {frame.dtype}")
+        if frame.ndim not in (2, 3) or 0 in frame.shape:
+            raise ValueError(f"frames must be HxW or HxWxC with pixels, got shape {frame.shape}")
         img = crop_center(frame, s.crop)
-        img = convert_colour(img, "gray" if s.channels == 1 else s.colour)
-        return resize(img, s.height, s.width, s.resize, s.interpolation)
+        try:
+            img = convert_colour(img, "gray" if s.channels == 1 else s.colour)
+            return resize(img, s.height, s.width, s.resize, s.interpolation)
+        except Exception as exc:
+            if self._cv2 is not None and isinstance(exc, self._cv2.error):
+                raise ValueError(f"unusable frame {frame.shape}: {exc}".splitlines()[0]) from exc
+            raise
 
     def __call__(self, frame: np.ndarray) -> np.ndarray:
         return self.finish(self.shaped(frame))
@@ -188,7 +224,7 @@ class Preprocessor:
     def finish(self, img: np.ndarray) -> np.ndarray:
         """Normalise/quantise an image already returned by :meth:`shaped` into a batch of one."""
         if self._cv_lut is not None:
-            out = cv2.LUT(img, self._cv_lut)  # ~4x faster than numpy fancy indexing (benchmarks/preprocess.py)
+            out = self._cv2.LUT(img, self._cv_lut)  # ~4x faster than numpy fancy indexing (benchmarks/preprocess.py)
         elif self._lut_1d is not None:
             out = self._lut_1d[img]
         else:
@@ -215,20 +251,59 @@ class ImageReadError(ValueError):
 def read_image(path: str | Path) -> np.ndarray:
     """Read an image file as an OpenCV-convention uint8 frame (gray, BGR).
 
-    Raises ImageReadError for files OpenCV cannot decode, including truncated ones.
-    16-bit images are scaled to 8 bits; alpha is dropped.
+    Decoded by OpenCV when it is installed, else by Pillow. Raises ImageReadError for files
+    that cannot be decoded, including truncated ones; BackendUnavailable when neither library
+    is installed. 16-bit images are scaled to 8 bits; alpha is dropped.
     """
     data = np.fromfile(str(path), dtype=np.uint8)
-    img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
-    if img is None:
-        raise ImageReadError(f"{path}: not a readable image")
     if data[:2].tobytes() == b"\xff\xd8" and b"\xff\xd9" not in data[-64:].tobytes():
         # libjpeg decodes a cut-off JPEG with only a warning and grey fill: refuse it.
         raise ImageReadError(f"{path}: truncated JPEG")
+    cv2 = optional_cv2()
+    img = _decode_opencv(cv2, data) if cv2 is not None else _decode_pillow(path, data)
+    if img is None:
+        raise ImageReadError(f"{path}: not a readable image")
     if img.dtype == np.uint16:
         img = (img >> 8).astype(np.uint8)
     elif img.dtype != np.uint8:
-        img = cv2.normalize(img, None, 0, 255, cv2.NORM_MINMAX).astype(np.uint8)
+        lo, hi = float(img.min()), float(img.max())
+        img = ((img.astype(np.float64) - lo) * (255.0 / (hi - lo or 1.0))).round().astype(np.uint8)
     if img.ndim == 3 and img.shape[2] == 4:
-        img = cv2.cvtColor(img, cv2.COLOR_BGRA2BGR)
+        img = np.ascontiguousarray(img[:, :, :3])
     return img
+
+
+def _decode_opencv(cv2, data: np.ndarray) -> np.ndarray | None:
+    return cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+
+
+def _decode_pillow(path: str | Path, data: np.ndarray) -> np.ndarray | None:
+    """Pillow's decode, turned into OpenCV's convention (gray 2-D or B,G,R)."""
+    import io
+
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ImportError as exc:
+        from edgekit.errors import BackendUnavailable
+
+        raise BackendUnavailable(
+            f"reading {Path(path).name} needs Pillow or OpenCV, and neither is installed",
+            "pip install 'edgekit-vision[images]' (Pillow, small) or 'edgekit-vision[opencv]'",
+        ) from exc
+    try:
+        with Image.open(io.BytesIO(data.tobytes())) as im:
+            im.load()  # decodes now: a truncated file raises here (OSError)
+            if im.mode in ("I;16", "I;16B", "I;16L"):
+                return np.asarray(im, dtype=np.uint16)
+            if im.mode in ("I", "F"):
+                return np.asarray(im)
+            gray = im.mode in ("L", "1", "LA") or (im.mode == "P" and _palette_is_gray(im))
+            arr = np.asarray(im.convert("L" if gray else "RGB"))
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError):
+        return None
+    return arr if arr.ndim == 2 else np.ascontiguousarray(arr[:, :, ::-1])
+
+
+def _palette_is_gray(im) -> bool:
+    rgb = np.asarray(im.convert("RGB"))
+    return bool((rgb[..., 0] == rgb[..., 1]).all() and (rgb[..., 1] == rgb[..., 2]).all())

@@ -73,6 +73,7 @@ def open_model(
         bundle = load_bundle(path, allow_rejected=allow_rejected)
         entry = bundle.model(variant)
         runtime = open_runtime(bundle, model=entry.name, **options)  # hashed once, by load_bundle
+        _refuse_unused_device(runtime, options, f"{path.name}:{entry.name}")
         names = read_labels(labels) if labels else bundle.labels
         return OpenModel(f"{path.name}:{entry.name}", path, entry.name, runtime, names, entry.precision, bundle.target)
     if variant:
@@ -82,4 +83,25 @@ def open_model(
         )
     options.pop("allow_rejected", None)
     runtime = open_runtime(path, **options)
+    _refuse_unused_device(runtime, options, path.name)
     return OpenModel(path.name, path, None, runtime, read_labels(labels) if labels else [])
+
+
+def _refuse_unused_device(runtime: Any, options: dict[str, Any], name: str) -> None:
+    """An Edge TPU ``device`` the caller asked for must be used: pycoral's ``usb:0`` means "on
+    the TPU or fail", so a LiteRT model that runs on the CPU instead (a bundle built without
+    edgetpu_compiler) is an error, not a silent fallback to XNNPACK."""
+    if "device" not in options:
+        return
+    describe = getattr(runtime, "describe", None)
+    info = describe() if callable(describe) else {}
+    delegate = info.get("delegate_requested")
+    if delegate is None or delegate == "edgetpu":  # not LiteRT, or really on the Edge TPU
+        return
+    runtime.close()
+    raise ModelError(
+        f"--device {options['device']} asks for an Edge TPU, but {name} runs on the CPU ({delegate}): "
+        "the bundle has no model compiled for the Edge TPU",
+        "build it with edgetpu_compiler on PATH (x86-64 Linux, Coral's apt repository), "
+        "or drop --device to run the plain int8 model on the CPU",
+    )

@@ -19,8 +19,8 @@ serve         bounded: the /stats window, shared across  count and continue
 ============  =========================================  ===================================
 
 A frame is unusable when it is not a non-empty uint8 gray/BGR/BGRA image, or when the
-preprocessor rejects it (``cv2.error``/``ValueError`` on a weird shape). Inference errors
-are not the frame's fault: :meth:`Pipeline.step` raises them to the caller, which decides
+preprocessor rejects it (``ValueError``, or ``cv2.error`` from a custom preprocessor, on a
+weird shape). Inference errors are not the frame's fault: :meth:`Pipeline.step` raises them to the caller, which decides
 (``edgekit run`` stops; the daemon counts them and reopens the model).
 
 The pipeline owns neither the runtime nor the source: whoever opened them closes them.
@@ -29,12 +29,12 @@ The pipeline owns neither the runtime nor the source: whoever opened them closes
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import cv2
 import numpy as np
 
 from edgekit.errors import CameraError
@@ -43,6 +43,17 @@ from edgekit.metrics import Clock, PipelineMetrics, StageClock
 from edgekit.results import DEFAULT_TASK, TASK_HEADS, Classification, OutputDecoder, TaskResult, make_decoder
 
 log = logging.getLogger("edgekit.pipeline")
+
+
+_FRAME_ERRORS: tuple[type[BaseException], ...] = (ValueError,)
+
+
+def _opencv_error() -> tuple[type[BaseException], ...]:
+    """``cv2.error`` when OpenCV is loaded (a custom preprocessor may raise it), else nothing:
+    OpenCV is an extra and the pipeline must not import it."""
+    cv2 = sys.modules.get("cv2")
+    error = getattr(cv2, "error", None)
+    return (error,) if isinstance(error, type) else ()
 
 
 @dataclass(frozen=True)
@@ -151,7 +162,7 @@ class Pipeline:
         if problem is None:
             try:
                 tensor = self.preprocess(frame.array)
-            except (cv2.error, ValueError) as exc:  # a frame valid on the surface, still unusable
+            except _FRAME_ERRORS + _opencv_error() as exc:  # a frame valid on the surface, still unusable
                 problem = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if problem is not None:
             return self._corrupt(frame, problem)

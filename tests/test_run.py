@@ -194,14 +194,20 @@ def _have_libedgetpu() -> bool:
         return False
 
 
-def test_delegate_library_missing_for_a_plain_model(bundle, capsys):
-    if _have_libedgetpu():
-        pytest.skip("libedgetpu is installed here")
-    _fails(
-        ["run", f"{bundle}:int8", "--camera", "synthetic", "--delegate", "edgetpu"],
-        capsys,
-        "libedgetpu.so.1 is not installed",
-    )
+def test_edgetpu_delegate_on_a_plain_model_is_refused(bundle, capsys):
+    # Checked before libedgetpu is even looked for: the delegate would take no op and the
+    # model would run on the CPU with the TPU asked for.
+    err = _fails(["run", f"{bundle}:int8", "--camera", "synthetic", "--delegate", "edgetpu"], capsys,
+                 "not compiled for the Edge TPU")
+    assert "edgetpu_compiler" in err and "Traceback" not in err
+
+
+def test_explicit_device_on_a_cpu_model_is_refused_not_ignored(bundle, capsys):
+    # pycoral's usb:0 means "on the TPU or fail": no silent XNNPACK fallback.
+    err = _fails(["run", f"{bundle}:int8", "--camera", "synthetic", "--device", "usb:0", "--max-frames", "1"], capsys,
+                 "--device usb:0 asks for an Edge TPU")
+    assert "runs on the CPU (xnnpack)" in err and "drop --device" in err
+    assert capsys.readouterr().out == ""  # refused before any frame ran
 
 
 def test_camera_that_cannot_open(bundle, tmp_path, capsys):

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-import cv2
 import numpy as np
 
 from edgekit.camera.base import Frame, _SourceBase
@@ -169,7 +168,10 @@ class _VideoFileReader:
     MAX_FAILURES = 3  # consecutive failed reads before a shortened (truncated) file counts as ended
 
     def __init__(self, path: Path):
+        from edgekit.quiet import import_cv2
+
         self.path = path
+        self._cv2 = cv2 = import_cv2(f"reading the video {path.name}")
         self._cap = self._open()
         fps = self._cap.get(cv2.CAP_PROP_FPS)
         self.fps = float(fps) if fps and np.isfinite(fps) and 0 < fps < 1000 else None
@@ -178,6 +180,7 @@ class _VideoFileReader:
         self._failures = 0
 
     def _open(self) -> Any:
+        cv2 = self._cv2
         cap = cv2.VideoCapture(str(self.path), cv2.CAP_FFMPEG)
         if not cap.isOpened():
             cap.release()
@@ -205,7 +208,7 @@ class _VideoFileReader:
     def read(self) -> np.ndarray | None:
         try:
             ok, array = self._cap.read()
-        except cv2.error:
+        except self._cv2.error:
             ok, array = False, None
         ok = ok and array is not None and array.size > 0
         return array if self._after(ok) else None
@@ -213,7 +216,7 @@ class _VideoFileReader:
     def skip(self) -> bool:
         try:
             ok = self._cap.grab()  # demux only: skipping must be cheaper than decoding
-        except cv2.error:
+        except self._cv2.error:
             ok = False
         return self._after(ok)
 

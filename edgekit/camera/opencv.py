@@ -1,5 +1,10 @@
 """OpenCV sources: USB/V4L2 cameras and network streams through ``cv2.VideoCapture``, each
-read by a grabber thread that keeps only the newest frame."""
+read by a grabber thread that keeps only the newest frame.
+
+OpenCV is an extra: it is imported when such a source is opened, not with this module
+(``edgekit.camera`` imports it to list the schemes), and its own warnings are kept quiet
+(:func:`edgekit.quiet.import_cv2`).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,6 @@ import contextlib
 import sys
 from typing import Any
 
-import cv2
 import numpy as np
 
 from edgekit.camera.base import (
@@ -18,6 +22,17 @@ from edgekit.camera.base import (
     redact_uri,
 )
 from edgekit.errors import CameraError
+from edgekit.quiet import import_cv2
+
+
+class _OpenCVOnUse:
+    """``cv2`` imported at the first attribute read (when a source opens), not at module import."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(import_cv2("v4l2:, rtsp:// and http:// cameras"), name)
+
+
+cv2 = _OpenCVOnUse()
 
 
 def _fourcc_str(value: float) -> str:

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any
 
-import cv2
 import numpy as np
 
 from edgekit.camera.base import DEFAULT_OPEN_TIMEOUT_S, DEFAULT_TIMEOUT_S, LatestFrameSource, parse_size
@@ -20,24 +19,39 @@ def _yuv420_to_bgr(array: np.ndarray, width: int, height: int) -> np.ndarray:
     """picamera2's YUV420 array is ``(height*3/2, stride)``: a Y plane, then U and V planes
     whose rows are half a stride each. Drop the stride padding and convert I420 -> BGR."""
     stride = array.shape[1]
-    if stride == width:
-        return cv2.cvtColor(array, cv2.COLOR_YUV2BGR_I420)
     y = array[:height, :width]
     halves = array.reshape(array.shape[0] * 2, stride // 2)  # one chroma row per half-row
     u = halves[2 * height : 2 * height + height // 2, : width // 2]
     v = halves[2 * height + height // 2 : 3 * height, : width // 2]
-    i420 = np.concatenate([y.ravel(), u.ravel(), v.ravel()]).reshape(height * 3 // 2, width)
-    return cv2.cvtColor(i420, cv2.COLOR_YUV2BGR_I420)
+    return i420_to_bgr(y, u, v)
+
+
+# BT.601 limited range in 20-bit fixed point: OpenCV's YUV2BGR_I420 constants
+# (ITUR_BT_601_CY ... CVR in modules/imgproc/src/color_yuv.simd.hpp), so both agree.
+_CY, _CUB, _CUG, _CVG, _CVR, _SHIFT = 1220542, 2116026, -409993, -852492, 1673527, 20
+
+
+def i420_to_bgr(y: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Planar Y (HxW) + U, V (H/2 x W/2) -> B,G,R uint8, each chroma sample shared by a 2x2 block."""
+    yy = (np.maximum(y.astype(np.int64) - 16, 0) * _CY)
+    uu = np.repeat(np.repeat(u.astype(np.int64) - 128, 2, axis=0), 2, axis=1)[: y.shape[0], : y.shape[1]]
+    vv = np.repeat(np.repeat(v.astype(np.int64) - 128, 2, axis=0), 2, axis=1)[: y.shape[0], : y.shape[1]]
+    half = 1 << (_SHIFT - 1)
+    b = (yy + _CUB * uu + half) >> _SHIFT
+    g = (yy + _CVG * vv + _CUG * uu + half) >> _SHIFT
+    r = (yy + _CVR * vv + half) >> _SHIFT
+    return np.clip(np.stack([b, g, r], axis=-1), 0, 255).astype(np.uint8)
 
 
 #: picamera2 stream format -> conversion to OpenCV's B,G,R byte order. libcamera names a
 #: format by its little-endian word, so the bytes come reversed: "RGB888" arrays are already
 #: B,G,R (no work) and "BGR888" arrays are R,G,B; the 32-bit formats add a padding byte.
+#: Channel reordering in numpy: no OpenCV needed on a Pi.
 PICAMERA2_TO_BGR: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "RGB888": lambda a: a,
-    "BGR888": lambda a: cv2.cvtColor(a, cv2.COLOR_RGB2BGR),
-    "XRGB8888": lambda a: cv2.cvtColor(a, cv2.COLOR_BGRA2BGR),  # bytes B,G,R,X
-    "XBGR8888": lambda a: cv2.cvtColor(a, cv2.COLOR_RGBA2BGR),  # bytes R,G,B,X
+    "BGR888": lambda a: np.ascontiguousarray(a[:, :, ::-1]),
+    "XRGB8888": lambda a: np.ascontiguousarray(a[:, :, :3]),  # bytes B,G,R,X
+    "XBGR8888": lambda a: np.ascontiguousarray(a[:, :, 2::-1]),  # bytes R,G,B,X
 }
 PICAMERA2_INSTALL_HINT = (
     "picamera2 comes with Raspberry Pi OS (sudo apt install python3-picamera2); "

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import cv2
 import numpy as np
 
 from edgekit.camera.base import parse_size
@@ -32,6 +31,7 @@ class _SyntheticPattern:
         self._checker = checker
         self._ramps = np.stack([np.broadcast_to(x, (height, width)), np.broadcast_to(y, (height, width))], -1)
         self._ramps = self._ramps.astype(np.uint8)
+        self._yy, self._xx = np.ogrid[:height, :width]  # the disc is drawn with numpy: no OpenCV needed
 
     def frame(self, index: int) -> np.ndarray:
         w, h = self.width, self.height
@@ -42,7 +42,8 @@ class _SyntheticPattern:
         t = index / 30.0
         cx = int(w / 2 + w / 3 * np.sin(2 * np.pi * 0.25 * t))
         cy = int(h / 2 + h / 3 * np.sin(2 * np.pi * 0.4 * t))
-        cv2.circle(out, (cx, cy), max(min(w, h) // 8, 2), (255, 255, 255), -1)
+        r = max(min(w, h) // 8, 2)
+        out[(self._xx - cx) ** 2 + (self._yy - cy) ** 2 <= r * r] = 255
         bit = max(w // 64, 1)
         for b in range(min(32, w // bit)):  # the index in binary, most significant bit first
             out[: max(h // 60, 1), b * bit : (b + 1) * bit] = 255 if (index >> (31 - b)) & 1 else 0

@@ -32,8 +32,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-runtime-version", type=int, help="edgetpu_compiler -m (minimum Edge TPU runtime)")
     p.add_argument("--min-tpu-ops", type=float, help="warn when the share of ops on the Edge TPU is below this")
     p.add_argument("--strict-tpu-ops", action="store_true", help="fail instead of warn for --min-tpu-ops")
-    p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--json", action="store_true", help="print the results as JSON on stdout (also when the gate fails)")
 
 
 def _preprocess_overrides(args: argparse.Namespace) -> dict:
@@ -78,15 +77,22 @@ def main(args: argparse.Namespace) -> int:
                         compiler=args.compiler, min_runtime_version=args.min_runtime_version,
                         min_tpu_ops=args.min_tpu_ops, strict_tpu_ops=args.strict_tpu_ops)
     except VerificationFailed as exc:
-        print(format_table(exc.results), file=sys.stderr)
+        # The report matters most when the gate failed: JSON on stdout too, then the one-line error.
+        if args.json:
+            print(format_json(exc.results))
+        else:
+            print(format_table(exc.results), file=sys.stderr)
         raise
-    if args.json:
-        print(json.dumps([{"target": r.target, "bundle": str(r.bundle), "passed": r.passed,
-                           "seconds": r.seconds, "verification": r.manifest.get("verification")}
-                          for r in results], indent=2))
-    else:
-        print(format_table(results))
+    print(format_json(results) if args.json else format_table(results))
     return 0
+
+
+def format_json(results) -> str:
+    """The results as a JSON list: target, bundle (null when rejected), gate, time, verification."""
+    return json.dumps([{"target": r.target, "bundle": str(r.bundle) if r.bundle else None, "passed": r.passed,
+                        "error": r.error, "seconds": r.seconds,
+                        "verification": r.manifest.get("verification")} for r in results], indent=2)
+
 
 
 def _size(n: int) -> str:

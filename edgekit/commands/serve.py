@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 from edgekit.errors import UsageError
@@ -26,7 +27,8 @@ log = logging.getLogger("edgekit.serve")
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Options of ``edgekit serve``; every one overrides the matching key of --config."""
-    parser.add_argument("--config", metavar="TOML", help="configuration file (see deploy/serve.example.toml)")
+    parser.add_argument("--config", metavar="TOML",
+                        help="configuration file (write a documented example with --write-example-config)")
     parser.add_argument("--bundle", "--model", dest="model_path", metavar="PATH",
                         help="bundle directory, .tflite or .onnx (config: [model] path)")
     parser.add_argument("--model-name", help="model inside the bundle (config: [model] name)")
@@ -53,6 +55,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, metavar="S", help="stop after this many seconds")
     parser.add_argument("--print-config", action="store_true",
                         help="validate, print the effective configuration as JSON and exit")
+    parser.add_argument("--write-example-config", metavar="PATH",
+                        help="write the example configuration (every key documented) to PATH ('-': stdout) and exit")
+    parser.add_argument("--force", action="store_true", help="with --write-example-config: replace an existing file")
 
 
 def build_config(args: argparse.Namespace) -> ServeConfig:
@@ -99,6 +104,8 @@ def _setup_logging(level: str) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """``edgekit serve``: run until SIGTERM/SIGINT (exit 0), ``--max-frames`` or ``--duration``."""
+    if getattr(args, "write_example_config", None):
+        return _write_example_config(args.write_example_config, args.force)
     config = build_config(args)
     if getattr(args, "print_config", False):
         from edgekit.serve.preflight import preflight
@@ -109,6 +116,7 @@ def main(args: argparse.Namespace) -> int:
     if not config.model.path:
         raise UsageError("no model to serve", "give --bundle DIR (or --model FILE) or set [model] path in --config")
     from edgekit.camera import redact_uri
+    from edgekit.runtime import describe_runtime
     from edgekit.serve.daemon import Daemon  # the service itself only when it is started
 
     _setup_logging(config.log.level)
@@ -127,9 +135,24 @@ def main(args: argparse.Namespace) -> int:
     try:
         daemon.start()
         log.info("serving %s from %s", config.model.path, redact_uri(config.camera.uri))
+        # What really runs (delegate, providers), not what was asked: a fallback shows here.
+        log.info("runtime: %s", describe_runtime(daemon.stats().get("runtime") or {}))
         daemon.run(max_frames=args.max_frames, duration_s=args.duration)
     finally:
         daemon.close()  # idempotent; covers a start() that failed half-way
         for s, handler in previous.items():
             signal.signal(s, handler)
     return 0
+
+
+def _write_example_config(dest: str, force: bool) -> int:
+    """``--write-example-config PATH``: the shipped example (package data), atomically."""
+    from edgekit.deploy_files import read_deploy_file, write_text_atomic
+
+    if dest == "-":
+        print(read_deploy_file("config"), end="")
+        return 0
+    path = write_text_atomic(Path(dest), read_deploy_file("config"), force)
+    print(f"wrote {path}; edit [model] and [camera], then: edgekit serve --config {path} --print-config")
+    return 0
+

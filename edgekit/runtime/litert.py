@@ -7,6 +7,7 @@ and never to TensorFlow, which would cost ~500 MB and seconds of import on a dev
 from __future__ import annotations
 
 import ctypes
+import logging
 import mmap
 import time
 from collections import Counter
@@ -17,7 +18,10 @@ import numpy as np
 
 from edgekit.errors import BackendUnavailable, ModelError
 from edgekit.image import InputSpec
+from edgekit.quiet import native_stderr_to_log
 from edgekit.runtime.backends import Option
+
+log = logging.getLogger("edgekit.runtime.litert")
 
 EDGETPU_LIBRARY = "libedgetpu.so.1"
 EDGETPU_CUSTOM_OP = b"edgetpu-custom-op"
@@ -36,7 +40,7 @@ def _interpreter_module():
         return mod, "tflite_runtime"
     except ImportError as exc:
         raise BackendUnavailable(
-            "no TFLite runtime installed (ai_edge_litert or tflite_runtime)", "pip install 'edgekit[litert]'"
+            "no TFLite runtime installed (ai_edge_litert or tflite_runtime)", "pip install 'edgekit-vision[litert]'"
         ) from exc
 
 
@@ -149,6 +153,22 @@ def _quantization(detail: dict) -> tuple[float, int] | None:
     return (float(scale), int(zero_point)) if scale else None
 
 
+def _check_delegate_fits(path: Path, delegate: str, compiled: bool) -> None:
+    """A compiled model needs the Edge TPU; the Edge TPU needs a compiled model. Either
+    mismatch is an error: the second would run everything on the CPU, silently."""
+    if compiled and delegate != "edgetpu":
+        raise ModelError(
+            f"{path.name} is compiled for the Edge TPU and cannot run on the CPU",
+            "run it with --delegate edgetpu on a machine with a Coral, or use the plain int8 model",
+        )
+    if delegate == "edgetpu" and not compiled:
+        raise BackendUnavailable(
+            f"{path.name} is not compiled for the Edge TPU, so it cannot run on one",
+            "build on x86-64 Linux with edgetpu_compiler on PATH (Coral's apt repository), "
+            "or drop --device/--delegate edgetpu to run the plain int8 model on the CPU",
+        )
+
+
 class LiteRTRuntime:
     """Run a ``.tflite`` model.
 
@@ -192,11 +212,7 @@ class LiteRTRuntime:
         mod, self._backend = _interpreter_module()
         self._delegate_name = delegate or "none"
         self.compiled_for_edgetpu = is_edgetpu_compiled(self.model_path)
-        if self.compiled_for_edgetpu and self._delegate_name != "edgetpu":
-            raise ModelError(
-                f"{self.model_path.name} is compiled for the Edge TPU and cannot run on the CPU",
-                "run it with --delegate edgetpu on a machine with a Coral, or use the plain int8 model",
-            )
+        _check_delegate_fits(self.model_path, self._delegate_name, self.compiled_for_edgetpu)
         if num_threads is not None:
             num_threads = int(num_threads)
             if num_threads < 1:
@@ -213,8 +229,11 @@ class LiteRTRuntime:
             raise ModelError(f"unknown LiteRT delegate {delegate!r}", "use xnnpack, none or edgetpu")
         t0 = time.perf_counter_ns()
         try:
-            self._interp = mod.Interpreter(**kwargs)
-            self._interp.allocate_tensors()
+            # LiteRT prints "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." from C++
+            # on fd 2 with no switch to turn it off (edgekit.quiet): it goes to the DEBUG log.
+            with native_stderr_to_log(log):
+                self._interp = mod.Interpreter(**kwargs)
+                self._interp.allocate_tensors()
         except (ValueError, RuntimeError) as exc:
             raise ModelError(
                 f"LiteRT cannot load {self.model_path}: {exc}".splitlines()[0],

@@ -214,7 +214,7 @@ def _check_value(where: str, table: str, key: str, value: Any, default: Any) -> 
     if not ok:
         raise UsageError(
             f"{where}: [{table}] {key} must be {_type_name(default)}, got {value!r}",
-            f"see deploy/serve.example.toml for the [{table}] table",
+            f"see `edgekit serve --write-example-config -` for the [{table}] table",
         )
     if expected is float and not math.isfinite(value):
         # nan slips through every "< minimum" check (and would make a backoff loop spin)
@@ -290,7 +290,8 @@ def load_config(path: str | Path | None) -> ServeConfig:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
-        raise UsageError(f"config file {path} does not exist", "copy deploy/serve.example.toml there") from exc
+        raise UsageError(f"config file {path} does not exist",
+                         "write a documented one: edgekit serve --write-example-config PATH") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read config file {path}: {exc}", "check its permissions and encoding") from exc
     try:

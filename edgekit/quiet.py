@@ -1,0 +1,86 @@
+"""Keep library chatter off the user's screen, and load OpenCV only where it is used.
+
+Native libraries print from C/C++ straight to file descriptor 2, past Python's logging:
+
+- LiteRT's ``INFO: Created TensorFlow Lite XNNPACK delegate for CPU.`` comes from TFLite's
+  ``MinimalLogger``, which ``fprintf``\\ s to stderr at INFO in release builds and has no
+  environment switch (``TF_CPP_MIN_LOG_LEVEL`` does not reach it; the severity can only be set
+  from C++, ``tflite/minimal_logging.cc``). :func:`native_stderr_to_log` redirects fd 2 to a
+  temporary file for the few milliseconds of interpreter creation and logs what was caught:
+  INFO lines at DEBUG, anything else at WARNING (so a real error is still seen).
+- OpenCV's ``[ WARN:0@...]`` lines (a camera that does not open, a stream that drops): OpenCV
+  has its own log level; :func:`import_cv2` sets it to ERROR unless edgekit logs at DEBUG
+  (``-vv``) or the user set ``OPENCV_LOG_LEVEL`` themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+from edgekit.errors import BackendUnavailable
+
+OPENCV_HINT = "pip install 'edgekit-vision[opencv]' (or opencv-python-headless)"
+
+
+@functools.lru_cache(maxsize=1)  # a failed import searches sys.path again each time: ask once
+def optional_cv2() -> Any | None:
+    """OpenCV when it is installed (quieted, see :func:`import_cv2`), else None."""
+    try:
+        return import_cv2("")
+    except BackendUnavailable:
+        return None
+
+
+def import_cv2(needed_for: str = "this") -> Any:
+    """Import OpenCV, with its own warnings at ERROR unless edgekit logs at DEBUG.
+
+    Raises:
+        BackendUnavailable: OpenCV is not installed; the hint names the extra.
+    """
+    first = "cv2" not in sys.modules
+    try:
+        import cv2
+    except ImportError as exc:
+        raise BackendUnavailable(f"{needed_for} needs OpenCV, which is not installed", OPENCV_HINT) from exc
+    if first and "OPENCV_LOG_LEVEL" not in os.environ:
+        debugging = logging.getLogger("edgekit").isEnabledFor(logging.DEBUG)
+        with contextlib.suppress(AttributeError):  # very old builds lack cv2.utils.logging
+            cv2.utils.logging.setLogLevel(
+                cv2.utils.logging.LOG_LEVEL_WARNING if debugging else cv2.utils.logging.LOG_LEVEL_ERROR
+            )
+    return cv2
+
+
+@contextlib.contextmanager
+def native_stderr_to_log(logger: logging.Logger) -> Iterator[None]:
+    """Catch what native code writes to fd 2 inside the block and log it instead.
+
+    Keep the block short: for its duration every write to fd 2 in the process (other threads
+    included) is caught, and re-logged line by line when it ends. Python's ``sys.stderr`` is
+    flushed first so nothing written before the block is caught.
+    """
+    try:
+        saved = os.dup(2)
+    except OSError:  # no fd 2 at all (a daemonised process): nothing to catch
+        yield
+        return
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            text = caught.read().decode("utf-8", "replace")
+    for line in text.splitlines():
+        if line.strip():
+            logger.log(logging.DEBUG if line.startswith("INFO:") else logging.WARNING, "%s", line)
