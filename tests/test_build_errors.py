@@ -168,19 +168,19 @@ def test_labels_count_must_match_outputs(tmp_path, capsys):
     assert code == 2 and "3 labels for a model with 10 outputs" in error_line(err)
 
 
-def test_multi_output_keras_model_is_refused(tmp_path, capsys):
+def test_task_classify_needs_a_class_score_output(tmp_path, capsys):
     import keras
 
     inp = keras.Input((8, 8, 1))
-    x = keras.layers.Flatten()(inp)
-    model = keras.Model(inp, [keras.layers.Dense(2)(x), keras.layers.Dense(3)(x)])
-    path = tmp_path / "two.keras"
+    model = keras.Model(inp, keras.layers.Conv2D(2, 3, padding="same")(inp))  # a 8x8x2 map: not class scores
+    path = tmp_path / "seg.keras"
     model.save(path)
-    code, err = run_cli(capsys, *base(tmp_path, model=path))
-    assert code == 2 and "2 outputs" in error_line(err)
+    code, err = run_cli(capsys, *base(tmp_path, model=path, extra=("--task", "classify")))
+    assert code == 2 and "--task classify needs an output of class scores" in error_line(err)
+    assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())
 
 
-def test_onnx_with_dynamic_image_size_is_refused(tmp_path, capsys):
+def test_onnx_with_dynamic_image_size_is_refused_naming_input_and_shape(tmp_path, capsys):
     import onnx
     from onnx import TensorProto, helper
 
@@ -190,8 +190,12 @@ def test_onnx_with_dynamic_image_size_is_refused(tmp_path, capsys):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     path = tmp_path / "dyn.onnx"
     onnx.save(model, path)
-    code, err = run_cli(capsys, *base(tmp_path, model=path, target="jetson"))
-    assert code == 2 and "symbolic dimensions" in error_line(err)
+    for target in ("jetson", "cpu"):
+        code, err = run_cli(capsys, *base(tmp_path, model=path, target=target))
+        assert code == 2 and "input 'x' has shape [?,3,?,?]" in error_line(err) and "--input-size" in err
+    code, err = run_cli(capsys, *base(tmp_path, model=path, target="jetson", extra=("--input-size", "axb")))
+    assert code == 2 and "--input-size 'axb' is not HxW" in error_line(err)
+    assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())
 
 
 def test_real_sigint_stops_at_the_next_step_and_writes_nothing(tmp_path, capsys, monkeypatch):

@@ -49,11 +49,14 @@ def build(
     min_runtime_version: int | None = None,
     min_tpu_ops: float | None = None,
     strict_tpu_ops: bool = False,
+    task: str | None = None,
+    input_size: tuple[int, int] | str | None = None,
+    min_cosine: float = 0.98,
 ) -> list[TargetBuild]:
     """Build one verified bundle per target.
 
     Args:
-        model: ``.keras``, ``.h5``, SavedModel directory, or ``.onnx`` (jetson only).
+        model: ``.keras``, ``.h5``, SavedModel directory, or ``.onnx`` (NCHW or NHWC; every target).
         targets: target names (``edgetpu``, ``rpi``, ``cpu``, ``jetson``) or ``.toml`` paths;
             a comma-separated string works too.
         calib: calibration folder(s) and/or video(s); mix in real camera frames here.
@@ -67,6 +70,9 @@ def build(
             are held back to measure agreement.
         variants, io_dtype, compiler, min_runtime_version, min_tpu_ops, strict_tpu_ops: builder
             options; each one given wins over the target file's value (see ``edgekit build -h``).
+        task: ``classify`` or ``raw`` (default: classify for one 1-D output, raw otherwise).
+        input_size: (H, W) or ``"HxW"`` for an ONNX input whose height/width are symbolic.
+        min_cosine: ``raw`` models: the worst output's cosine similarity below this fails a variant.
 
     Returns one TargetBuild per target. Raises VerificationFailed (after building the other
     targets) when any target misses the accuracy gate; other errors as EdgekitError.
@@ -76,7 +82,7 @@ def build(
         preprocess=preprocess or {}, min_accuracy_ratio=min_accuracy_ratio, calib_count=calib_count,
         holdout_fraction=holdout_fraction, seed=seed, variants=variants, io_dtype=io_dtype, compiler=compiler,
         min_runtime_version=min_runtime_version, min_tpu_ops=min_tpu_ops, strict_tpu_ops=strict_tpu_ops,
-        quiet=quiet,
+        quiet=quiet, task=task, input_size=input_size, min_cosine=min_cosine,
     ))
 
 
@@ -86,16 +92,14 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
     log = BuildLog(quiet=request.quiet)
     with interruptible(log):
         resolved = _resolve_targets(request)
-        source = load_source_model(request.model)
-        if source.kind == "onnx" and any(t.name != "jetson" for t in resolved):
-            raise UsageError("ONNX input can only be built for the jetson target",
-                             "give the Keras/SavedModel for edgetpu, rpi and cpu")
+        source = load_source_model(request.model, request.input_size)
+        task, class_output = choose_task(request.task, source)
         side_labels, side_pre = read_sidecars(request.model)
         labels = explicit_labels(request.labels)
         float_spec = _float_spec(request, source, side_pre, log)
         calib_all, evalset = _load_images(request, Preprocessor(float_spec), labels or side_labels, log)
         labels = labels or side_labels or (evalset.class_names if evalset else None)
-        n_out = source.output_size()
+        n_out = source.outputs[class_output].size if class_output is not None else None
         if labels and n_out and len(labels) != n_out:
             raise UsageError(f"{len(labels)} labels for a model with {n_out} outputs",
                              "give a labels file with one line per output class (--labels)")
@@ -105,10 +109,29 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
         with tempfile.TemporaryDirectory(prefix="edgekit-build-") as work:
             ctx = BuildContext(request=request, source=source, name=name, labels=labels or [], float_spec=float_spec,
                                calib_all=calib_all, calib=used, holdout=holdout, evalset=evalset, log=log,
-                               workdir=Path(work))
+                               workdir=Path(work), task=task, class_output=class_output)
             results = [build_target(ctx, target, t_start) for target in resolved]
     _raise_if_rejected(results)
     return results
+
+
+def choose_task(task: str | None, source: SourceModel) -> tuple[str, int | None]:
+    """The bundle's task head and the index of its class output (None for ``raw``).
+
+    Default: ``classify`` for a model with one output of one dimension per image, ``raw``
+    otherwise (a detector, a segmenter, a class + regression model): never top-k indices
+    of something that is not a class score vector.
+    """
+    flat = [i for i, o in enumerate(source.outputs) if len(o.shape) == 1]
+    if task is None:
+        task = "classify" if len(source.outputs) == 1 and flat else "raw"
+    if task == "raw":
+        return task, None
+    if not flat:
+        shapes = ", ".join(f"{o.name} {list(o.shape)}" for o in source.outputs)
+        raise UsageError(f"--task classify needs an output of class scores (one value per class); "
+                         f"this model's outputs are {shapes}", "use --task raw")
+    return task, flat[0]
 
 
 def _resolve_targets(request: BuildRequest) -> list[Target]:
@@ -122,7 +145,8 @@ def _float_spec(request: BuildRequest, source: SourceModel, side_pre: dict, log:
     """The original model's input with the build's preprocessing (sidecar file, then the request's)."""
     h, w, c = source.input_hwc
     spec_kw = preprocessing(merge_options(side_pre, request.preprocess, PREPROCESS_KEYS), c)
-    log.info(f"model {request.model.name}: {source.kind}, input {h}x{w}x{c}; preprocessing "
+    log.info(f"model {request.model.name}: {source.kind}, input {h}x{w}x{c} ({source.layout}), "
+             f"outputs {', '.join(f'{o.name} {list(o.shape)}' for o in source.outputs)}; preprocessing "
              + ", ".join(f"{k}={v}" for k, v in spec_kw.items())
              + ("" if side_pre or request.preprocess else " (defaults: no preprocess.json beside the model)"))
     return float_input_spec(source, spec_kw)

@@ -23,6 +23,25 @@ from edgekit.image import InputSpec
 BUILDER_OPTIONS = ("variants", "io_dtype", "compiler", "min_runtime_version", "min_tpu_ops", "strict_tpu_ops")
 
 
+TASKS = ("classify", "raw")
+
+
+def parse_size(value: str | tuple | list | None) -> tuple[int, int] | None:
+    """``"224x224"``, ``"224"`` or ``(224, 224)`` -> ``(224, 224)`` (height, width); None stays None."""
+    if value is None:
+        return None
+    parts = value.lower().split("x") if isinstance(value, str) else list(value)
+    try:
+        dims = [int(p) for p in parts]
+    except (TypeError, ValueError):
+        dims = []
+    if len(dims) == 1:
+        dims *= 2
+    if len(dims) != 2 or min(dims) < 1:
+        raise UsageError(f"--input-size {value!r} is not HxW", "give the height and width, e.g. --input-size 224x224")
+    return dims[0], dims[1]
+
+
 def _names(value: Iterable[str | Path] | str | None) -> tuple[str, ...]:
     """``"a, b"`` or ``["a", "b"]`` -> ``("a", "b")``, blanks dropped."""
     items = value.split(",") if isinstance(value, str) else list(value or ())
@@ -58,6 +77,9 @@ class BuildRequest:
     min_tpu_ops: float | None = None
     strict_tpu_ops: bool = False
     quiet: bool = False
+    task: str | None = None
+    input_size: tuple[int, int] | None = None
+    min_cosine: float = 0.98
 
     def __post_init__(self) -> None:
         # Frozen: normalise through object.__setattr__, once, so every reader sees one shape.
@@ -74,6 +96,7 @@ class BuildRequest:
                 tuple(labels) if labels is not None and not isinstance(labels, Path) else labels),
             "preprocess": dict(self.preprocess or {}),
             "variants": None if self.variants is None else _names(self.variants),
+            "input_size": parse_size(self.input_size),
         }
         for key, value in norm.items():
             object.__setattr__(self, key, value)
@@ -88,6 +111,10 @@ class BuildRequest:
                              "use e.g. 500")
         if not 0 <= self.holdout_fraction < 1:
             raise UsageError(f"holdout fraction {self.holdout_fraction} must be in [0, 1)")
+        if not 0 < self.min_cosine <= 1:
+            raise UsageError(f"--min-cosine {self.min_cosine} makes no sense", "use a similarity like 0.98")
+        if self.task not in (None, *TASKS):
+            raise UsageError(f"unknown task {self.task!r}", f"use --task {' or '.join(TASKS)}")
 
     def builder_overrides(self) -> dict[str, Any]:
         """The builder options this request sets (unset ones left out, so the target's apply)."""
@@ -95,6 +122,17 @@ class BuildRequest:
         # None, False and no variants are what an unset keyword or flag looks like
         unset = [k for k, v in given.items() if v is None or v is False or v == ()]
         return {k: (list(v) if k == "variants" else v) for k, v in given.items() if k not in unset}
+
+
+def task_extra(class_output: int | None, order: list[int]) -> dict[str, Any]:
+    """A model entry's ``task_options``: which of the runtime's outputs holds the class scores.
+
+    ``order[j]`` is the runtime output holding the source's output ``j``; a converter may
+    reorder outputs, so each model file records its own index. Empty for ``raw``.
+    """
+    if class_output is None:
+        return {}
+    return {"task_options": {"output_index": int(order[class_output])}}
 
 
 @dataclass(frozen=True)

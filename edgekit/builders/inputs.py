@@ -58,10 +58,7 @@ def preprocessing(given: dict[str, Any], channels: int) -> dict[str, Any]:
 def float_input_spec(source: SourceModel, spec_kw: dict[str, Any]) -> InputSpec:
     """The original model's float input: its shape and layout with the build's preprocessing."""
     h, w, c = source.input_hwc
-    layout = "NHWC"
-    if source.kind == "onnx":
-        node_shape = [d if isinstance(d, int) else 1 for d in source.handle.get_inputs()[0].shape]
-        layout = "NHWC" if node_shape[3] == c else "NCHW"
+    layout = source.layout
     shape = (1, h, w, c) if layout == "NHWC" else (1, c, h, w)
     return InputSpec(shape=shape, layout=layout, **spec_kw)
 

@@ -29,6 +29,11 @@ class BuildLog:
         if not self.quiet:
             print(msg, file=sys.stderr, flush=True)
 
+    def record(self, text: str, prefix: str = "") -> None:
+        """Add a tool's own output to the build log only (never the console): one line per line."""
+        stamp = f"[{time.perf_counter() - self.t0:7.2f}s] {prefix}"
+        self.lines.extend(stamp + line.rstrip() for line in text.splitlines() if line.strip())
+
     def warn(self, msg: str) -> None:
         """Record and show a warning."""
         self.info(f"WARNING: {msg}")

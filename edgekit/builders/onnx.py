@@ -1,4 +1,4 @@
-"""ONNX builder for the jetson target: ONNX (fp32) + FP16 ONNX with float I/O.
+"""ONNX builder for the jetson target: ONNX (fp32) + FP16 ONNX with float I/O, every output kept.
 
 The TensorRT engine itself is built on the Jetson from the FP16 ONNX (engines are specific to
 one GPU and TensorRT version). Keras/SavedModel input goes through tf2onnx; ONNX input is
@@ -8,11 +8,10 @@ feeds and reads float32 (TensorRT 11 takes precision from the graph itself).
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgekit.builders.contract import BuilderOutput, BuiltModel
+from edgekit.builders.contract import BuilderOutput, BuiltModel, task_extra
 from edgekit.errors import ModelError
 
 if TYPE_CHECKING:
@@ -20,11 +19,16 @@ if TYPE_CHECKING:
     from edgekit.target import Target
 
 
-def to_onnx(ctx: BuildContext, dest: Path, opset: int) -> None:
-    """Write the fp32 ONNX model for the context's source model."""
+def to_onnx(ctx: BuildContext, dest: Path, opset: int) -> list[str]:
+    """Write the fp32 ONNX model for the context's source model; returns its output names in
+    the source's output order.
+
+    An ONNX source is written as prepared (batch 1, its image size fixed, node names
+    sanitised): TensorRT builds its engine for that one shape on the device.
+    """
     if ctx.source.kind == "onnx":
-        shutil.copyfile(ctx.source.path, dest)
-        return
+        dest.write_bytes(ctx.source.onnx or b"")
+        return ctx.source.output_names
     import tensorflow as tf
     import tf2onnx
 
@@ -32,17 +36,20 @@ def to_onnx(ctx: BuildContext, dest: Path, opset: int) -> None:
     signature = loaded.signatures["serving_default"]
     arg_name = next(iter(signature.structured_input_signature[1]))
     spec = tf.TensorSpec((1,) + ctx.source.input_hwc, tf.float32, name="image")
+    keys = [o.key for o in ctx.source.outputs]
 
     @tf.function(input_signature=[spec])
     def serve(image):
-        # tf2onnx wants a tf.function; signatures take keyword tensors and return a dict
-        return next(iter(signature(**{arg_name: image}).values()))
+        # tf2onnx wants a tf.function; it names each ONNX output after its key here
+        outputs = signature(**{arg_name: image})
+        return {k: outputs[k] for k in keys}
 
     try:
         model_proto, _ = tf2onnx.convert.from_function(serve, input_signature=[spec], opset=opset)
     except Exception as exc:
         raise ModelError(f"tf2onnx conversion failed: {str(exc).splitlines()[0][:300]}") from exc
     dest.write_bytes(model_proto.SerializeToString())
+    return keys
 
 
 def to_fp16(src: Path, dest: Path) -> None:
@@ -61,42 +68,50 @@ def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
     variants = list(options.get("variants", ["fp32", "fp16"]))
     fp32 = out_dir / f"{ctx.name}_fp32.onnx"
     with ctx.log.step(f"[{target.name}] convert to ONNX (opset {opset})") as s32:
-        to_onnx(ctx, fp32, opset)
+        names = to_onnx(ctx, fp32, opset)
     files = {"fp32": (fp32, s32["seconds"])}
     if "fp16" in variants:
         fp16 = out_dir / f"{ctx.name}_fp16.onnx"
         with ctx.log.step(f"[{target.name}] convert to FP16 ONNX") as s16:
             to_fp16(fp32, fp16)
         files["fp16"] = (fp16, s16["seconds"])
-    models = tuple(_verified(ctx, variant, path, seconds) for variant, (path, seconds) in files.items())
+    models = tuple(_verified(ctx, variant, path, seconds, names) for variant, (path, seconds) in files.items())
     default = options.get("default", "fp16")
     return BuilderOutput(models, default if default in files else "fp32")
 
 
-def _verified(ctx: BuildContext, variant: str, path: Path, seconds: float) -> BuiltModel:
-    """Read one written ONNX model's tensors and verify it on the CPU provider."""
+def _verified(ctx: BuildContext, variant: str, path: Path, seconds: float, names: list[str]) -> BuiltModel:
+    """Read one written ONNX model's tensors and verify it on the CPU provider.
+
+    ``names``: the ONNX output names of the source's outputs, in the source's order.
+    """
     from edgekit.image import InputSpec
     from edgekit.runtime.onnxrt import OnnxRuntime
 
+    original = dict(zip(names, ctx.source.output_names))
     with OnnxRuntime(path, providers=["cpu"]) as rt:
         spec = rt.input_spec
-        outs = tuple({"name": o["name"], "shape": [d if isinstance(d, int) else 1 for d in o["shape"]],
-                      "dtype": "float32"} for o in rt.output_details())
+        details = rt.output_details()
+    # in the runtime's order, named as in the original model
+    outs = tuple({"name": original.get(o["name"], o["name"]), "tensor": o["name"],
+                  "shape": [d if isinstance(d, int) else 1 for d in o["shape"]], "dtype": "float32"}
+                 for o in details)
+    runtime_names = [o["name"] for o in details]
+    extra = task_extra(ctx.class_output, [runtime_names.index(n) for n in names])
     d = ctx.float_spec.to_dict()
-    d.update(shape=list(spec.shape), dtype=spec.dtype, name=spec.name, layout="NHWC")
-    if len(spec.shape) == 4 and spec.shape[1] in (1, 3) and spec.shape[3] not in (1, 3):
-        d["layout"] = "NCHW"
+    # tf2onnx keeps a Keras model's NHWC; an ONNX source keeps its own layout
+    d.update(shape=list(spec.shape), dtype=spec.dtype, name=spec.name, layout=ctx.source.layout)
     spec = InputSpec.from_dict(d)
     return BuiltModel(
         name=variant, file=path.name, format="onnx", precision="float16" if variant == "fp16" else "float32",
         input=spec, outputs=outs, convert_seconds=seconds, bytes=path.stat().st_size,
-        verification=ctx.verify(variant, lambda t: _run(path, t), spec),
+        verification=ctx.verify(variant, lambda t: _run(path, t, names), spec),
         runtime_options={"precision": "fp16" if variant == "fp16" else "fp32"},
-        extra={"tensorrt": {"engine": "built on the device from this file (edgekit/runtime/trt_engine.py)"}},
+        extra={"tensorrt": {"engine": "built on the device from this file (edgekit/runtime/trt_engine.py)"}, **extra},
     )
 
 
-def _run(path: Path, tensors):
+def _run(path: Path, tensors, names: list[str]):
     from edgekit.builders.verify import run_onnx
 
-    return run_onnx(path, tensors)
+    return run_onnx(path, tensors, names)

@@ -96,6 +96,8 @@ def bundle_manifest(ctx: BuildContext, target: Target, output: BuilderOutput, se
         "input": default.input.to_dict(),
         "outputs": [dict(o) for o in default.outputs],
         "labels": "labels.txt" if ctx.labels else None,
+        "task": ctx.task,
+        "source": _source(ctx),
         "runtime": {"adapter": target.adapter, "options": runtime_options},
         "provenance": _provenance(ctx, seconds, t_start),
         "verification": verification_summary(output.verification, output.default_model, ctx),
@@ -105,6 +107,17 @@ def bundle_manifest(ctx: BuildContext, target: Target, output: BuilderOutput, se
     if output.edgetpu is not None:
         manifest["edgetpu"] = output.edgetpu
     return manifest
+
+
+def _source(ctx: BuildContext) -> dict[str, Any]:
+    """What the original model takes and gives: its format, input layout and shape as declared
+    (symbolic dimensions by name), and its outputs in order. A bundle's input is always what a
+    camera frame gives (NHWC for TFLite); this records what the model was exported with."""
+    src = ctx.source
+    return {"format": src.kind, "layout": src.layout, "input": src.input_name or None,
+            "input_shape": [d if isinstance(d, int) else str(d) for d in src.input_shape],
+            "outputs": [{"name": o.name, "shape": list(o.shape)} for o in src.outputs],
+            **({"opset": src.opset} if src.opset else {})}
 
 
 def _provenance(ctx: BuildContext, seconds: float, t_start: float) -> dict[str, Any]:
@@ -140,32 +153,45 @@ def _versions() -> dict:
 def verification_summary(per_variant: dict, default: str, ctx: BuildContext) -> dict:
     """The manifest's ``verification``: the default model's numbers, every model's, and the gate.
 
-    With an eval set every model must reach ``min_ratio``; without one the agreement on the
-    held-back calibration images is reported but does not gate.
+    ``classify`` with an eval set: every model must reach ``min_ratio`` of the original top-1.
+    ``raw``: every model's worst output must reach ``min_cosine`` on the eval images (or the
+    held-back calibration images without an eval set). Otherwise the agreement on the
+    held-back images is reported but does not gate.
     """
     has_eval = ctx.evalset is not None
+    raw = ctx.task == "raw"
+    dataset = "eval" if has_eval else "holdout"
+    gated = (has_eval or bool(ctx.holdout.images)) if raw else has_eval
     summary: dict[str, Any] = {
-        "metric": "top1" if has_eval else "top1_agreement_heldback",
+        "metric": "cosine_worst_output" if raw else "top1" if has_eval else "top1_agreement_heldback",
         "dataset": {"eval_images": len(ctx.evalset.images) if has_eval else 0,
                     "eval_sha256": ctx.evalset.sha256 if has_eval else None,
                     "heldback_images": len(ctx.holdout.images)},
         "min_ratio": ctx.min_ratio,
-        "gated": has_eval,
+        "gated": gated,
         "models": per_variant,
     }
-    d = per_variant[default]
-    if has_eval:
-        e = d["eval"]
-        summary.update(original=e["original"], converted=e["converted"], ratio=e["ratio"],
-                       agreement=e["agreement"], sqnr_db=e["sqnr_db"], max_abs_diff=e["max_abs_diff"])
-        bad = [f"{v} ratio {r['eval']['ratio']} < {ctx.min_ratio}" if r["eval"]["ratio"] is not None
-               else f"{v}: the original model scores 0 on the eval set (wrong labels or preprocessing?)"
-               for v, r in per_variant.items() if not r["eval"]["passed"]]
-        summary["passed"] = not bad
-        summary["reason"] = "; ".join(bad) if bad else None
-    else:
-        hb = d.get("holdout", {})
-        summary.update(original=None, converted=None, ratio=None, agreement=hb.get("agreement"),
-                       sqnr_db=hb.get("sqnr_db"), max_abs_diff=hb.get("max_abs_diff"), passed=True,
-                       reason=None, note="no --eval: agreement on held-back calibration images, not gated")
+    if raw:
+        summary["min_cosine"] = ctx.request.min_cosine
+    d = per_variant[default].get(dataset, {})
+    summary.update(original=d.get("original"), converted=d.get("converted"), ratio=d.get("ratio"),
+                   agreement=d.get("agreement"), sqnr_db=d.get("sqnr_db"), max_abs_diff=d.get("max_abs_diff"),
+                   cosine=d.get("cosine"), worst_output=d.get("worst_output"))
+    if not gated:
+        summary.update(passed=True, reason=None, note="no --eval: agreement on held-back calibration images, not gated")
+        return summary
+    results = {v: r.get(dataset, {}) for v, r in per_variant.items()}
+    bad = [_why(v, res, ctx, raw) for v, res in results.items() if not res.get("passed")]
+    summary["passed"] = not bad
+    summary["reason"] = "; ".join(bad) if bad else None
     return summary
+
+
+def _why(variant: str, res: dict, ctx: BuildContext, raw: bool) -> str:
+    """Why one model missed the gate, in a few words."""
+    if raw:
+        return (f"{variant} output {res.get('worst_output')} cosine {res.get('cosine')} "
+                f"< {ctx.request.min_cosine}")
+    if res.get("ratio") is None:
+        return f"{variant}: the original model scores 0 on the eval set (wrong labels or preprocessing?)"
+    return f"{variant} ratio {res['ratio']} < {ctx.min_ratio}"

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from edgekit.builders.contract import BuilderOutput, BuiltModel
+from edgekit.builders.contract import BuilderOutput, BuiltModel, task_extra
 from edgekit.builders.log import progress
 from edgekit.errors import ModelError
+from edgekit.image import InputSpec
 
 if TYPE_CHECKING:
     from edgekit.builders.context import BuildContext
@@ -76,7 +77,7 @@ def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
 
 def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, variant: str,
              io_dtype: str) -> tuple[BuiltModel, dict]:
-    """Convert one variant, write it, read its tensors and XNNPACK coverage, verify it."""
+    """Convert one variant, write it, map and read its outputs and XNNPACK coverage, verify it."""
     from edgekit.runtime.litert import LiteRTRuntime, spec_from_details
 
     with ctx.log.step(f"[{target.name}] convert {variant}") as step:
@@ -84,16 +85,45 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
         blob = convert(saved, variant, rep, io_dtype)
     path = out_dir / f"{ctx.name}_{variant}.tflite"
     path.write_bytes(blob)
+    order = output_order(path, [o.key for o in ctx.source.outputs])
+    names = {pos: ctx.source.outputs[j].name for j, pos in enumerate(order)}
     with LiteRTRuntime(path, delegate="xnnpack") as rt:
         spec = spec_from_details(rt.input_details()[0], ctx.float_spec)
-        outputs = tuple(_output_dict(d) for d in rt.output_details())
+        outputs = tuple(dict(_output_dict(d), name=names[i], tensor=d["name"])
+                        for i, d in enumerate(rt.output_details()))
         desc = rt.describe()
+    if ctx.source.layout != "NHWC":
+        spec = InputSpec.from_dict({**spec.to_dict(), "layout": "NHWC", "shape": list(spec.shape)})
     coverage = {k: desc[k] for k in ("total_nodes", "delegated_nodes", "cpu_nodes")}
     coverage["delegate"] = "XNNPACK"
-    verification = ctx.verify(variant, lambda tensors: _run_checked(path, tensors), spec)
+    verification = ctx.verify(variant, lambda tensors: _run_checked(path, tensors, order), spec)
     model = BuiltModel(name=variant, file=path.name, format="tflite", precision=PRECISION[variant], input=spec,
-                       outputs=outputs, convert_seconds=step["seconds"], bytes=len(blob), verification=verification)
+                       outputs=outputs, convert_seconds=step["seconds"], bytes=len(blob), verification=verification,
+                       extra=task_extra(ctx.class_output, order))
     return model, coverage
+
+
+def output_order(path: Path, keys: list[str]) -> list[int]:
+    """Where each source output (by signature key) lies among the interpreter's outputs.
+
+    TensorFlow's converter may order a model's outputs differently from the SavedModel (by
+    signature key, not by position); the TFLite signature keeps the key of every output
+    tensor, so outputs are mapped by name, never by position. Raises ModelError when a key
+    is missing (an output renamed or dropped in conversion).
+    """
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(model_path=str(path))
+    positions = {d["index"]: i for i, d in enumerate(interp.get_output_details())}
+    try:
+        by_key = interp.get_signature_runner("serving_default").get_output_details()
+    except ValueError as exc:
+        raise ModelError(f"{path.name} has no serving signature: its outputs cannot be matched by name") from exc
+    missing = [k for k in keys if k not in by_key]
+    if missing:
+        raise ModelError(f"output(s) {', '.join(missing)} were renamed or dropped in conversion "
+                         f"({path.name} has {', '.join(by_key)})", "report it with build.log")
+    return [positions[by_key[k]["index"]] for k in keys]
 
 
 def _edgetpu(ctx: BuildContext, out_dir: Path, models: list[BuiltModel], options: dict) -> BuilderOutput:
@@ -128,11 +158,11 @@ def _edgetpu(ctx: BuildContext, out_dir: Path, models: list[BuiltModel], options
     return BuilderOutput((*models, compiled), "int8_edgetpu", edgetpu=report)
 
 
-def _run_checked(path: Path, tensors: np.ndarray) -> np.ndarray:
+def _run_checked(path: Path, tensors: np.ndarray, order: list[int]) -> list[np.ndarray]:
     from edgekit.builders.verify import run_litert
 
-    out = run_litert(path, tensors)
-    if not np.all(np.isfinite(out)):
+    out = run_litert(path, tensors, order)
+    if not all(np.all(np.isfinite(o)) for o in out):
         raise ModelError(f"{path.name} produces NaN/Inf outputs: the conversion is broken",
                          "report it with build.log; try another TensorFlow version")
     return out

@@ -33,6 +33,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-tpu-ops", type=float, help="warn when the share of ops on the Edge TPU is below this")
     p.add_argument("--strict-tpu-ops", action="store_true", help="fail instead of warn for --min-tpu-ops")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout (also when the gate fails)")
+    p.add_argument("--task", choices=["classify", "raw"],
+                   help="task head (default: classify for one 1-D output, raw otherwise)")
+    p.add_argument("--input-size", metavar="HxW", help="image size for an ONNX input with symbolic height/width")
+    p.add_argument("--min-cosine", type=float, default=0.98,
+                   help="raw task: fail when the worst output's cosine similarity is below this (default 0.98)")
 
 
 def _preprocess_overrides(args: argparse.Namespace) -> dict:
@@ -75,7 +80,8 @@ def main(args: argparse.Namespace) -> int:
                         min_accuracy_ratio=args.min_accuracy_ratio, calib_count=args.calib_count,
                         seed=args.seed, quiet=args.quiet, variants=args.variants, io_dtype=args.io_dtype,
                         compiler=args.compiler, min_runtime_version=args.min_runtime_version,
-                        min_tpu_ops=args.min_tpu_ops, strict_tpu_ops=args.strict_tpu_ops)
+                        min_tpu_ops=args.min_tpu_ops, strict_tpu_ops=args.strict_tpu_ops,
+                        task=args.task, input_size=args.input_size, min_cosine=args.min_cosine)
     except VerificationFailed as exc:
         # The report matters most when the gate failed: JSON on stdout too, then the one-line error.
         if args.json:
@@ -94,7 +100,6 @@ def format_json(results) -> str:
                         "verification": r.manifest.get("verification")} for r in results], indent=2)
 
 
-
 def _size(n: int) -> str:
     return f"{n / 1024:.0f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
 
@@ -109,7 +114,7 @@ def format_table(results) -> str:
         ver = m.get("verification", {})
         for model in m.get("models", []):
             v = ver.get("models", {}).get(model["name"], {})
-            ev = v.get("eval") or {}
+            ev = v.get("eval") or v.get("holdout") or {}
             agree = ev.get("agreement", (v.get("holdout") or {}).get("agreement"))
             cov = (m.get("delegation") or {}).get(model["name"])
             if cov:
@@ -122,9 +127,10 @@ def format_table(results) -> str:
                 deleg = "TensorRT on device"
             else:
                 deleg = "-"
-            gate = "PASS" if ev.get("passed") else ("FAIL" if ev else "n/a")
+            gate = "PASS" if ev.get("passed") else ("FAIL" if "passed" in ev else "n/a")
             rows.append((r.target, model["file"], _size(model.get("bytes", 0)),
-                         f"{ev['original']:.4f}" if ev else "-", f"{ev['converted']:.4f}" if ev else "-",
+                         f"{ev['original']:.4f}" if "original" in ev else "-",
+                         f"{ev['converted']:.4f}" if "converted" in ev else "-",
                          f"{ev['ratio']:.4f}" if ev and ev.get("ratio") is not None else "-",
                          f"{agree:.4f}" if agree is not None else "-", gate, deleg, f"{r.seconds:.1f}"))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]

@@ -1,0 +1,114 @@
+"""Run onnx2tf on one prepared ONNX model, in a child process: ``python -m edgekit.builders.onnx2tf_job JOB.json``.
+
+Why a child process (of the same interpreter and environment): onnx2tf ends the process
+with ``sys.exit(1)`` on many errors, prints hundreds of coloured lines to stdout, imports
+its own ``tf_keras`` graph state and may crash natively; the build process must survive
+all of that, keep the chatter for ``build.log`` and turn a failure into one line.
+
+What runs here:
+
+* the network is blocked for the whole process (an audit hook refuses every socket
+  connection and name lookup): onnx2tf downloads
+  ``calibration_image_sample_data_20x128x128x3_float32.npy`` from the internet for any
+  4-D 3-channel input unless a file of that name is in the working directory
+  (``onnx2tf/utils/common_functions.py:download_test_image_data``). The parent puts edgekit's
+  own calibration tensors there under that name, and this guard makes a forgotten file
+  fail loudly instead of downloading;
+* onnx2tf builds the TensorFlow model (``disable_model_save=True``: it writes nothing of its
+  own, no float TFLite we would throw away);
+* the SavedModel is exported here with one signature output per ONNX output, keyed by the
+  names the parent chose, so the TFLite converter's output order never matters.
+
+Writes ``result.json`` (``{"ok": true, "outputs": [...], "input_shape": [...]}`` or
+``{"ok": false, "error": "..."}``) into the working directory.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
+
+
+class NetworkBlocked(RuntimeError):
+    """Raised inside the conversion process when anything tries to reach the network."""
+
+
+def block_network() -> None:
+    """Refuse every non-local socket connection and name lookup in this process (audit hook)."""
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "socket.getaddrinfo":
+            raise NetworkBlocked(f"name lookup of {args[0]!r} refused: edgekit builds offline")
+        if event == "socket.connect":
+            sock = args[0]
+            if getattr(sock, "family", None) != socket.AF_UNIX:
+                raise NetworkBlocked(f"connection to {args[1]!r} refused: edgekit builds offline")
+
+    sys.addaudithook(hook)
+
+
+def _convert(job: dict):
+    import onnx2tf
+
+    kwargs = {
+        "input_onnx_file_path": job["onnx"],
+        "output_folder_path": "saved_model",
+        "disable_model_save": True,
+        "not_use_onnxsim": True,  # onnxsim is not installed (and would rewrite the graph we checked)
+        "verbosity": "info",
+    }
+    if job["layout"] == "NHWC":
+        # onnx2tf assumes a 4-D input is NCHW; an NHWC export must keep its layout
+        kwargs["keep_nwc_or_nhwc_or_ndhwc_input_names"] = [job["input"]]
+    return onnx2tf.convert(**kwargs)
+
+
+def _export(model, keys: list[str], out: str) -> list[dict]:
+    import tensorflow as tf
+    import tf_keras
+
+    spec = tf.TensorSpec(model.inputs[0].shape, tf.float32, name="image")
+
+    def serve(image):
+        outputs = model(image)
+        outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        return dict(zip(keys, outputs))
+
+    archive = tf_keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint(name="serving_default", fn=serve, input_signature=[spec])
+    archive.write_out(out)
+    return [{"key": k, "shape": [int(d) if d is not None else None for d in o.shape]}
+            for k, o in zip(keys, model.outputs)]
+
+
+def main(argv: list[str]) -> int:
+    """Convert the job's ONNX model; 0 on success, 3 on a conversion error (see result.json)."""
+    block_network()
+    job = json.loads(Path(argv[0]).read_text())
+    result: dict = {"ok": False}
+    try:
+        if not Path(SAMPLE_FILE).is_file():
+            raise NetworkBlocked(f"{SAMPLE_FILE} is missing: onnx2tf would download it")
+        model = _convert(job)
+        if model is None:
+            raise RuntimeError("onnx2tf returned no model")
+        if len(model.outputs) != len(job["keys"]):
+            raise RuntimeError(f"onnx2tf made {len(model.outputs)} outputs of the model's {len(job['keys'])}")
+        result = {"ok": True, "outputs": _export(model, job["keys"], "saved_model"),
+                  "input_shape": [int(d) if d is not None else None for d in model.inputs[0].shape]}
+    except SystemExit as exc:  # onnx2tf exits on its own errors after printing them
+        result["error"] = f"onnx2tf stopped (exit {exc.code})"
+    except Exception as exc:  # whatever the converter raises becomes the one line the parent shows
+        text = str(exc).strip().splitlines()
+        result["error"] = f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+    Path("result.json").write_text(json.dumps(result))
+    return 0 if result["ok"] else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
