@@ -232,3 +232,49 @@ def test_builder_error_removes_the_stale_bundle(tmp_path, capsys, monkeypatch):
     code, err = run_cli(capsys, *base(tmp_path))
     assert code == 2 and "simulated" in error_line(err)
     assert not stale.exists()
+
+
+def _onnx(path, op, opset=17, **attrs):
+    """A one-op ONNX image model ``y = op(x)`` (ONNX Runtime runs it), saved at ``path``."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3, 8, 8])
+    inputs = ["x", "x"] if op == "CastLike" else ["x"]
+    graph = helper.make_graph([helper.make_node(op, inputs, ["y"], name=f"my/{op.lower()}@1", **attrs)], "g", [x], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8), path)
+    return path
+
+
+def test_onnx_op_onnx2tf_cannot_convert_is_named_with_its_node(tmp_path, capsys):
+    model = _onnx(tmp_path / "castlike.onnx", "CastLike")
+    code, err = run_cli(capsys, *base(tmp_path, model=model))
+    assert code == 2 and "op CastLike (node 'my/castlike_1') is not supported by onnx2tf" in error_line(err)
+    assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())
+
+
+def test_onnx_opset_onnx2tf_cannot_take_is_refused(tmp_path, capsys):
+    model = _onnx(tmp_path / "old.onnx", "Relu", opset=9)
+    code, err = run_cli(capsys, *base(tmp_path, model=model))
+    assert code == 2 and "uses ONNX opset 9; onnx2tf converts opsets 11 to" in error_line(err)
+    assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())
+
+
+def test_a_crashed_converter_process_is_one_line(tmp_path):
+    """A real child that dies without a result (as a native crash does) becomes one ModelError."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from edgekit.builders.onnx_to_tf import _result
+    from edgekit.builders.source_model import SourceModel, make_outputs
+    from edgekit.errors import ModelError
+
+    proc = subprocess.run([sys.executable, "-c", "import os; print('ERROR: out of cheese'); os.abort()"],
+                          capture_output=True, text=True, check=False)
+    source = SourceModel(Path("m.onnx"), "onnx", (8, 8, 3), None, outputs=make_outputs(["y"], [[1, 3]]))
+    with pytest.raises(ModelError) as info:
+        _result(tmp_path, proc, source)
+    assert str(info.value.message) == ("onnx2tf could not convert m.onnx: the converter crashed "
+                                       f"(exit {proc.returncode}): out of cheese")

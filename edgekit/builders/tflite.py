@@ -92,6 +92,7 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
         outputs = tuple(dict(_output_dict(d), name=names[i], tensor=d["name"])
                         for i, d in enumerate(rt.output_details()))
         desc = rt.describe()
+    check_shapes(ctx, [outputs[pos] for pos in order], path.name)
     if ctx.source.layout != "NHWC":
         spec = InputSpec.from_dict({**spec.to_dict(), "layout": "NHWC", "shape": list(spec.shape)})
     coverage = {k: desc[k] for k in ("total_nodes", "delegated_nodes", "cpu_nodes")}
@@ -101,6 +102,20 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
                        outputs=outputs, convert_seconds=step["seconds"], bytes=len(blob), verification=verification,
                        extra=task_extra(ctx.class_output, order))
     return model, coverage
+
+
+def check_shapes(ctx: BuildContext, outputs: list[dict], file: str) -> None:
+    """Every converted output (in the source's order) holds as many values as the original's.
+
+    onnx2tf turns a channels-first output channels-last (same values, transposed: fine);
+    a different count means the conversion built another graph, which no gate should see.
+    """
+    for src, out in zip(ctx.source.outputs, outputs):
+        size = int(np.prod(out["shape"][1:]))
+        if src.size is not None and size != src.size:
+            raise ModelError(f"{file}: output {src.name} has shape {out['shape'][1:]} after conversion, "
+                             f"the original {list(src.shape)}: the converter changed the graph",
+                             "report it with build.log, or build this model for jetson (no conversion)")
 
 
 def output_order(path: Path, keys: list[str]) -> list[int]:
