@@ -160,6 +160,11 @@ class Daemon:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
+    @property
+    def swaps(self) -> dict[str, Any]:
+        """Hot-swap counts (ok, rolled_back, refused), cheap to poll (``stats()`` computes percentiles)."""
+        return self._swap.stats() if self._swap is not None else {}
+
     def request_reload(self, why: str) -> dict[str, Any]:
         """Look at the bundle path again and hot-swap a new bundle (SIGHUP, POST /reload).
 
