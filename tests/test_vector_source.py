@@ -267,3 +267,57 @@ def test_real_robot_camera_speech_and_face():
         stats = cam.stats()
     assert frames[0].array.shape == (360, 640, 3)
     assert stats["camera_fps"] > 5
+
+
+# ---------------------------------------------------------------------------------------------
+# frames prepared the fast way: only the model's window, gray, decoded at reduced scale
+
+
+def photo_frame() -> np.ndarray:
+    """A 640x360 BGR frame cut from a real photo (scikit-image's astronaut)."""
+    import cv2
+    from skimage import data
+
+    rgb = cv2.resize(data.astronaut(), (640, 640), interpolation=cv2.INTER_AREA)[140:500]
+    return np.ascontiguousarray(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+
+
+def spec(size: int, channels: int = 1):
+    from edgekit.image import InputSpec
+
+    return InputSpec(shape=(1, size, size, channels), colour="gray" if channels == 1 else "rgb", crop=(200, 200))
+
+
+@pytest.mark.parametrize(("size", "channels", "window"), [(32, 1, (100, 100)), (64, 1, (200, 200)),
+                                                           (200, 1, (200, 200)), (32, 3, (100, 100, 3))])
+def test_model_window_from_the_jpeg_gives_the_tensor_of_the_full_frame(size, channels, window):
+    import io
+
+    import cv2
+    from PIL import Image
+
+    from edgekit.image import Preprocessor
+    from edgekit.vector.window import model_window
+
+    frame = photo_frame()
+    jpeg = cv2.imencode(".jpg", frame, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes()
+    lazy = Image.open(io.BytesIO(jpeg))  # what the SDK hands over: opened, not decoded
+    got = model_window(lazy, spec(size, channels))
+    assert got.shape == window and got.dtype == np.uint8
+    pre = Preprocessor(spec(size, channels))
+    full = pre(cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR))  # the slow way
+    assert np.abs(pre(got) - full).mean() < 1 / 255  # the same region, the same tensor up to rounding
+    decoded = Image.open(io.BytesIO(jpeg))
+    decoded.load()  # no JPEG bytes left behind it: PIL crops first, then converts
+    assert np.abs(pre(model_window(decoded, spec(size, channels))) - full).mean() < 2 / 255
+    assert np.array_equal(model_window(frame, spec(size, channels)).shape[:2], (200, 200))
+
+
+def test_prepared_source_hands_over_the_window_and_the_sdk_stops_decoding_frames():
+    frames = [photo_frame()] * 3
+    with FakeVector(frames, fps=20, loop=True) as fake, \
+            VectorSource(fake.serial, config_home=fake.home, prepare=spec(32), **FAST) as cam:
+        got = [f for _, f in zip(range(4), cam, strict=False)]
+        assert cam.robot.camera.image_annotator.annotation_enabled is False
+    assert all(f.array.shape == (100, 100) and f.array.dtype == np.uint8 for f in got)
+    assert [f.index for f in got] == sorted({f.index for f in got})

@@ -1,9 +1,10 @@
 """Vector's camera as an edgekit FrameSource (``--camera vector:SERIAL``).
 
-The SDK streams 640x360 JPEG frames (about 15 fps on a real robot) and decodes each one
-on its connection thread. This source keeps only the newest decoded image (in edgekit's
-one newest-frame mailbox, :class:`~edgekit.camera.mailbox.FrameMailbox`): a slow consumer
-gets the latest frame and the ones it missed are counted as skipped, never queued.
+The SDK streams 640x360 JPEG frames (about 15 fps on a real robot) and opens each one as a
+lazy PIL image (its annotator then decodes it on the connection thread). This source keeps
+only the newest image (in edgekit's one newest-frame mailbox,
+:class:`~edgekit.camera.mailbox.FrameMailbox`): a slow consumer gets the latest frame and
+the ones it missed are counted as skipped, never queued.
 
 >>> with VectorSource("00e20100") as cam:                    # doctest: +SKIP
 ...     for frame in cam:                                  # Frame(array BGR uint8, t_capture_ns, index)
@@ -18,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +28,9 @@ from edgekit.camera.mailbox import FrameMailbox
 from edgekit.metrics import fps, rate
 from edgekit.vector import connection
 from edgekit.vector.connection import VectorError
+
+if TYPE_CHECKING:
+    from edgekit.image import InputSpec
 
 
 class VectorSource:
@@ -42,9 +46,14 @@ class VectorSource:
             ending the iteration with a VectorError (the daemon uses this).
         max_reconnects: give up after this many failed attempts in a row (None: never).
         backoff_s: ``(first, longest)`` wait between reconnect attempts.
+        prepare: a model's :class:`~edgekit.image.InputSpec`: hand over only its crop window,
+            gray for a gray model, decoded from the JPEG at the smallest scale its input
+            allows (:func:`edgekit.vector.window.model_window`), instead of the whole frame.
+            The SDK's image annotator is switched off (nothing here draws on frames), so the
+            SDK no longer decodes every full frame on its own thread.
 
     Iterating connects (if :meth:`open` was not called) and yields :class:`Frame` with
-    ``array`` BGR uint8 (640x360 on a real robot), ``t_capture_ns`` in the
+    ``array`` BGR uint8 (640x360 on a real robot; with ``prepare``, the model's window), ``t_capture_ns`` in the
     ``time.perf_counter_ns`` clock at the moment the SDK finished receiving the image, and
     ``index`` counting every image received (gaps are skipped frames).
 
@@ -63,6 +72,7 @@ class VectorSource:
         reconnect: bool = False,
         max_reconnects: int | None = None,
         backoff_s: tuple[float, float] = (0.5, 8.0),
+        prepare: InputSpec | None = None,
     ):
         self.serial = serial
         self.config_home = config_home
@@ -72,6 +82,7 @@ class VectorSource:
         self.reconnect = reconnect
         self.max_reconnects = max_reconnects
         self.backoff_s = backoff_s
+        self.prepare = prepare
         self._robot: Any = None
         self._lock = threading.Lock()  # guards the counters and arrival times below
         self._closed = threading.Event()
@@ -102,6 +113,9 @@ class VectorSource:
             self.serial, self.config_home, timeout_s=self.connect_timeout_s, behavior_control=self.behavior_control
         )
         try:
+            if self.prepare is not None:
+                # annotate_image() copies, i.e. fully decodes, every frame on the SDK's thread
+                robot.camera.image_annotator.annotation_enabled = False
             robot.events.subscribe(self._on_image, self._sdk.events.Events.new_camera_image)
             robot.camera.init_camera_feed()
             # init_camera_feed calls loop.create_task from this thread, which does not wake the
@@ -141,6 +155,8 @@ class VectorSource:
 
     # ---- iteration -------------------------------------------------------------------
     def __iter__(self) -> Iterator[Frame]:
+        from edgekit.vector.window import model_window
+
         self.open()
         while True:
             item = self._wait_newer()
@@ -155,7 +171,8 @@ class VectorSource:
             index, image, t_ns = item
             with self._lock:
                 self._delivered += 1
-            yield Frame(array=_to_bgr(image), t_capture_ns=t_ns, index=index)
+            array = _to_bgr(image) if self.prepare is None else model_window(image, self.prepare)
+            yield Frame(array=array, t_capture_ns=t_ns, index=index)
 
     def _wait_newer(self) -> tuple[int, Any, int] | VectorError | None:
         """Block until an image not yet delivered arrives, the source is closed (None), or
