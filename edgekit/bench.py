@@ -18,6 +18,7 @@ table, JSON, CSV and warnings are in :mod:`edgekit.bench_report`, plots in
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -91,14 +92,16 @@ def expand_variants(specs: Sequence[str], variants: str = "default") -> list[tup
 
 def synthetic_frames(n: int = 32, size: tuple[int, int] = (640, 360), seed: int = 0) -> list[np.ndarray]:
     """``n`` deterministic BGR frames of ``size`` (width, height): smooth shapes plus sensor-like noise."""
-    import cv2
+    from edgekit.imgops import resize
+    from edgekit.quiet import optional_cv2
 
+    cv2 = optional_cv2()  # OpenCV is an extra: without it the smooth shapes are bilinear, not bicubic
     rng = np.random.default_rng(seed)
     w, h = size
     frames = []
     for _ in range(n):
         small = rng.integers(0, 256, size=(max(2, h // 40), max(2, w // 40), 3), dtype=np.uint8)
-        img = cv2.resize(small, (w, h), interpolation=cv2.INTER_CUBIC)
+        img = cv2.resize(small, (w, h), interpolation=cv2.INTER_CUBIC) if cv2 else resize(small, h, w, "linear")
         noise = rng.integers(-8, 9, size=img.shape, dtype=np.int16)
         frames.append(np.clip(img.astype(np.int16) + noise, 0, 255).astype(np.uint8))
     return frames
@@ -316,6 +319,14 @@ def _interleave(opened: list[OpenModel], results: list[VariantResult], frames: S
             )
 
 
+def _remove_trace(trace: Path) -> None:
+    """Delete ONNX Runtime's trace and the temporary directory the adapter made for it."""
+    with contextlib.suppress(OSError):
+        trace.unlink()
+        if trace.parent.name.startswith("edgekit-ort-"):
+            trace.parent.rmdir()
+
+
 def collect_profile(runtime: Any) -> dict[str, Any] | None:
     """Per-op profile: measured by ONNX Runtime's profiler, static (op counts) for LiteRT."""
     if hasattr(runtime, "end_profiling"):
@@ -323,7 +334,9 @@ def collect_profile(runtime: Any) -> dict[str, Any] | None:
 
         trace = runtime.end_profiling()
         if trace:
-            return {"kind": "measured", "trace": trace, "ops": summarize_profile(trace)}
+            ops = summarize_profile(trace)
+            _remove_trace(Path(trace))  # the summary is what is kept; no /tmp/edgekit-ort-* left behind
+            return {"kind": "measured", "ops": ops}
         return None
     if hasattr(runtime, "op_profile"):
         return {

@@ -1,4 +1,13 @@
-"""Plots of a bench report: a box per variant and repeat, and latency over time.
+"""Plots of a bench report that still tell the truth once shared without the terminal beside them.
+
+- Each variant's label says what ran it and where: ``demo-rpi:fp16`` / ``litert xnnpack 23/23 t4``
+  / ``built for rpi, ran on x86_64``: a bundle's target is not the machine that measured it.
+- A footer names the machine (CPU, cores usable, governor), the date and the library versions;
+  threads above the usable cores are flagged there (they compete, so the number is not what a
+  device with that many cores gives).
+- One box per repeat, labelled with its sample count; medians drawn in black on every box.
+- With ``--camera``, the end-to-end latency (capture wait, preprocessing, inference, decoding) is
+  plotted beside the inference latency: the camera, not the model, is often the bottleneck.
 
 matplotlib is imported only when a plot is asked for, and without pyplot: no GUI backend and
 no global figure state.
@@ -6,90 +15,185 @@ no global figure state.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from edgekit.bench_report import BenchReport
+from edgekit.bench_report import BenchReport, VariantResult, short_runtime, threads_over_cores
+
+STAGE_TITLES = {"inference": "inference latency", "end_to_end": "end-to-end latency (camera frame -> result)"}
 
 
-def write_plots(report: BenchReport, path: str | Path) -> list[Path]:
-    """Write a box-and-whisker PNG (variants x repeats) at ``path`` and a latency-over-time PNG
-    beside it (``<stem>-timeline.png``). Returns both paths."""
+def _figure_class() -> Any:
     try:
         from matplotlib.figure import Figure
     except ImportError as exc:
         from edgekit.errors import BackendUnavailable
 
-        raise BackendUnavailable("--plot needs matplotlib", "pip install 'edgekit[plot]'") from exc
+        raise BackendUnavailable("--plot needs matplotlib", "pip install 'edgekit-vision[plot]'") from exc
+    return Figure
+
+
+def plot_stages(report: BenchReport) -> list[str]:
+    """The stages plotted: inference, plus end-to-end when frames came from a camera."""
+    camera = getattr(report.config, "camera", None)
+    return ["inference", "end_to_end"] if camera else ["inference"]
+
+
+def variant_label(v: VariantResult, machine: dict[str, Any]) -> str:
+    """``name`` / what ran it / what it was built for and where it ran (three short lines)."""
+    where = f"ran on {machine.get('machine') or '?'}"
+    built = f"built for {v.target}, " if v.target else ""
+    return f"{v.name}\n{short_runtime(v.runtime)}\n{built}{where}"
+
+
+def footer(report: BenchReport) -> str:
+    """Machine, date and versions, and the caveats a reader of the picture needs."""
+    m = report.machine
+    libs = m.get("libraries") or {}
+    versions = ", ".join(f"{k} {v}" for k, v in libs.items() if k != "opencv-python")
+    lines = [
+        f"machine: {m.get('cpu_model') or '?'} ({m.get('machine') or '?'}), {m.get('cores_usable')}/{m.get('cores')} "
+        f"cores usable, governor {m.get('governor') or 'unreadable'}; {m.get('system') or ''}",
+        f"measured {report.started[:16].replace('T', ' ')} UTC with {versions}",
+        f"{getattr(report.config, 'repeats', '?')} interleaved repeats of >= {getattr(report.config, 'min_count', '?')}"
+        f" frames and {getattr(report.config, 'min_duration_s', '?')} s each; warm-up excluded; "
+        f"input: {getattr(report.config, 'camera', None) or 'synthetic frames'}",
+    ]
+    over = threads_over_cores(report)
+    if over:
+        lines.append("caution: " + "; ".join(over) + ": threads compete for cores, so this is not what a device "
+                     "with that many cores would measure")
+    return "\n".join(textwrap.fill(line, 150, subsequent_indent="    ") for line in lines)
+
+
+def write_plots(report: BenchReport, path: str | Path) -> list[Path]:
+    """Write the box plot at ``path`` and a latency-over-time plot beside it (``<stem>-timeline.png``)."""
+    figure = _figure_class()
     path = Path(path)
     timeline = path.with_name(f"{path.stem}-timeline{path.suffix or '.png'}")
-    colours = [f"C{i % 10}" for i in range(len(report.variants))]
+    _box_figure(figure, report).savefig(path, dpi=120)
+    _timeline_figure(figure, report).savefig(timeline, dpi=120)
+    return [path, timeline]
 
+
+def _box_figure(figure: Any, report: BenchReport) -> Any:
+    stages = plot_stages(report)
     boxes = sum(len(v.runs) for v in report.variants)
-    fig = Figure(figsize=(min(14.0, max(6.0, 0.8 * boxes)), 4.5), layout="constrained")
-    ax = fig.add_subplot()
-    pos, data, cols, centres = [], [], [], []
+    width = min(20.0, max(8.0, 1.0 * boxes + 3.0)) * (1.6 if len(stages) > 1 else 1.0)
+    fig = figure(figsize=(width, 6.4), layout="constrained")
+    axes = fig.subplots(1, len(stages), squeeze=False)[0]
+    cuts = [_box_axis(ax, report, stage) for ax, stage in zip(axes, stages)]
+    title = "Latency per variant: one box per repeat (median = black line, n = samples in that repeat)"
+    fig.suptitle(title + "".join(c for c in cuts if c), fontsize="medium", wrap=True)
+    fig.get_layout_engine().set(h_pad=0.1)
+    _add_footer(fig, report)
+    return fig
+
+
+def _box_axis(ax: Any, report: BenchReport, stage: str) -> str:
+    """One panel of boxes; returns a note on samples above the shown range ("" if none)."""
+    colours = [f"C{i % 10}" for i in range(len(report.variants))]
+    pos, data, cols, centres, counts = [], [], [], [], []
     x = 0
     for v, c in zip(report.variants, colours):
         first = x
         for r in v.runs:
+            samples = r.samples_ms.get(stage) or []
             pos.append(x)
-            data.append(r.samples_ms["inference"] or [np.nan])
+            data.append(samples or [np.nan])
+            counts.append(len(samples))
             cols.append(c)
             x += 1
         centres.append((first + x - 1) / 2)
         x += 1  # a gap between variants
-    box = ax.boxplot(data, positions=pos, widths=0.7, patch_artist=True, flierprops={"markersize": 2})
+    box = ax.boxplot(data, positions=pos, widths=0.7, patch_artist=True, flierprops={"markersize": 2},
+                     medianprops={"color": "black", "linewidth": 1.6})  # fmt: skip
     for patch, c in zip(box["boxes"], cols):
         patch.set_facecolor(c)
-        patch.set_alpha(0.5)
-    ax.set_xticks(centres, [v.name for v in report.variants], rotation=15, ha="right")
-    ax.set_ylabel("inference latency (ms)")
-    ax.set_title("Inference latency per variant, one box per repeat")
-    log_scale, top = _y_axis(report)
-    cut = f" ({_count_above(report, top)} samples above {top:.3g} ms not shown)" if top and not log_scale else ""
+        patch.set_alpha(0.45)
+    ax.set_xticks(centres, [variant_label(v, report.machine) for v in report.variants], fontsize="small")
+    ax.set_ylabel(f"{STAGE_TITLES[stage].split(' (')[0]} (ms)")
+    ax.set_title(STAGE_TITLES[stage], fontsize="medium")
+    log_scale, top = _y_axis(report, stage)
     if log_scale:
         ax.set_yscale("log")  # variants an order of magnitude apart: keep both readable
     elif top:
         ax.set_ylim(0, top)
-    ax.set_title("Inference latency per variant, one box per repeat" + cut, fontsize="medium")
+    _label_repeats(ax, pos, counts)
+    _warn_threads(ax, report)
     ax.grid(axis="y", alpha=0.3)
-    fig.savefig(path, dpi=120)
+    return f"; {_count_above(report, top, stage)} {stage} samples above {top:.3g} ms not shown" if top else ""
 
-    fig = Figure(figsize=(9, 4.5), layout="constrained")
+
+def _label_repeats(ax: Any, pos: list[int], counts: list[int]) -> None:
+    """``#k n=N`` under each box as minor tick labels; the variant labels sit below them."""
+    labels, repeat = [], 0
+    for i, (x, n) in enumerate(zip(pos, counts)):
+        repeat = repeat + 1 if i and pos[i - 1] == x - 1 else 1
+        labels.append(f"#{repeat}\nn={n}")
+    ax.set_xticks(pos, labels, minor=True)
+    ax.tick_params(axis="x", which="minor", labelsize="x-small", labelcolor="0.3")
+    ax.xaxis.remove_overlapping_locs = False  # a middle repeat sits at the variant's (major) tick
+    ax.tick_params(axis="x", which="major", length=0, pad=30)
+
+
+def _timeline_figure(figure: Any, report: BenchReport) -> Any:
+    fig = figure(figsize=(11, 5.6), layout="constrained")
     ax = fig.add_subplot()
-    for v, c in zip(report.variants, colours):
+    for i, v in enumerate(report.variants):
         for k, r in enumerate(v.runs):
-            ax.plot(r.t_s, r.samples_ms["inference"], ".", markersize=2, color=c, label=v.name if k == 0 else None)
+            label = f"{v.name} ({short_runtime(v.runtime)})" if k == 0 else None
+            ax.plot(r.t_s, r.samples_ms["inference"], ".", markersize=2, color=f"C{i % 10}", label=label)
     ax.set_xlabel("time since the benchmark started (s)")
     ax.set_ylabel("inference latency (ms)")
-    ax.set_title("Latency over time (runs interleaved across variants)" + cut, fontsize="medium")
+    log_scale, top = _y_axis(report, "inference")
+    cut = f"; {_count_above(report, top, 'inference')} samples above {top:.3g} ms not shown" if top else ""
+    ax.set_title("Inference latency over time (repeats interleaved across variants)" + cut, fontsize="medium",
+                 wrap=True)
     if log_scale:
         ax.set_yscale("log")
     elif top:
         ax.set_ylim(0, top)
-    ax.legend(markerscale=5, fontsize="small")
+    ax.legend(markerscale=5, fontsize="small", loc="upper right")
     ax.grid(alpha=0.3)
-    fig.savefig(timeline, dpi=120)
-    return [path, timeline]
+    _warn_threads(ax, report)
+    _add_footer(fig, report)
+    return fig
 
 
-def _y_axis(report: BenchReport) -> tuple[bool, float | None]:
+def _add_footer(fig: Any, report: BenchReport) -> None:
+    fig.supxlabel(footer(report), fontsize="x-small", ha="left", x=0.01, color="0.3")
+
+
+def _warn_threads(ax: Any, report: BenchReport) -> None:
+    """The threads-over-cores caveat inside the plot, in red, where the numbers are."""
+    over = threads_over_cores(report)
+    if over:
+        lo, hi = ax.get_ylim()
+        if ax.get_yscale() == "linear":
+            ax.set_ylim(lo, hi + 0.12 * (hi - lo))  # room for the note above the data
+        ax.text(0.01, 0.99, "caution: " + "; ".join(over), transform=ax.transAxes, ha="left", va="top",
+                fontsize="small", color="firebrick", wrap=True)
+
+
+def _y_axis(report: BenchReport, stage: str = "inference") -> tuple[bool, float | None]:
     """(log scale?, upper limit or None).
 
     Rare outliers (a preempted thread, a page fault) must not squash every box to a line:
     the axis stops at twice the highest upper whisker (Q3 + 1.5 IQR) of any box.
     """
-    pooled = [v.pooled() for v in report.variants if v.pooled().count]
+    pooled = [v.pooled(stage) for v in report.variants if v.pooled(stage).count]
     p50s = [s.p50_ms for s in pooled]
     if p50s and min(p50s) > 0 and max(p50s) / min(p50s) > 20:
         return True, None
     whiskers = []
     for v in report.variants:
         for r in v.runs:
-            if r.samples_ms["inference"]:
-                q1, q3 = np.percentile(r.samples_ms["inference"], [25, 75])
+            if r.samples_ms.get(stage):
+                q1, q3 = np.percentile(r.samples_ms[stage], [25, 75])
                 whiskers.append(q3 + 1.5 * (q3 - q1))
     if not whiskers:
         return False, None
@@ -97,5 +201,5 @@ def _y_axis(report: BenchReport) -> tuple[bool, float | None]:
     return False, (top if max(s.max_ms for s in pooled) > top else None)
 
 
-def _count_above(report: BenchReport, top: float) -> int:
-    return sum(x > top for v in report.variants for x in v.samples())
+def _count_above(report: BenchReport, top: float | None, stage: str = "inference") -> int:
+    return 0 if top is None else sum(x > top for v in report.variants for x in v.samples(stage))

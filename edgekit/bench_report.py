@@ -165,9 +165,9 @@ class BenchReport:
 
     def write_json(self, path: str | Path) -> Path:
         """The full report with raw samples as JSON at ``path``; returns the path."""
-        path = Path(path)
-        path.write_text(json.dumps(self.to_dict(), indent=1, default=jsonable) + "\n")
-        return path
+        from edgekit.atomic import write_text_atomic
+
+        return write_text_atomic(path, json.dumps(self.to_dict(), indent=1, default=jsonable) + "\n", force=True)
 
     def write_csv(self, path: str | Path) -> Path:
         """One row per variant and repeat, plus a pooled row (repeat ``all``) per variant."""
@@ -252,9 +252,23 @@ def short_runtime(info: dict[str, Any]) -> str:
     return f"{backend} {what}{threads}"
 
 
-def noise_warnings(report: BenchReport) -> list[str]:
-    """Warnings for noisy or invalid variants: spread within runs and between repeats."""
+def threads_over_cores(report: BenchReport) -> list[str]:
+    """``"demo-rpi:fp16 uses 4 threads on 2 usable cores"`` for each variant asking for more threads
+    than this machine can run at once (a Pi profile benchmarked on a small VM, say)."""
+    cores = report.machine.get("cores_usable") or report.machine.get("cores")
     out = []
+    for v in report.variants:
+        threads = v.runtime.get("num_threads")
+        if cores and isinstance(threads, int) and threads > cores:
+            out.append(f"{v.name} uses {threads} threads on {cores} usable cores")
+    return out
+
+
+def noise_warnings(report: BenchReport) -> list[str]:
+    """Warnings for noisy or invalid variants: spread within runs and between repeats, and
+    more threads than cores."""
+    out = [f"{w}: threads compete for cores, so the latency is not what a device with that many cores would "
+           "measure (set --threads to the cores you have, or run it on the device)" for w in threads_over_cores(report)]
     cfg = report.config
     for v in report.variants:
         s = v.pooled()
@@ -292,7 +306,7 @@ def format_profile(v: VariantResult, top: int = 12) -> str:
             lines.append(
                 f"  {r['op_type']:<24}{r['calls']:>8}{r['total_ms']:>11.3f}{r['mean_us']:>10.1f}{r['share']:>8.1%}"
             )
-        lines.append(f"  trace: {p['trace']} (profiling adds overhead to the latencies above)")
+        lines.append("  (profiling adds overhead to the latencies above)")
     else:
         lines.append(f"  {'op type':<24}{'count':>7}{'delegated':>11}{'cpu':>6}   ({p['note']})")
         for r in p["ops"][:top]:

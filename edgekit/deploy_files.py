@@ -8,14 +8,14 @@ them where they are needed.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from edgekit.atomic import write_text_atomic
 from edgekit.errors import UsageError
+
+__all__ = ["DEPLOY_FILES", "DeployFile", "deploy_names", "read_deploy_file", "write_deploy_file", "write_text_atomic"]
 
 
 @dataclass(frozen=True)
@@ -57,33 +57,6 @@ def read_deploy_file(name: str) -> str:
     """The text of the shipped file ``name`` (a key of :data:`DEPLOY_FILES`)."""
     entry = DEPLOY_FILES[deploy_names([name])[0]]
     return resources.files("edgekit").joinpath("deploy", entry.file).read_text(encoding="utf-8")
-
-
-def write_text_atomic(path: Path, text: str, force: bool = False) -> Path:
-    """Write ``text`` to ``path`` through a temporary file and a rename (never half-written).
-
-    An existing file is kept unless ``force``: a configuration someone edited is not lost to
-    a second run of the same command.
-    """
-    path = Path(path)
-    if path.exists() and not force:
-        raise UsageError(f"{path} exists; not overwriting it", "give --force to replace it, or another path")
-    if not path.parent.is_dir():
-        raise UsageError(f"cannot write {path}: {path.parent} is not a directory", "create the directory first")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    except OSError as exc:
-        raise UsageError(f"cannot write to {path.parent}: {exc.strerror}", "choose a writable directory") from exc
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; these files are meant to be read by services
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 def write_deploy_file(name: str, dest: str | Path, force: bool = False) -> Path:

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 _SYS_CPU = Path("/sys/devices/system/cpu")
-_LIBRARIES = (
-    "edgekit",
+_LIBRARIES = (  # distribution names; edgekit's own version comes from edgekit._version
     "numpy",
     "opencv-python-headless",
     "opencv-python",
@@ -82,7 +81,9 @@ def library_versions(extra: Iterable[str] = ()) -> dict[str, str]:
     """Installed versions of the libraries that decide the numbers (installed ones only)."""
     import importlib.metadata as md
 
-    out = {"python": platform.python_version()}
+    from edgekit._version import __version__
+
+    out = {"python": platform.python_version(), "edgekit": __version__}
     for name in (*_LIBRARIES, *extra):
         try:
             out[name] = md.version(name)

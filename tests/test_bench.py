@@ -110,7 +110,7 @@ def test_cli_writes_json_csv_and_plots(models, tmp_path, capsys):
             "4",
             "--threads",
             "1",
-            "--json",
+            "--json-file",
             f"{out}.json",
             "--csv",
             f"{out}.csv",
@@ -140,6 +140,39 @@ def test_cli_writes_json_csv_and_plots(models, tmp_path, capsys):
     for png in ("out.png", "out-timeline.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert cv2.imread(str(tmp_path / png)).shape[1] >= 600
+
+
+def _quick(bundle) -> list[str]:
+    return ["bench", str(bundle), "--min-duration", "0.05", "--min-count", "10", "--repeats", "1", "--warmup", "1",
+            "--frames", "2"]
+
+
+def test_json_is_a_stdout_switch(models, capsys):
+    # --json means "JSON on stdout" as in run/build/inspect/doctor/targets; the table moves to stderr.
+    rc = cli(["bench", "--json", *_quick(models["bundle"])[1:]])  # before the model: not taken as a file name
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    data = json.loads(captured.out)
+    assert data["variants"][0]["name"] == "demo-cpu:fp32" and "samples_ms" not in data["variants"][0]["runs"][0]
+    assert "p50 x" in captured.err
+
+
+def test_old_json_file_spelling_still_works_with_a_note(models, tmp_path, capsys):
+    rc = cli([*_quick(models["bundle"]), "--json", str(tmp_path / "r.json")])
+    captured = capsys.readouterr()
+    assert rc == 0
+    assert "--json FILE is deprecated; use --json-file" in captured.err
+    assert json.loads((tmp_path / "r.json").read_text())["variants"][0]["runs"][0]["samples_ms"]["inference"]
+
+
+def test_plot_without_matplotlib_fails_before_measuring(models, tmp_path, monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed (import raises ImportError)
+    rc = cli([*_quick(models["bundle"]), "--plot", str(tmp_path / "p.png")])
+    captured = capsys.readouterr()
+    assert rc != 0 and "--plot needs matplotlib" in captured.err
+    assert "repeat 1/1" not in captured.err  # nothing was measured first
 
 
 def test_camera_input_is_captured_once_and_replayed(models, tmp_path, capsys):

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from edgekit.errors import UsageError
+from edgekit.errors import BackendUnavailable, UsageError
 from edgekit.options import (
     add_bundle_options,
     add_camera_options,
@@ -24,7 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add ``edgekit bench``'s arguments."""
     parser.add_argument(
         "models",
-        nargs="+",
+        nargs="*",  # checked in main: at least one (a deprecated `--json FILE` may not eat it)
         metavar="BUNDLE_OR_MODEL",
         help="bundle dirs (BUNDLE or BUNDLE:VARIANT) or .tflite/.onnx files; the first is the reference for ratios",
     )
@@ -59,7 +59,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_runtime_options(parser, several_backends=True)
     add_bundle_options(parser)
     o = parser.add_argument_group("output")
-    o.add_argument("--json", metavar="FILE", help="full report with raw samples and machine context")
+    o.add_argument("--json", nargs="?", const=True, default=None, metavar="",
+                   help="the report as JSON on stdout (summary statistics; the table goes to stderr)")
+    o.add_argument("--json-file", metavar="FILE", help="full report with raw samples and machine context, to FILE")
     o.add_argument("--csv", metavar="FILE", help="one row per variant and repeat")
     o.add_argument("--plot", metavar="PNG", help="box plot here and a latency-over-time plot beside it")
     o.add_argument("--profile", action="store_true", help="per-op profile (ONNX Runtime: measured; LiteRT: static)")
@@ -71,16 +73,57 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def main(args: argparse.Namespace) -> int:
-    """Run the benchmark (or the accuracy evaluation) and print the table."""
-    for flag in ("json", "csv", "plot"):
-        # fail before minutes of measuring, not after
+def _json_flag(args: argparse.Namespace) -> None:
+    """``--json`` is a stdout switch. ``--json FILE`` (the old spelling) still works when FILE
+    ends in ``.json``, with a note; any other word after ``--json`` is the first model."""
+    value = args.json
+    if isinstance(value, str):
+        if value.lower().endswith(".json") and not Path(value).is_dir():
+            print(f"edgekit bench: note: --json FILE is deprecated; use --json-file {value}", file=sys.stderr)
+            args.json_file = args.json_file or value
+            args.json = False
+        else:
+            args.models.insert(0, value)
+            args.json = True
+    args.json = bool(args.json)
+    if not args.models:
+        raise UsageError("no model to benchmark", "give bundle directories (BUNDLE or BUNDLE:VARIANT) or model files")
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported, without importing it (matplotlib takes a second)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # ValueError: blocked with sys.modules[name] = None
+        return False
+
+
+def _preflight(args: argparse.Namespace) -> None:
+    """What would fail after minutes of measuring fails now: unwritable outputs, missing extras."""
+    for flag in ("json_file", "csv", "plot"):
         target = getattr(args, flag)
         if target and not os.access(Path(target).resolve().parent, os.W_OK):
             raise UsageError(
-                f"--{flag} {target}: cannot write to {Path(target).resolve().parent}",
+                f"--{flag.replace('_', '-')} {target}: cannot write to {Path(target).resolve().parent}",
                 "choose an existing, writable directory",
             )
+    if args.plot and not _installed("matplotlib"):
+        raise BackendUnavailable("--plot needs matplotlib, which is not installed",
+                                 "pip install 'edgekit-vision[plot]', or leave out --plot")
+    if args.eval:
+        from edgekit.quiet import optional_cv2
+
+        if optional_cv2() is None and not _installed("PIL"):
+            raise BackendUnavailable("--eval reads image files and needs Pillow or OpenCV; neither is installed",
+                                     "pip install 'edgekit-vision[images]'")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the benchmark (or the accuracy evaluation) and print the table."""
+    _json_flag(args)
+    _preflight(args)
     if args.eval:
         return _evaluate(args)
     from edgekit.bench import BenchConfig, run_bench
@@ -102,7 +145,8 @@ def main(args: argparse.Namespace) -> int:
     )
 
     def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+        if not args.quiet:
+            print(line, file=sys.stderr, flush=True)
 
     report = run_bench(args.models, config, args.variants, progress)
     _print_report(report, args)
@@ -112,14 +156,18 @@ def main(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     """``--eval DIR``: the accuracy table (and the JSON report with ``--json``)."""
     from edgekit.accuracy import evaluate, format_eval
+    from edgekit.atomic import write_text_atomic
     from edgekit.bench_report import jsonable
     from edgekit.metrics import machine_context
 
     results = evaluate(args.models, args.eval, args.variants, runtime_options(args), args.labels)
-    print(format_eval(results))
+    print(format_eval(results), file=sys.stderr if args.json else sys.stdout)
+    report = {"machine": machine_context(), "eval": [r.__dict__ for r in results]}
+    text = json.dumps(report, indent=1, default=jsonable) + "\n"
     if args.json:
-        report = {"machine": machine_context(), "eval": [r.__dict__ for r in results]}
-        Path(args.json).write_text(json.dumps(report, indent=1, default=jsonable) + "\n")
+        sys.stdout.write(text)
+    if args.json_file:
+        write_text_atomic(Path(args.json_file), text, force=True)
     return 0
 
 
@@ -128,25 +176,32 @@ def _print_report(report, args: argparse.Namespace) -> None:
     from edgekit.bench_report import format_profile
     from edgekit.runtime import describe_runtime
 
+    out = sys.stderr if args.json else sys.stdout  # with --json, stdout is the JSON alone
     m = report.machine
     print(
         f"machine: {m['cpu_model']}, {m['cores_usable']}/{m['cores']} cores, "
         f"governor {m['governor'] or 'unreadable'}, "
-        f"load {', '.join(f'{x:.2f}' for x in m['load_average'] or [])}"
+        f"load {', '.join(f'{x:.2f}' for x in m['load_average'] or [])}",
+        file=out,
     )
     for v in report.variants:
-        print(f"  {v.name}: {describe_runtime(v.runtime)}, first inference {v.first_inference_ms or 0:.2f} ms")
-    print(report.table())
+        print(f"  {v.name}: {describe_runtime(v.runtime)}, first inference {v.first_inference_ms or 0:.2f} ms",
+              file=out)
+    print(report.table(), file=out)
     if args.profile:
         for v in report.variants:
-            print(format_profile(v))
+            print(format_profile(v), file=out)
     for w in report.warnings:
         print(f"warning: {w}", file=sys.stderr)
-    if args.json:
-        print(f"json: {report.write_json(args.json)}")
+    if args.json_file:
+        print(f"json: {report.write_json(args.json_file)}", file=out)
     if args.csv:
-        print(f"csv: {report.write_csv(args.csv)}")
+        print(f"csv: {report.write_csv(args.csv)}", file=out)
     if args.plot:
         from edgekit.bench_plots import write_plots
 
-        print("plots: " + ", ".join(str(p) for p in write_plots(report, args.plot)))
+        print("plots: " + ", ".join(str(p) for p in write_plots(report, args.plot)), file=out)
+    if args.json:
+        from edgekit.bench_report import jsonable
+
+        sys.stdout.write(json.dumps(report.to_dict(samples=False), indent=1, default=jsonable) + "\n")

@@ -57,7 +57,8 @@ def main(args: argparse.Namespace) -> int:
     targets = [out / DEPLOY_FILES[n].file if out.is_dir() else out for n in names]
     existing = [str(t) for t in targets if t.exists()]
     if existing and not args.force:  # check all first: write everything or nothing
-        raise UsageError(f"{', '.join(existing)} exist(s); not overwriting", "give --force to replace, or another --out")
+        raise UsageError(f"{', '.join(existing)}: already there; not overwriting",
+                         "give --force to replace, or another --out")
     written = [write_deploy_file(name, target, args.force) for name, target in zip(names, targets)]
     if args.json:
         print(json.dumps([str(p) for p in written]))

@@ -7,8 +7,8 @@
   model is loaded with the LiteRT runtime the device uses and the interpreter's plan
   says which nodes XNNPACK took and which stay on LiteRT's built-in kernels.
 
-MODEL is a ``.tflite`` file or a bundle directory (its default model). No TensorFlow
-is imported.
+MODEL is a ``.tflite`` file or a bundle directory: ``BUNDLE`` (its default model) or
+``BUNDLE:VARIANT``, as every verb that opens a model. No TensorFlow is imported.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from edgekit.errors import ModelError, UsageError
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``inspect`` arguments."""
-    parser.add_argument("model", metavar="MODEL", help="a .tflite file or a bundle directory")
+    parser.add_argument("model", metavar="MODEL", help="a .tflite file, or a bundle directory (BUNDLE[:VARIANT])")
     parser.add_argument(
         "--target",
         help="edgetpu, rpi, cpu or a target .toml (default: the bundle's target, else edgetpu)",
     )
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    parser.add_argument("--model-name", help="which model of a bundle (default: its default model)")
+    parser.add_argument("--model-name", metavar="VARIANT",
+                        help="which model of a bundle (default: its default model); same as BUNDLE:VARIANT")
     parser.add_argument(
         "--min-runtime-version",
         type=int,
@@ -41,9 +42,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the verb; returns the exit code (0: report printed)."""
+    from edgekit.model import split_model_spec
     from edgekit.target import load_target
 
-    path, bundle_target = _resolve_model(Path(args.model), args.model_name)
+    spec, variant = split_model_spec(args.model)
+    if variant and args.model_name and variant != args.model_name:
+        raise UsageError(f"two variants asked for: {args.model} and --model-name {args.model_name}", "give one")
+    path, bundle_target = _resolve_model(spec, variant or args.model_name)
     target = load_target(args.target or bundle_target or "edgetpu")
     if target.runtime_options.get("delegate") == "edgetpu":
         result = inspect_edgetpu(path, args.min_runtime_version)

@@ -21,6 +21,7 @@ from edgekit.errors import CameraError, UsageError
 from edgekit.options import (
     add_bundle_options,
     add_camera_options,
+    add_deprecated_alias,
     add_runtime_options,
     at_least,
     camera_help,
@@ -40,7 +41,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=camera_help("file:clip.mp4, folder:DIR, synthetic[:WxH[@fps]], v4l2:N, rtsp://..."),
     )
     add_camera_options(parser)
-    parser.add_argument("--model", dest="variant", metavar="VARIANT", help="which model of the bundle (fp32, int8...)")
+    parser.add_argument("--variant", metavar="VARIANT",
+                        help="which model of the bundle (fp32, int8...); or write BUNDLE:VARIANT")
+    add_deprecated_alias(parser, "--model", "--variant")  # --model meant the bundle in serve: one name, one meaning
     add_runtime_options(parser)
     add_bundle_options(parser)
     parser.add_argument("--max-frames", type=at_least(1), metavar="N", help="stop after N results")
@@ -58,6 +61,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--stats-every", type=float, default=2.0, metavar="S", help="print a stats line every S seconds (default 2)"
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per frame on stdout, summary last")
+    parser.add_argument("--tensors", action="store_true", help="raw task: every output's values in the JSON lines")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -72,12 +76,14 @@ def main(args: argparse.Namespace) -> int:
     log: TextIO = sys.stderr if args.json else sys.stdout  # keep stdout pure JSON with --json
     with open_model(args.model, args.variant, args.labels, **runtime_options(args)) as model:
         info = model.runtime.describe()
-        _print_header(model, info, args, out if args.json else log)
+        if args.json or not args.quiet:
+            _print_header(model, info, args, out if args.json else log)
         from edgekit.camera import open_camera
 
         source = open_camera(args.camera, **camera_options(args))
         # bounded: a week-long run must not grow; totals and fps stay exact (edgekit.metrics)
-        pipeline = Pipeline(model.runtime, model.labels, top_k=args.top_k, warmup=args.warmup, window=RUN_WINDOW)
+        pipeline = Pipeline(model.runtime, model.labels, top_k=args.top_k, warmup=args.warmup, window=RUN_WINDOW,
+                            task=model.task, task_options={**model.task_options, **_tensors(args)})
         interrupted = False
         error: CameraError | None = None
         try:
@@ -112,11 +118,11 @@ def _loop(pipeline, source, args, out: TextIO, log: TextIO) -> None:
             out.write(json.dumps(result.to_dict()) + "\n")
             out.flush()  # a consumer piping the stream sees each frame as it happens
         elif t >= next_print:
-            top = str(result.classification)
+            top = str(result.result)
             out.write(f"frame {result.index:6d}  {top}   e2e {result.timings_ms['end_to_end']:.2f} ms\n")
             next_print = t + args.every
             out.flush()
-        if args.stats_every and t >= next_stats + args.stats_every:
+        if args.stats_every and not args.quiet and t >= next_stats + args.stats_every:
             log.write(f"[stats] {pipeline.metrics.stats_line()}\n")
             log.flush()
             next_stats = t
@@ -130,11 +136,19 @@ def _source_stats(source: Any) -> dict:
         return {}
 
 
+def _tensors(args: argparse.Namespace) -> dict[str, Any]:
+    """``--tensors``: the raw head's ``tensors`` option (other heads refuse it by name)."""
+    return {"tensors": True} if getattr(args, "tensors", False) else {}
+
+
 def _print_header(model, info: dict, args, out: TextIO) -> None:
     if args.json:
-        out.write(json.dumps({"model": model.name, "camera": args.camera, "runtime": info}) + "\n")
+        out.write(json.dumps({"model": model.name, "camera": args.camera, "runtime": info, "task": model.task,
+                              "assumed_input": model.assumed_input()}) + "\n")
         return
-    out.write(f"edgekit run: {model.name} on {args.camera}: {describe_runtime(info)}\n")
+    out.write(f"edgekit run: {model.name} on {args.camera}: {describe_runtime(info)}; task {model.task}\n")
+    if model.assumed_input():
+        out.write(f"  input: {model.assumed_input()}\n")
 
 
 def _print_summary(summary: dict, args, out: TextIO, log: TextIO) -> None:

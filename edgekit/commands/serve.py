@@ -84,8 +84,16 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         config = override(config, "mqtt", host="")
     config = override(config, "mqtt", topic=flag("mqtt_topic"), device=flag("device_name"))
     config = override(config, "http", listen=off(flag("http")))
-    config = override(config, "log", level=flag("log_level"))
+    config = override(config, "log", level=flag("log_level") or _verbosity_level(args))
     return config
+
+
+def _verbosity_level(args: argparse.Namespace) -> str | None:
+    """-v/-vv/-q as a [log] level (None: the file's, or the default); --log-level wins over both."""
+    if getattr(args, "quiet", False):
+        return "error"
+    verbose = getattr(args, "verbose", 0) or 0
+    return {0: None, 1: "info"}.get(verbose, "debug")
 
 
 def _setup_logging(level: str) -> None:
