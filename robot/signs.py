@@ -3,11 +3,16 @@
     python -m robot.signs --bundle dist/signs-edgetpu --serial 00e20100        # a real robot
     python -m robot.signs --bundle dist/demo-cpu --fake frames/                 # loopback FakeVector
 
-Vector camera -> the bundle's preprocessing (the seed's: gray, centre crop, resize) ->
-runtime -> debounce (``--agree`` frames in a row above ``--min-confidence``) -> say the
-label and show it on the face. The background class is never announced. At the end it
-prints the labels said, the camera frame rate against the processed one, and latency
-percentiles per stage. Device side: TensorFlow is never imported.
+    python -m robot.signs --bundle dist/demo-cpu --fake seq/ --hold 1 --truth seq/truth.csv  # acceptance
+
+Vector camera (only the model's crop window, decoded gray at reduced scale from the JPEG)
+-> the bundle's preprocessing (the seed's: gray, centre crop, resize) -> runtime -> open-set
+gate (not background, score >= ``--min-confidence``, margin over the runner-up >= the fitted
+``--min-margin``) -> debounce (``--agree`` gated frames in a row; once per appearance, re-armed
+after ``--rearm`` seconds without the label) -> say the label and show it on the face. At the
+end it prints the labels said, the camera frame rate against the processed one, latency
+percentiles per stage and, with ``--truth``, the acceptance summary. Device side: TensorFlow
+is never imported.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from edgekit.errors import CameraError, EdgekitError, UsageError
 from edgekit.metrics import RUN_WINDOW, LatencyRecorder
 from edgekit.options import add_runtime_options, runtime_options
 from edgekit.pipeline import Pipeline
+from robot.openset import Debouncer, describe_background, read_thresholds, thresholds_path
+
+__all__ = ["Announcement", "Debouncer", "DemoReport", "background_index", "main", "run_demo"]
 
 SEED_BACKGROUND_INDEX = 26  # the seed's 27-class models: a-z, then background
 
@@ -42,41 +50,6 @@ def background_index(labels: Sequence[str], name: str | None = None) -> int | No
 
 
 @dataclass
-class Debouncer:
-    """Announce a class once it has been the confident top class for ``agree`` frames in a row.
-
-    A frame votes for its top class when the score is at least ``min_confidence``; a less
-    confident frame breaks the streak. A class is announced once, not again while it stays
-    up; after ``agree`` frames of background the same sign can be announced again (a hand
-    lowered and raised). The background class is never announced.
-    """
-
-    agree: int = 3
-    min_confidence: float = 0.8
-    background: int | None = None
-    _candidate: int | None = None
-    _streak: int = 0
-    _announced: int | None = None
-
-    def update(self, index: int, score: float) -> int | None:
-        """Feed one frame's top class; returns the class index to announce, or None."""
-        vote = index if score >= self.min_confidence else None
-        if vote is None or vote != self._candidate:
-            self._candidate, self._streak = vote, (0 if vote is None else 1)
-        else:
-            self._streak += 1
-        if vote is None or self._streak < self.agree:
-            return None
-        if vote == self.background:
-            self._announced = None  # stable background: the next sign is new, even the same one
-            return None
-        if vote == self._announced:
-            return None
-        self._announced = vote
-        return vote
-
-
-@dataclass
 class Announcement:
     """One label said: which frame triggered it and how confident the model was."""
 
@@ -85,6 +58,7 @@ class Announcement:
     frame: int
     score: float
     t_ns: int
+    t_capture_ns: int = 0  # when the frame that triggered it was captured
 
 
 @dataclass
@@ -145,14 +119,17 @@ def run_demo(
     """
     debouncer = debouncer or Debouncer(background=background_index(labels))
     # edgekit's one frame loop; a bounded sink because a demo may run for hours (--loop).
-    pipeline = Pipeline(runtime, labels, top_k=1, warmup=warmup, window=RUN_WINDOW)
+    # top 2: the margin over the runner-up is the gate's second signal
+    pipeline = Pipeline(runtime, labels, top_k=2, warmup=warmup, window=RUN_WINDOW)
     report = DemoReport()
     speaker = _Speaker((show, say), log)
     try:
         for frame, result in pipeline.steps(source, max_frames, duration_s):
-            top = result.classification.top
-            if debouncer.update(top.index, top.score) is not None:
-                report.announcements.append(speaker.announce(top, frame.index))
+            preds = result.classification.predictions
+            top = preds[0]
+            margin = top.score - (preds[1].score if len(preds) > 1 else 0.0)
+            if debouncer.update(top.index, top.score, margin, frame.t_capture_ns / 1e9) is not None:
+                report.announcements.append(speaker.announce(top, frame.index, frame.t_capture_ns))
             if until is not None and until(frame):
                 break
     except (CameraError, KeyboardInterrupt) as exc:
@@ -174,7 +151,7 @@ class _Speaker:
         self.recorder = LatencyRecorder("announce", window=RUN_WINDOW)
         self.pending: list[concurrent.futures.Future] = []
 
-    def announce(self, top: Any, frame_index: int) -> Announcement:
+    def announce(self, top: Any, frame_index: int, t_capture_ns: int = 0) -> Announcement:
         """Say and show ``top.label`` (Futures are kept, not waited for: speech never holds up the camera)."""
         now = time.perf_counter_ns
         t0 = now()
@@ -185,7 +162,7 @@ class _Speaker:
         self.recorder.add(now() - t0)
         if self.log is not None:
             print(f"said: {top.label}  (frame {frame_index}, score {top.score:.3f})", file=self.log, flush=True)
-        return Announcement(top.label, top.index, frame_index, top.score, now())
+        return Announcement(top.label, top.index, frame_index, top.score, now(), t_capture_ns)
 
     def finish(self, wait_s: float) -> list[str]:
         """Wait for the pending actions; the errors of those that failed."""
@@ -212,6 +189,15 @@ def build_parser() -> argparse.ArgumentParser:
                        "folder or video")
     p.add_argument("--min-confidence", type=float, default=0.8, help="score a frame needs to count (default 0.8)")
     p.add_argument("--agree", type=int, default=3, help="frames in a row that must agree (default 3)")
+    p.add_argument("--min-margin", type=float, metavar="M",
+                   help="score lead over the runner-up a frame needs (default: the fitted one from --thresholds, "
+                   "else 0)")
+    p.add_argument("--thresholds", metavar="FILE",
+                   help="fitted thresholds (default: <bundle>.signs.json beside the bundle, when there)")
+    p.add_argument("--rearm", type=float, default=0.5, metavar="S",
+                   help="say the same label again only after S seconds without it (default 0.5)")
+    p.add_argument("--truth", metavar="CSV", help="with --fake DIR: file,label per image; prints latency, misses, "
+                   "false announcements per minute of background and a confusion summary")
     p.add_argument("--background", metavar="LABEL",
                    help="the no-sign class (default: label 'background', or index 26 of 27 classes)")
     p.add_argument("--show-seconds", type=float, default=2.0, help="how long the label stays on the face")
@@ -253,33 +239,25 @@ def main(argv: Sequence[str] | None = None, runtime: Any = None, labels: Sequenc
 def _run(args: argparse.Namespace, runtime: Any, labels: Sequence[str] | None, out: TextIO) -> int:
     from contextlib import ExitStack
 
-    if args.agree < 1 or not 0.0 <= args.min_confidence <= 1.0:
-        raise UsageError("--agree must be >= 1 and --min-confidence within 0..1")
+    if args.agree < 1 or not 0.0 <= args.min_confidence <= 1.0 or args.rearm < 0:
+        raise UsageError("--agree must be >= 1, --min-confidence within 0..1 and --rearm >= 0")
+    truth = _load_truth(args)
     with ExitStack() as stack:
-        if runtime is None:
-            if not args.bundle:
-                raise UsageError("--bundle is required", "build one with: edgekit build MODEL --target cpu")
-            from edgekit.model import open_model
-
-            model = stack.enter_context(open_model(args.bundle, **runtime_options(args)))
-            runtime, labels = model.runtime, labels or model.labels
-            name = model.name
-        else:
-            if labels is None and args.bundle:
-                from edgekit.bundle import load_bundle
-
-                labels = load_bundle(args.bundle, allow_rejected=True).labels
-            name = getattr(runtime, "name", type(runtime).__name__)
-        labels = list(labels or [])
+        runtime, labels, name = _open_runtime(args, runtime, labels, stack)
         background = background_index(labels, args.background)
         if args.background and background is None:
             raise UsageError(f"no label {args.background!r} in the model's labels")
-        source, serial, until = _open_robot(args, stack)
+        min_margin, fitted = _min_margin(args)
+        source, serial, until = _open_robot(args, stack, getattr(runtime, "input_spec", None))
         describe = runtime.describe() if hasattr(runtime, "describe") else {}
         print(f"robot.signs: Vector {serial}{' (fake)' if args.fake else ''}; model {name} "
               f"[{describe.get('backend', '?')} {describe.get('version', '')}]; {len(labels)} labels, "
-              f"background: {labels[background] if background is not None else 'none'}", file=out)
-        debouncer = Debouncer(args.agree, args.min_confidence, background)
+              f"background: {labels[background] if background is not None else 'none'}; "
+              f"gate: score >= {args.min_confidence}, margin >= {min_margin:g}{fitted}", file=out)
+        warning = describe_background(labels, background)
+        if warning:
+            print(warning, file=out)
+        debouncer = Debouncer(args.agree, args.min_confidence, background, args.rearm, min_margin)
         say = None if args.no_speech else (lambda text: source.say(text, wait=False))
 
         def show(text: str) -> Any:
@@ -289,19 +267,75 @@ def _run(args: argparse.Namespace, runtime: Any, labels: Sequence[str] | None, o
                           max_frames=args.max_frames, duration_s=args.duration, until=until,
                           log=None if args.quiet else out)
         print_report(report, out)
-        if args.json:
-            with open(args.json, "w", encoding="utf-8") as f:
-                json.dump(report.to_dict(), f, indent=2, default=str)
-        if report.failure is not None:
-            raise report.failure
+        _finish(args, report, truth, background, labels, out)
     return 0
 
 
-def _open_robot(args: argparse.Namespace, stack: Any) -> tuple[Any, str, Callable[[Any], bool] | None]:
+def _open_runtime(args: argparse.Namespace, runtime: Any, labels: Sequence[str] | None,
+                  stack: Any) -> tuple[Any, list[str], str]:
+    """The bundle's runtime and labels (or the injected ones), closed by ``stack``."""
+    if runtime is None:
+        if not args.bundle:
+            raise UsageError("--bundle is required", "build one with: edgekit build MODEL --target cpu")
+        from edgekit.model import open_model
+
+        model = stack.enter_context(open_model(args.bundle, **runtime_options(args)))
+        return model.runtime, list(labels or model.labels), model.name
+    if labels is None and args.bundle:
+        from edgekit.bundle import load_bundle
+
+        labels = load_bundle(args.bundle, allow_rejected=True).labels
+    return runtime, list(labels or []), getattr(runtime, "name", type(runtime).__name__)
+
+
+def _min_margin(args: argparse.Namespace) -> tuple[float, str]:
+    """The margin threshold: --min-margin, else the fitted one (--thresholds or beside the bundle), else 0."""
+    path = args.thresholds or (thresholds_path(args.bundle) if args.bundle else None)
+    if args.min_margin is not None:
+        if not 0.0 <= args.min_margin <= 1.0:
+            raise UsageError("--min-margin must be within 0..1")
+        return args.min_margin, ""
+    if path is None or (not args.thresholds and not path.is_file()):
+        return 0.0, " (no fitted thresholds: python -m robot.thresholds)"
+    data = read_thresholds(path)
+    return float(data["min_margin"]), f" (fitted: {path})"
+
+
+def _load_truth(args: argparse.Namespace) -> list[str] | None:
+    if not args.truth:
+        return None
+    if not args.fake or args.loop:
+        raise UsageError("--truth needs --fake DIR (one pass, no --loop)")
+    from robot.acceptance import frame_truth
+
+    return frame_truth(args.truth, args.fake, args.hold)
+
+
+def _finish(args: argparse.Namespace, report: DemoReport, truth: list[str] | None, background: int | None,
+            labels: Sequence[str], out: TextIO) -> None:
+    """Acceptance summary (with --truth), the JSON report, and the failure that ended the run."""
+    data = report.to_dict()
+    if truth is not None:
+        from robot.acceptance import print_acceptance, score_run
+
+        bg_label = labels[background] if background is not None else "background"
+        acceptance = score_run(report.announcements, truth, args.fps, bg_label, rearm_s=args.rearm)
+        print_acceptance(acceptance, out)
+        data["acceptance"] = acceptance
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, default=str)
+    if report.failure is not None:
+        raise report.failure
+
+
+def _open_robot(args: argparse.Namespace, stack: Any,
+                spec: Any = None) -> tuple[Any, str, Callable[[Any], bool] | None]:
     """Connect to the real robot (--serial) or a loopback FakeVector (--fake), closed by ``stack``.
 
     Returns the camera source, the robot's serial and, for one pass over a fake's frames,
-    the ``until`` test that ends the run after the last one.
+    the ``until`` test that ends the run after the last one. ``spec`` (the model's input)
+    makes the source hand over only the model's window, decoded the fast way.
     """
     from edgekit.vector.camera import VectorSource
 
@@ -318,7 +352,7 @@ def _open_robot(args: argparse.Namespace, stack: Any) -> tuple[Any, str, Callabl
     else:
         serial, home = args.serial, None
     source = VectorSource(serial, config_home=home, connect_timeout_s=args.connect_timeout,
-                          reconnect=args.reconnect)
+                          reconnect=args.reconnect, prepare=spec)
     stack.callback(source.close)
     source.open()
     return source, serial, until

@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 
 from edgekit.bundle import BundleWriter, load_bundle
+from edgekit.errors import UsageError
 from edgekit.image import InputSpec
 from edgekit.runtime.fake import FakeRuntime
+from robot.openset import Gate, fit_margin
 from robot.signs import Debouncer, background_index, main, run_demo
 
 pytest.importorskip("anki_vector", reason="needs wirepod_vector_sdk (pip install 'edgekit[vector]')")
@@ -61,8 +63,8 @@ def write_frames(folder: Path, labels: list[str]) -> Path:
 
 def announced(debouncer: Debouncer, votes) -> list[int]:
     out = []
-    for index, score in votes:
-        got = debouncer.update(index, score)
+    for vote in votes:
+        got = debouncer.update(*vote)
         if got is not None:
             out.append(got)
     return out
@@ -77,13 +79,43 @@ def test_debouncer_needs_n_agreeing_confident_frames_and_says_each_sign_once():
     assert announced(d, [(1, 0.9)]) == [1]
 
 
-def test_debouncer_ignores_low_confidence_and_background_and_resets_after_background():
-    d = Debouncer(agree=2, min_confidence=0.8, background=2)
+def test_debouncer_ignores_low_confidence_and_background_and_rearms_after_background():
+    d = Debouncer(agree=2, min_confidence=0.8, background=2, rearm_s=0.5)
     assert announced(d, [(0, 0.79), (0, 0.79), (0, 0.5)]) == []
     assert announced(d, [(0, 0.9), (0, 0.7), (0, 0.9)]) == []  # an unsure frame breaks the streak
     assert announced(d, [(0, 0.9)]) == [0]
-    assert announced(d, [(2, 0.99)] * 5) == []  # background is never said...
-    assert announced(d, [(0, 0.9)] * 2) == [0]  # ...but the same sign after it is new again
+    assert announced(d, [(2, 0.99)] * 5) == []  # background is never said, and 5 frames (0.33 s) do not re-arm
+    assert announced(d, [(0, 0.9)] * 4) == []  # the same item back after a short gap: not said twice
+    assert announced(d, [(2, 0.99)] * 8) == []  # 8 frames at 15 fps: 0.53 s without it
+    assert announced(d, [(0, 0.9)] * 2) == [0]  # a new appearance
+
+
+def test_debouncer_held_item_is_said_once_and_the_next_different_item_is_never_masked():
+    d = Debouncer(agree=3, min_confidence=0.8, background=2, rearm_s=1.0)
+    frames = [(0, 0.95, 0.9, i / 15) for i in range(150)]  # held 10 s
+    frames[40] = frames[90] = (1, 0.6, 0.3, 40 / 15)  # flickers do not re-arm it
+    frames[90] = (1, 0.6, 0.3, 90 / 15)
+    assert announced(d, frames) == [0]
+    assert announced(d, [(1, 0.9, 0.8, 10 + i / 15) for i in range(3)]) == [1]  # said at once, not masked
+    assert announced(d, [(0, 0.9, 0.8, 11 + i / 15) for i in range(3)]) == [0]  # a different label: new again
+
+
+def test_gate_needs_the_margin_over_the_runner_up():
+    d = Debouncer(agree=2, min_confidence=0.5, background=None, min_margin=0.4)
+    assert announced(d, [(0, 0.6, 0.3)] * 5) == []  # confident enough, but the runner-up is close
+    assert announced(d, [(0, 0.6, 0.45)] * 2) == [0]
+    assert Gate(0.5, 0.4, background=3).accepts(3, 0.99, 0.99) is False  # background never counts
+
+
+def test_margin_is_fitted_to_the_false_rate_on_held_out_scenes():
+    items = np.array([0.9, 0.95, 0.99, 0.5])
+    ok = np.array([True, True, True, True])
+    scenes = np.array([0.1, 0.2, 0.6, 0.7])
+    passes = np.array([False, True, True, True])
+    fitted = fit_margin(items, ok, scenes, passes, max_false_rate=0.25)
+    assert 0.6 < fitted["min_margin"] <= 0.7 + 1e-5  # only the 0.7 scene still counts: 1 of 4
+    assert fitted["background_false_rate"] == 0.25 and fitted["item_recall"] == 0.75
+    assert fit_margin(items, ok, scenes, passes, 0.0)["min_margin"] > 0.7
 
 
 def test_background_index_by_name_or_seed_layout():
@@ -217,3 +249,32 @@ def test_real_tflite_bundle_through_the_cli_never_imports_tensorflow(sign_bundle
     assert data["said"] == ["a", "b"]  # a held over two images is still said once
     assert "ai_edge_litert" in done.stdout  # the real LiteRT runtime ran the model
     assert data["pipeline"]["stages"]["inference"]["count"] > 10
+
+
+# ---------------------------------------------------------------------------------------------
+# the acceptance summary (--truth)
+
+
+def test_acceptance_scores_latency_misses_repeats_and_false_announcements(tmp_path):
+    from robot.acceptance import frame_truth, score_run
+    from robot.signs import Announcement
+
+    for i in range(6):
+        cv2.imwrite(str(tmp_path / f"{i}.png"), np.zeros((8, 8), np.uint8))
+    (tmp_path / "truth.csv").write_text("file,label\n1.png,a\n2.png,a\n4.png,b\n5.png,background\n")
+    truth = frame_truth(tmp_path / "truth.csv", tmp_path, hold=10)  # 60 frames: a 10-29, b 40-49
+    assert truth[:10] == [""] * 10 and truth[10:30] == ["a"] * 20 and truth[40:50] == ["b"] * 10
+
+    def said(label, frame):
+        return Announcement(label, 0, frame, 0.9, t_ns=2_000_000, t_capture_ns=1_000_000)
+
+    acc = score_run([said("a", 14), said("a", 25), said("c", 36), said("a", 58)], truth, fps=10,
+                    background="background")
+    assert [(r["label"], r["said"], r["latency_s"]) for r in acc["items"]] == [("a", 2, 0.301), ("b", 0, None)]
+    assert acc["missed"] == 1 and acc["repeated"] == 1
+    assert [f["said"] for f in acc["false"]] == ["c", "a"] and acc["false_on_background"] == 2
+    assert acc["background_s"] == 3.0 and acc["false_per_min_background"] == 40.0
+    assert {"truth": "b", "said": "(missed)", "count": 1} in acc["confusion"]
+    (tmp_path / "bad.csv").write_text("file,label\nnope.png,a\n")
+    with pytest.raises(UsageError, match="not in"):
+        frame_truth(tmp_path / "bad.csv", tmp_path, hold=1)
