@@ -83,6 +83,18 @@ def log_level(args: argparse.Namespace) -> int:
     return {0: logging.WARNING, 1: logging.INFO}.get(getattr(args, "verbose", 0) or 0, logging.DEBUG)
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record comes (callers and tests swap it)."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
 def _setup_logging(args: argparse.Namespace) -> None:
     """One stderr handler on the ``edgekit`` logger (serve configures its own: [log] level)."""
     if args.verb == "serve":
@@ -90,7 +102,7 @@ def _setup_logging(args: argparse.Namespace) -> None:
     logger = logging.getLogger("edgekit")
     logger.setLevel(log_level(args))
     if not logger.handlers:
-        handler = logging.StreamHandler()
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
         logger.addHandler(handler)
         logger.propagate = False

@@ -961,3 +961,29 @@ def test_camera_module_stays_light():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_picamera2_yuv420_conversion_is_opencvs_without_opencv():
+    # numpy I420 -> BGR with OpenCV's BT.601 fixed-point constants: bit-identical, stride padding dropped.
+    from edgekit.camera.picamera import _yuv420_to_bgr
+
+    rng = np.random.default_rng(3)
+    w, h = 64, 48
+    i420 = rng.integers(0, 256, (h * 3 // 2, w), dtype=np.uint8)
+    want = cv2.cvtColor(i420, cv2.COLOR_YUV2BGR_I420)
+    np.testing.assert_array_equal(_yuv420_to_bgr(i420, w, h), want)
+    padded = np.zeros((h * 3 // 2, w + 32), np.uint8)  # the same image in rows of 96 bytes
+    padded[:h, :w] = i420[:h]
+    halves, chroma = padded.reshape(-1, (w + 32) // 2), i420[h:].reshape(-1, w // 2)
+    halves[2 * h : 3 * h, : w // 2] = chroma
+    np.testing.assert_array_equal(_yuv420_to_bgr(padded, w, h), want)
+
+
+def test_picamera2_channel_orders_match_opencv():
+    from edgekit.camera.picamera import PICAMERA2_TO_BGR
+
+    a = np.random.default_rng(4).integers(0, 256, (6, 5, 4), dtype=np.uint8)
+    np.testing.assert_array_equal(PICAMERA2_TO_BGR["XRGB8888"](a), cv2.cvtColor(a, cv2.COLOR_BGRA2BGR))
+    np.testing.assert_array_equal(PICAMERA2_TO_BGR["XBGR8888"](a), cv2.cvtColor(a, cv2.COLOR_RGBA2BGR))
+    rgb = np.ascontiguousarray(a[..., :3])
+    np.testing.assert_array_equal(PICAMERA2_TO_BGR["BGR888"](rgb), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))

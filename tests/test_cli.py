@@ -44,3 +44,64 @@ def test_verb_modules_import_nothing_heavy():
     out = python(code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_every_verb_takes_verbose_and_quiet():
+    from edgekit.cli import build_parser
+
+    for verb in VERBS:
+        parser = build_parser(verb)
+        sub = next(a for a in parser._actions if a.dest == "verb").choices[verb]
+        flags = {s for a in sub._actions for s in a.option_strings}
+        assert {"-v", "--verbose", "-q", "--quiet", "--debug"} <= flags, verb
+        if verb not in ("serve", "deploy"):
+            assert "--json" in flags, verb  # one grammar: --json is JSON on stdout
+
+
+def test_deploy_lists_and_writes_the_shipped_files(tmp_path, capsys):
+    from edgekit.cli import main
+
+    assert main(["deploy"]) == 0
+    listing = capsys.readouterr().out
+    assert all(name in listing for name in ("config", "systemd", "prometheus", "alerts"))
+    assert main(["deploy", "all", "--out", str(tmp_path)]) == 0
+    shipped = ROOT / "deploy"
+    for name in ("serve.example.toml", "edgekit.service", "prometheus.yml", "alerts.yml"):
+        assert (tmp_path / name).read_bytes() == (shipped / name).read_bytes()
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o644
+    (tmp_path / "edgekit.service").write_text("edited\n")
+    capsys.readouterr()
+    assert main(["deploy", "config", "systemd", "--out", str(tmp_path)]) == 2  # nothing is overwritten...
+    assert "--force" in capsys.readouterr().err
+    assert (tmp_path / "edgekit.service").read_text() == "edited\n"  # ...not even the other file
+    assert main(["deploy", "systemd", "--out", str(tmp_path), "--force"]) == 0
+    assert (tmp_path / "edgekit.service").read_bytes() == (shipped / "edgekit.service").read_bytes()
+    assert main(["deploy", "alerts", "--out", "-"]) == 0
+    assert "EdgekitDown" in capsys.readouterr().out
+    assert main(["deploy", "nginx", "--out", str(tmp_path)]) == 2
+    assert "choose from: config, systemd, prometheus, alerts, all" in capsys.readouterr().err
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+
+def test_serve_writes_the_example_config(tmp_path, capsys):
+    from edgekit.cli import main
+
+    dest = tmp_path / "serve.toml"
+    assert main(["serve", "--write-example-config", str(dest)]) == 0
+    assert dest.read_bytes() == (ROOT / "deploy" / "serve.example.toml").read_bytes()
+    assert main(["serve", "--write-example-config", str(dest)]) == 2
+    assert "exists" in capsys.readouterr().err
+
+
+def test_native_stderr_goes_to_the_log(capfd, caplog):
+    import logging
+
+    from edgekit.quiet import native_stderr_to_log
+
+    log = logging.getLogger("ektest.quiet")  # outside "edgekit": the CLI's handler there is not involved
+    with caplog.at_level(logging.DEBUG, logger="ektest.quiet"), native_stderr_to_log(log):
+        os.write(2, b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.\nERROR: something real\n")
+    assert capfd.readouterr().err == ""  # nothing reached the terminal
+    levels = {r.getMessage(): r.levelno for r in caplog.records}
+    assert levels == {"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.": logging.DEBUG,
+                      "ERROR: something real": logging.WARNING}

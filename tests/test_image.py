@@ -104,3 +104,87 @@ def test_fast_lookup_equals_per_channel_table(spec):
     out = prep(frame)
     assert out.dtype == np.dtype(spec.dtype)
     np.testing.assert_array_equal(out[0], expected)
+
+
+# --- without OpenCV: numpy resize/colour (edgekit.imgops) and Pillow decoding ------------------------------------
+
+SIZES = [((200, 200), (32, 32)), ((360, 640), (224, 224)), ((360, 640), (96, 128)), ((28, 28), (32, 32)),
+         ((7, 9), (32, 32)), ((64, 48), (32, 32))]
+
+
+@pytest.mark.parametrize(("src", "dst"), SIZES)
+@pytest.mark.parametrize("interpolation", ["area", "linear", "nearest"])
+def test_numpy_resize_follows_opencv(src, dst, interpolation):
+    from edgekit import imgops
+
+    rng = np.random.default_rng(0)
+    codes = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR, "nearest": cv2.INTER_NEAREST}
+    for img in (rng.integers(0, 256, src, dtype=np.uint8), rng.integers(0, 256, (*src, 3), dtype=np.uint8)):
+        ref = cv2.resize(img, dst[::-1], interpolation=codes[interpolation])
+        got = imgops.resize(img, *dst, interpolation)
+        assert got.shape == ref.shape and got.dtype == np.uint8
+        assert np.abs(got.astype(int) - ref).max() <= 1  # float vs OpenCV's fixed point: one grey level at most
+
+
+def test_numpy_gray_and_channel_order_are_identical_to_opencv():
+    from edgekit import imgops
+
+    bgr = np.random.default_rng(1).integers(0, 256, (97, 131, 3), dtype=np.uint8)
+    bgra = np.dstack([bgr, np.full(bgr.shape[:2], 7, np.uint8)])
+    np.testing.assert_array_equal(imgops.bgr_to_gray(bgr), cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY))
+    np.testing.assert_array_equal(imgops.convert_colour(bgra, "gray"), cv2.cvtColor(bgra, cv2.COLOR_BGRA2GRAY))
+    np.testing.assert_array_equal(imgops.convert_colour(bgr, "rgb"), cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+    np.testing.assert_array_equal(imgops.convert_colour(bgra, "bgr"), bgr)
+    gray = bgr[..., 0]
+    np.testing.assert_array_equal(imgops.convert_colour(gray, "rgb"), cv2.cvtColor(gray, cv2.COLOR_GRAY2RGB))
+
+
+@pytest.fixture
+def no_opencv(monkeypatch):
+    """edgekit.image as on a device without OpenCV (the lookup is cached, so patch its user)."""
+    import edgekit.image
+
+    monkeypatch.setattr(edgekit.image, "optional_cv2", lambda: None)
+
+
+def _specs():
+    return [InputSpec(shape=(1, 32, 32, 1), dtype="uint8", scale=1 / 255, zero_point=0, crop=(200, 200)),
+            InputSpec(shape=(1, 96, 96, 3), dtype="int8", scale=0.02, zero_point=-3, mean=(127.5,), std=(127.5,)),
+            InputSpec(shape=(1, 3, 64, 64), layout="NCHW", colour="bgr", resize="letterbox")]
+
+
+def test_preprocessing_without_opencv_gives_the_same_tensors(monkeypatch):
+    # A model calibrated on a host with OpenCV must see the same tensors on a device without it.
+    import edgekit.image
+    from edgekit.camera import synthetic_frame
+
+    frames = [synthetic_frame(i, 640, 360) for i in (0, 17)]
+    full = {k: [Preprocessor(spec)(f) for f in frames] for k, spec in enumerate(_specs())}
+    monkeypatch.setattr(edgekit.image, "optional_cv2", lambda: None)
+    for k, spec in enumerate(_specs()):
+        for a, b in zip((Preprocessor(spec)(f) for f in frames), full[k]):
+            assert a.shape == b.shape and a.dtype == b.dtype
+            # one grey level: one quantisation step (or less), or 1/std of a float input
+            tolerance = 1 if spec.quantized else 1 / spec.std[0]
+            assert np.abs(a.astype(np.float64) - b.astype(np.float64)).max() <= tolerance + 1e-6
+
+
+def test_pillow_decodes_like_opencv(tmp_path, no_opencv):
+    rng = np.random.default_rng(2)
+    bgr = rng.integers(0, 256, (40, 50, 3), dtype=np.uint8)
+    cv2.imwrite(str(tmp_path / "c.png"), bgr)
+    cv2.imwrite(str(tmp_path / "g.png"), bgr[..., 1])
+    cv2.imwrite(str(tmp_path / "a.png"), np.dstack([bgr, np.full((40, 50), 200, np.uint8)]))
+    cv2.imwrite(str(tmp_path / "w.png"), (bgr[..., 0].astype(np.uint16) * 257))
+    np.testing.assert_array_equal(read_image(tmp_path / "c.png"), bgr)
+    np.testing.assert_array_equal(read_image(tmp_path / "g.png"), bgr[..., 1])
+    np.testing.assert_array_equal(read_image(tmp_path / "a.png"), bgr)
+    np.testing.assert_array_equal(read_image(tmp_path / "w.png"), bgr[..., 0])
+    smooth = cv2.GaussianBlur(bgr, (7, 7), 3)
+    cv2.imwrite(str(tmp_path / "j.jpg"), smooth)
+    assert np.abs(read_image(tmp_path / "j.jpg").astype(int) - cv2.imread(str(tmp_path / "j.jpg"))).max() <= 2
+    (tmp_path / "cut.jpg").write_bytes((tmp_path / "j.jpg").read_bytes()[:300])
+    (tmp_path / "junk.png").write_bytes(b"not an image at all")
+    for bad in ("cut.jpg", "junk.png"):
+        with pytest.raises(ImageReadError):
+            read_image(tmp_path / bad)

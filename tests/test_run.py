@@ -307,3 +307,13 @@ def test_malformed_camera_option_is_a_usage_error(bundle, capsys):
     with pytest.raises(SystemExit) as exc:
         cli(["run", str(bundle), "--camera", "synthetic", "-O", "fps"])
     assert exc.value.code == 2 and "not KEY=VALUE" in capsys.readouterr().err
+
+
+def test_litert_banner_only_with_debug_logging(bundle):
+    # LiteRT prints its XNNPACK banner from C++ on fd 2: captured into the DEBUG log (edgekit.quiet).
+    args = [sys.executable, "-m", "edgekit.cli", "run", str(bundle), "--camera", "synthetic", "--max-frames", "1"]
+    quiet = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    loud = subprocess.run([*args, "-vv"], capture_output=True, text=True, timeout=60)
+    assert quiet.returncode == loud.returncode == 0, quiet.stderr + loud.stderr
+    assert "XNNPACK delegate" not in quiet.stderr + quiet.stdout
+    assert "DEBUG edgekit.runtime.litert: INFO: Created TensorFlow Lite XNNPACK delegate" in loud.stderr

@@ -160,3 +160,18 @@ def test_print_config_shows_the_effective_values(tmp_path, capsys):
     assert main(parse_flags("--config", str(path), "--top-k", "4", "--print-config")) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["model"]["top_k"] == 4 and shown["model"]["path"].endswith("m.tflite")
+
+
+def test_shipped_prometheus_config_and_alert_rules_are_valid():
+    import shutil
+    import subprocess
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (apt-get install prometheus)")
+    deploy = EXAMPLE.parent
+    rules = subprocess.run([promtool, "check", "rules", str(deploy / "alerts.yml")], capture_output=True, text=True)
+    assert rules.returncode == 0 and "SUCCESS: 6 rules found" in rules.stdout, rules.stdout + rules.stderr
+    config = subprocess.run([promtool, "check", "config", str(deploy / "prometheus.yml")], capture_output=True,
+                            text=True)
+    assert config.returncode == 0 and "1 rule files found" in config.stdout, config.stdout + config.stderr

@@ -29,7 +29,7 @@ class _OpenCVOnUse:
     """``cv2`` imported at the first attribute read (when a source opens), not at module import."""
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(import_cv2("v4l2:, rtsp:// and http:// cameras"), name)
+        return getattr(import_cv2("the v4l2:/rtsp:// camera source"), name)
 
 
 cv2 = _OpenCVOnUse()
