@@ -143,7 +143,8 @@ def single_stream(
     """One SingleStream run: frames back to back until valid (or ``max_duration_s``)."""
     clock = time.perf_counter_ns
     t0_ns = clock() if t0_ns is None else t0_ns
-    pipeline = Pipeline(model.runtime, model.labels, top_k=1, warmup=config.warmup, clock=clock)
+    pipeline = Pipeline(model.runtime, model.labels, top_k=1, warmup=config.warmup, clock=clock,
+                        task=getattr(model, "task", "classify"), task_options=getattr(model, "task_options", None))
     metrics = pipeline.metrics
     start = clock()
     min_ns = int(config.min_duration_s * 1e9)
@@ -286,6 +287,10 @@ def run_bench(
                           init_ms=getattr(m.runtime, "init_ms", None))
             for m in opened
         ]
+        for m in opened:  # a bare model's shape, layout and colour are assumptions: say them
+            assumed = getattr(m, "assumed_input", lambda: None)()
+            if assumed and progress:
+                progress(f"{m.name}: input {assumed}")
         _interleave(opened, results, frames, config, progress or (lambda _line: None))
         if config.profile:
             for m, r in zip(opened, results):

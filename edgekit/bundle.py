@@ -115,6 +115,11 @@ class Bundle:
     def runtime(self) -> dict:
         return self.manifest.get("runtime", {})
 
+    @property
+    def task(self) -> str:
+        """The task head that decodes this bundle's outputs (bundles before ``task``: classify)."""
+        return self.manifest.get("task") or "classify"
+
 
 def load_bundle(path: str | Path, check_hashes: bool = True, allow_rejected: bool = False) -> Bundle:
     """Read and check a bundle directory.
@@ -153,6 +158,7 @@ def load_bundle(path: str | Path, check_hashes: bool = True, allow_rejected: boo
         bundle.model()
     except (KeyError, TypeError) as exc:
         raise BundleError(f"{mpath} has a malformed model entry: {exc}", "rebuild the bundle") from exc
+    _check_task(mpath, bundle)
     verification = manifest.get("verification") or {}
     if verification.get("passed") is False and not allow_rejected:
         raise BundleError(
@@ -160,6 +166,21 @@ def load_bundle(path: str | Path, check_hashes: bool = True, allow_rejected: boo
             "rebuild it, or pass --allow-rejected to run it anyway for inspection",
         )
     return bundle
+
+
+def _check_task(mpath: Path, bundle: Bundle) -> None:
+    """``task`` names a known head; a model's ``task_options.output_index`` points at one of its outputs."""
+    from edgekit.results import TASK_HEADS
+
+    if bundle.task not in TASK_HEADS:
+        raise BundleError(f"{mpath}: unknown task {bundle.task!r} (this edgekit knows {', '.join(TASK_HEADS)})",
+                          "upgrade edgekit on this device, or rebuild the bundle")
+    for m in bundle.models:
+        options = m.extra.get("task_options", {})
+        index = options.get("output_index", 0) if isinstance(options, dict) else None
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < max(len(m.outputs), 1):
+            raise BundleError(f"{mpath}: model {m.name!r} has malformed task_options {options!r}",
+                              "rebuild the bundle")
 
 
 def _check_files(path: Path, manifest: dict, check_hashes: bool) -> None:

@@ -20,7 +20,11 @@ __all__ = ["OpenModel", "open_model", "read_labels", "split_model_spec"]
 class OpenModel:
     """A runtime opened from a bundle or a bare model file, with what decoding needs.
 
-    A context manager: leaving it closes the runtime.
+    ``task`` names the head that decodes its outputs (:data:`edgekit.results.TASK_HEADS`):
+    the bundle's ``task``, or for a bare file ``classify`` when it has one vector output and
+    ``raw`` otherwise; ``task_options`` are that head's options from the bundle (which
+    output holds the class scores; the outputs' names). A context manager: leaving it
+    closes the runtime.
     """
 
     name: str
@@ -30,6 +34,18 @@ class OpenModel:
     labels: list[str] = field(default_factory=list)
     precision: str | None = None
     target: str | None = None
+    task: str = "classify"
+    task_options: dict[str, Any] = field(default_factory=dict)
+
+    def assumed_input(self) -> str | None:
+        """For a bare model (no bundle, so no preprocessing recorded): the layout, shape, colour
+        and scaling edgekit assumed, in words; None for a bundle."""
+        if self.variant is not None or self.target is not None:
+            return None
+        spec = self.runtime.input_spec
+        scaling = f"(pixel - {spec.mean[0]:g}) / {spec.std[0]:g}" if not spec.quantized else "quantised uint8/int8"
+        return (f"{spec.layout} {'x'.join(map(str, spec.shape))} {spec.dtype}, colour {spec.colour}, {scaling} "
+                "(assumed: a bare model carries no preprocessing; build a bundle to record it)")
 
     def close(self) -> None:
         self.runtime.close()
@@ -75,7 +91,8 @@ def open_model(
         runtime = open_runtime(bundle, model=entry.name, **options)  # hashed once, by load_bundle
         _refuse_unused_device(runtime, options, f"{path.name}:{entry.name}")
         names = read_labels(labels) if labels else bundle.labels
-        return OpenModel(f"{path.name}:{entry.name}", path, entry.name, runtime, names, entry.precision, bundle.target)
+        return OpenModel(f"{path.name}:{entry.name}", path, entry.name, runtime, names, entry.precision, bundle.target,
+                         bundle.task, _task_options(bundle.task, entry))
     if variant:
         raise ModelError(
             f"{path} is not a bundle, so it has no variant {variant!r}",
@@ -84,7 +101,28 @@ def open_model(
     options.pop("allow_rejected", None)
     runtime = open_runtime(path, **options)
     _refuse_unused_device(runtime, options, path.name)
-    return OpenModel(path.name, path, None, runtime, read_labels(labels) if labels else [])
+    task = _bare_task(runtime)
+    return OpenModel(path.name, path, None, runtime, read_labels(labels) if labels else [], task=task)
+
+
+def _task_options(task: str, entry: Any) -> dict[str, Any]:
+    """The head's options a bundle model carries: classify's output index (a converter may
+    have moved the class scores), raw's output names as the original model called them."""
+    options = dict(entry.extra.get("task_options") or {})
+    if task == "raw":
+        options.setdefault("names", [str(o.get("name", f"output_{i}")) if isinstance(o, dict) else f"output_{i}"
+                                     for i, o in enumerate(entry.outputs)])
+    return options
+
+
+def _bare_task(runtime: Any) -> str:
+    """``classify`` for a bare model with one vector output, ``raw`` otherwise (never fake top-k)."""
+    from edgekit.results import default_task
+
+    details = getattr(runtime, "output_details", None)
+    if not callable(details):
+        return "classify"
+    return default_task([list(d.get("shape", [])) for d in details()])
 
 
 def _refuse_unused_device(runtime: Any, options: dict[str, Any], name: str) -> None:

@@ -23,6 +23,7 @@ RUNTIME_FLAGS: dict[str, str] = {
     "providers": "providers",
     "allow_fallback": "allow_fallback",
     "allow_rejected": "allow_rejected",
+    "input_size": "input_size",
 }
 DELEGATES = ("xnnpack", "none", "edgetpu")
 
@@ -112,6 +113,8 @@ def add_bundle_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="run a bundle that failed its accuracy gate at build time (for inspection)",
     )
+    g.add_argument("--input-size", metavar="HxW",
+                   help="image size for a bare ONNX model whose input height/width are symbolic (refused without)")
 
 
 class _DeprecatedAlias(argparse.Action):

@@ -4,7 +4,9 @@ What a model's outputs mean is its *task head*. :data:`TASK_HEADS` maps a task n
 dotted path of a decoder factory and the options it accepts (fsspec style: resolved on
 first use, so a head's dependencies load only when a model needs it), and
 :func:`make_decoder` builds one, refusing options the head does not take. The pipeline picks
-its decoder from this table, never by ``if task == ...``. Today: ``classify``.
+its decoder from this table, never by ``if task == ...``. Today: ``classify`` (top-k
+classes of a class-score output) and ``raw`` (every output's shape and summary statistics,
+the tensors themselves only when asked: no top-k for a model that is not a classifier).
 
 Results are small frozen types (as pycoral's ``classify.get_classes`` returns tiny
 immutable ``Class`` tuples), cheap to pass to a daemon, a robot or a JSON line. Every
@@ -197,11 +199,26 @@ TASK_HEADS: dict[str, TaskHead] = {
         ("k", "top_k", "softmax", "output_index"),
         "top-k classes with labels (softmax auto|always|never)",
     ),
+    "raw": TaskHead(
+        "edgekit.results:raw",
+        ("names", "tensors"),
+        "every output's name, shape, dtype and min/max/mean/std (tensors=True: the values too)",
+    ),
     # "detect": the detection issue adds its row here, e.g.
     #   TaskHead("edgekit.detect:detector", ("score_threshold", "iou_threshold", "max_detections"),
     #            "boxes, classes and scores after NMS"),
 }
 """Task name -> :class:`TaskHead`. Add a task by adding a row and a factory module."""
+
+
+def default_task(output_shapes: Sequence[Sequence[Any]]) -> str:
+    """The task of a model that does not say: ``classify`` for one output holding one vector
+    per image (``[1, N]`` or ``[N]``), ``raw`` for anything else."""
+    if len(output_shapes) != 1:
+        return "raw"
+    dims = list(output_shapes[0])
+    batch = len(dims) == 2 and (not isinstance(dims[0], int) or dims[0] in (1, -1))  # symbolic or 1
+    return "classify" if len(dims) == 1 or batch else "raw"
 
 
 def make_decoder(
@@ -254,3 +271,91 @@ def classifier(
         raise UsageError(f"classify output_index must be a whole number >= 0, not {output_index!r}")
     quantization = output_quantization(runtime, output_index) if runtime is not None else None
     return Decoder(labels, count, quantization, output_index, softmax)
+
+
+# ---------------------------------------------------------------------------------------------
+# The raw head: any model, every output, no interpretation
+
+
+@dataclass(frozen=True)
+class OutputSummary:
+    """One output of one frame: its name, shape and dtype (as the model gives it) and summary
+    statistics of its real (dequantised) values; ``values`` only when asked for."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    min: float
+    max: float
+    mean: float
+    std: float
+    values: np.ndarray | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
+                             "min": round(self.min, 6), "max": round(self.max, 6),
+                             "mean": round(self.mean, 6), "std": round(self.std, 6)}
+        if self.values is not None:
+            d["values"] = np.round(self.values.astype(np.float64), 6).tolist()
+        return d
+
+
+@dataclass(frozen=True)
+class RawResult:
+    """Every output of one frame, in the model's output order (the ``raw`` head's result)."""
+
+    outputs: tuple[OutputSummary, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"outputs": [o.to_dict() for o in self.outputs]}
+
+    def __str__(self) -> str:
+        return "  ".join(f"{o.name} {'x'.join(map(str, o.shape))} mean {o.mean:.3g} [{o.min:.3g}, {o.max:.3g}]"
+                         for o in self.outputs)
+
+
+class RawDecoder:
+    """Summarise every output (dequantised with its own scale/zero point).
+
+    Args:
+        names: output names in the runtime's output order (a bundle's manifest names them).
+        quantization: per output ``(scale, zero_point)`` or None for a float output.
+        tensors: keep each output's values in the result (large; for ``--json`` consumers).
+    """
+
+    def __init__(self, names: Sequence[str] = (), quantization: Sequence[Any] = (), tensors: bool = False):
+        self.names = list(names)
+        self.quantization = list(quantization)
+        self.tensors = tensors
+
+    def __call__(self, outputs: Sequence[np.ndarray]) -> RawResult:
+        summaries = []
+        for i, raw_out in enumerate(outputs):
+            arr = np.asarray(raw_out)
+            scale, zero_point = (self.quantization[i] if i < len(self.quantization) else None) or (None, None)
+            real = dequantize(arr, scale, zero_point)
+            name = self.names[i] if i < len(self.names) else f"output_{i}"
+            summaries.append(OutputSummary(
+                name, tuple(int(d) for d in arr.shape), arr.dtype.name,
+                float(real.min()) if real.size else 0.0, float(real.max()) if real.size else 0.0,
+                float(real.mean()) if real.size else 0.0, float(real.std()) if real.size else 0.0,
+                real if self.tensors else None,
+            ))
+        return RawResult(tuple(summaries))
+
+
+def raw(labels: Sequence[str] = (), runtime: Any = None, names: Sequence[str] | None = None,
+        tensors: bool = False) -> RawDecoder:
+    """The ``raw`` head: a :class:`RawDecoder` for every output of ``runtime``.
+
+    ``names`` default to what the runtime reports (``output_details()``), else ``output_N``.
+    ``labels`` are not used: a raw result names outputs, never classes.
+    """
+    if not isinstance(tensors, bool):
+        raise UsageError(f"raw tensors must be true or false, not {tensors!r}")
+    if names is None:
+        details = getattr(runtime, "output_details", None)
+        names = [d.get("name", f"output_{i}") for i, d in enumerate(details())] if callable(details) else []
+    count = len(getattr(runtime, "output_quantization", None) or names)
+    quant = [output_quantization(runtime, i) for i in range(count)] if runtime is not None else []
+    return RawDecoder(list(names), quant, tensors)

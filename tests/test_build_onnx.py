@@ -185,3 +185,64 @@ def test_conversion_job_refuses_to_run_without_our_sample_file(tmp_path):
                           capture_output=True, text=True, timeout=120, check=False)
     result = json.loads((tmp_path / "result.json").read_text())
     assert proc.returncode == 3 and not result["ok"] and "is missing: onnx2tf would download it" in result["error"]
+
+
+def test_run_and_bench_refuse_a_symbolic_onnx_without_input_size_and_say_what_they_assume(made, capsys):
+    from edgekit.cli import main
+
+    dyn = str(made["dynamic"])
+    for verb in (["run", dyn, "--camera", "synthetic", "--max-frames", "3"],
+                 ["bench", dyn, "--min-duration", "0", "--min-count", "5", "--repeats", "1"]):
+        assert main(verb) == 2
+        err = capsys.readouterr().err
+        assert "error: input 'image' has shape [?,1,?,?]: its height/width are not fixed" in err
+        assert "--input-size" in err and "Traceback" not in err
+    assert main(["run", dyn, "--camera", "synthetic", "--max-frames", "3", "--every", "0",
+                 "--input-size", "32x32"]) == 0
+    out = capsys.readouterr().out
+    assert "task classify" in out and "input: NCHW 1x1x32x32 float32, colour gray, (pixel - 0) / 255 (assumed" in out
+    assert main(["bench", dyn, "--input-size", "32x32", "--min-duration", "0", "--min-count", "5",
+                 "--repeats", "1"]) == 0
+    assert "demo_dyn.onnx: input NCHW 1x1x32x32 float32, colour gray" in capsys.readouterr().err
+
+
+def test_run_decodes_a_two_output_bundle_with_the_raw_head(two_head_bundles, capsys):
+    from edgekit.cli import main
+
+    bundle = f"{two_head_bundles['cpu'].bundle}:int8"
+    assert main(["run", bundle, "--camera", "synthetic", "--max-frames", "2", "--json", "--tensors"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines[0]["task"] == "raw"
+    frames = [line for line in lines if "frame" in line]
+    assert len(frames) == 2 and all("top" not in f for f in frames)
+    outputs = frames[0]["outputs"]
+    assert [o["name"] for o in outputs] == [o["name"] for o in load_bundle(two_head_bundles["cpu"].bundle)
+                                            .model("int8").outputs]
+    assert {o["name"]: len(o["values"][0]) for o in outputs} == {"scores": 10, "appearance": 3}
+    assert main(["run", bundle, "--camera", "synthetic", "--max-frames", "2", "--every", "0"]) == 0
+    assert "appearance 1x3 mean" in capsys.readouterr().out
+
+
+def test_serve_supervisor_decodes_with_the_bundle_task(two_head_bundles):
+    from edgekit.model import open_model
+    from edgekit.results import RawResult
+
+    with open_model(two_head_bundles["edgetpu"].bundle) as model:
+        assert model.task == "raw" and model.task_options["names"] == [o["name"] for o in
+                                                                        load_bundle(model.path).model().outputs]
+    from edgekit.camera import Frame
+    from edgekit.metrics import PipelineMetrics
+    from edgekit.serve.config import from_dict
+    from edgekit.serve.supervisor import ModelSupervisor
+
+    config = from_dict({"model": {"path": str(two_head_bundles["cpu"].bundle)}})
+    sup = ModelSupervisor(config, None, None, PipelineMetrics(), _Counters(), clock=lambda: 0)
+    sup.open()
+    result = sup.pipeline.step(Frame(np.zeros((64, 64, 3), np.uint8), 0, 0))
+    assert isinstance(result.result, RawResult)
+    assert sorted(o.name for o in result.result.outputs) == ["appearance", "scores"]
+
+
+class _Counters:
+    def add(self, *args, **kwargs):
+        pass

@@ -149,3 +149,20 @@ def test_labels_are_read_one_way_for_bundles_and_label_files(tmp_path):
     assert "\n" not in info.value.message and "UTF-8" in info.value.hint
     with pytest.raises(ModelError, match="cannot read labels file"):
         read_labels(tmp_path / "missing.txt")
+
+
+def test_task_defaults_to_classify_and_unknown_or_malformed_tasks_are_refused(tmp_path):
+    assert load_bundle(_write(tmp_path / "old")).task == "classify"  # bundles from before the task field
+    dest = _write(tmp_path / "b")
+    _edit(dest, lambda m: m.update(task="raw"))
+    assert load_bundle(dest).task == "raw"
+    _edit(dest, lambda m: m.update(task="segment-everything"))
+    with pytest.raises(BundleError, match="unknown task 'segment-everything'"):
+        load_bundle(dest)
+    _edit(dest, lambda m: m.update(task="classify"))
+    for bad in ({"output_index": 3}, {"output_index": "0"}, ["output_index"]):
+        def point(m, bad=bad):
+            m["models"][0].update(outputs=[{"name": "scores", "shape": [1, 10]}], task_options=bad)
+        _edit(dest, point)
+        with pytest.raises(BundleError, match="malformed task_options"):
+            load_bundle(dest)

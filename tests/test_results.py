@@ -175,3 +175,45 @@ def test_pipeline_chooses_its_decoder_by_task(monkeypatch):
         mean.classification
     with pytest.raises(UsageError, match="no option 'scale'"):
         Pipeline(runtime, task_options={"scale": 1.0})
+
+
+class _TwoOutputs:
+    """A runtime's output side as the raw head reads it: names and per-output quantisation."""
+
+    output_quantization = [(0.5, 128), None]
+
+    def output_details(self):
+        return [{"name": "scores", "shape": [1, 3]}, {"name": "box", "shape": [1, 4]}]
+
+
+def test_raw_head_summarises_every_output_and_never_ranks_classes():
+    decode = make_decoder("raw", ["a", "b", "c"], _TwoOutputs())
+    result = decode([np.array([[128, 130, 126]], np.uint8), np.array([[0.1, 0.2, 0.3, 0.4]], np.float32)])
+    d = result.to_dict()
+    assert [o["name"] for o in d["outputs"]] == ["scores", "box"] and "top" not in d
+    scores, box = d["outputs"]
+    assert scores["shape"] == [1, 3] and scores["dtype"] == "uint8"
+    assert (scores["min"], scores["max"], scores["mean"]) == (-1.0, 1.0, 0.0)  # dequantised, widened first
+    assert box["mean"] == pytest.approx(0.25) and "values" not in box
+    assert str(result).startswith("scores 1x3 mean 0 [-1, 1]  box 1x4 mean 0.25")
+
+
+def test_raw_head_gives_tensors_only_when_asked_and_names_from_the_bundle():
+    decode = make_decoder("raw", runtime=_TwoOutputs(), names=["class", "regression"], tensors=True)
+    d = decode([np.array([[128, 129, 130]], np.uint8), np.array([[1.0, 2.0, 3.0, 4.0]], np.float32)]).to_dict()
+    assert [o["name"] for o in d["outputs"]] == ["class", "regression"]
+    assert d["outputs"][0]["values"] == [[0.0, 0.5, 1.0]] and d["outputs"][1]["values"] == [[1.0, 2.0, 3.0, 4.0]]
+    with pytest.raises(UsageError, match="task 'classify' has no option 'tensors'"):
+        make_decoder("classify", runtime=_TwoOutputs(), tensors=True)
+    with pytest.raises(UsageError, match="raw tensors must be true or false"):
+        make_decoder("raw", runtime=_TwoOutputs(), tensors="yes")
+
+
+@pytest.mark.parametrize(("shapes", "task"), [
+    ([[1, 10]], "classify"), ([["N", 10]], "classify"), ([[10]], "classify"),
+    ([[1, 4, 8400]], "raw"), ([[1, 10], [1, 4]], "raw"), ([[1, 21, 64, 64]], "raw"),
+])
+def test_a_model_that_does_not_say_is_a_classifier_only_with_one_vector_output(shapes, task):
+    from edgekit.results import default_task
+
+    assert default_task(shapes) == task

@@ -97,8 +97,10 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
         side_labels, side_pre = read_sidecars(request.model)
         labels = explicit_labels(request.labels)
         float_spec = _float_spec(request, source, side_pre, log)
-        calib_all, evalset = _load_images(request, Preprocessor(float_spec), labels or side_labels, log)
-        labels = labels or side_labels or (evalset.class_names if evalset else None)
+        # raw: the eval images are compared output by output, their folder names are not classes
+        eval_labels = None if task == "raw" else labels or side_labels
+        calib_all, evalset = _load_images(request, Preprocessor(float_spec), eval_labels, log)
+        labels = labels or side_labels or (evalset.class_names if evalset and task != "raw" else None)
         n_out = source.outputs[class_output].size if class_output is not None else None
         if labels and n_out and len(labels) != n_out:
             raise UsageError(f"{len(labels)} labels for a model with {n_out} outputs",

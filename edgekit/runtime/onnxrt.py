@@ -77,6 +77,8 @@ class OnnxRuntime:
         num_threads: intra-op threads (0/None lets ONNX Runtime choose).
         profile: record ONNX Runtime's per-op profile (see :meth:`end_profiling` and
             :func:`summarize_profile`); the trace goes to a temporary directory, not the cwd.
+        input_size: ``"HxW"`` or ``(H, W)`` for an input whose height/width are symbolic;
+            without it such a model is refused (a shape is never guessed). A symbolic batch is 1.
 
     ``infer`` returns arrays owned by the caller. ``InferenceSession.run`` is thread-safe.
     Any other keyword is an error (see :attr:`OPTIONS`).
@@ -87,6 +89,7 @@ class OnnxRuntime:
         Option("allow_fallback", (bool,), False, "accept a session without some requested provider"),
         Option("num_threads", (int,), None, "intra-op threads (None: ONNX Runtime chooses)", minimum=0),
         Option("profile", (bool,), False, "record ONNX Runtime's per-op profile"),
+        Option("input_size", (str, list, tuple), None, "HxW for a model whose input height/width are symbolic"),
     )
 
     def __init__(
@@ -97,11 +100,12 @@ class OnnxRuntime:
         allow_fallback: bool = False,
         num_threads: int | None = None,
         profile: bool = False,
+        input_size: str | tuple[int, int] | list[int] | None = None,
     ):
         try:
             import onnxruntime as ort
         except ImportError as exc:
-            raise BackendUnavailable("onnxruntime is not installed", "pip install 'edgekit[onnx]'") from exc
+            raise BackendUnavailable("onnxruntime is not installed", "pip install 'edgekit-vision[onnx]'") from exc
         self.model_path = Path(model_path)
         if not self.model_path.is_file():
             raise ModelError(f"model {self.model_path} does not exist")
@@ -124,27 +128,45 @@ class OnnxRuntime:
         self.providers_used = self._session.get_providers()
         check_providers(self.providers_requested, self.providers_used, allow_fallback)
         self.num_threads = num_threads
-        self._bind_io(input_spec)
+        self._bind_io(input_spec, input_size)
 
-    def _bind_io(self, input_spec: InputSpec | None) -> None:
+    def _bind_io(self, input_spec: InputSpec | None, input_size: Any = None) -> None:
         """Read the session's single input and outputs (shared with the GPU adapter)."""
         inputs = self._session.get_inputs()
         if len(inputs) != 1:
             raise ModelError(f"{self.model_path} has {len(inputs)} inputs; edgekit runs single-input models")
         self._input_name = inputs[0].name
         self._output_names = [o.name for o in self._session.get_outputs()]
-        self.input_spec = self._spec(inputs[0], input_spec)
+        self.input_spec = self._spec(inputs[0], input_spec, _size(input_size))
         self.output_quantization = [None] * len(self._output_names)  # ONNX outputs here are float
 
     @staticmethod
-    def _spec(node: Any, given: InputSpec | None) -> InputSpec:
-        shape = [d if isinstance(d, int) else 1 for d in node.shape]  # symbolic batch -> 1
+    def _spec(node: Any, given: InputSpec | None, size: tuple[int, int] | None = None) -> InputSpec:
+        """The input spec: the bundle's (``given``) with the session's shape, or for a bare model
+        its static shape (symbolic batch -> 1, symbolic H/W from ``size``), NCHW when the
+        channel count (1 or 3) comes first, RGB or gray, pixels / 255 (stated by ``run``/``bench``)."""
+        dims = list(node.shape)
+        layout = _layout(dims)
         dtype = _ONNX_DTYPES.get(node.type, "float32")
+        hw = (2, 3) if layout == "NCHW" else (1, 2)
+        shape = [d if isinstance(d, int) and d > 0 else 0 for d in dims]
+        if shape:
+            shape[0] = shape[0] or 1  # a symbolic batch runs one frame at a time
+        if len(shape) == 4 and (size or not all(shape[i] for i in hw)):
+            if size is None and given is not None and len(given.shape) == 4:
+                size = (given.height, given.width)
+            if size is None:
+                text = "[" + ",".join(str(d) if isinstance(d, int) and d > 0 else "?" for d in dims) + "]"
+                raise ModelError(f"input '{node.name}' has shape {text}: its height/width are not fixed",
+                                 "give the image size with --input-size HxW (e.g. --input-size 224x224)")
+            if all(shape[i] for i in hw) and (shape[hw[0]], shape[hw[1]]) != tuple(size):
+                raise ModelError(f"--input-size {size[0]}x{size[1]} does not fit input '{node.name}', "
+                                 f"fixed at {shape[hw[0]]}x{shape[hw[1]]}", "leave out --input-size")
+            shape[hw[0]], shape[hw[1]] = int(size[0]), int(size[1])
         if given is not None:
             d = given.to_dict()
             d.update(shape=shape, dtype=dtype, name=node.name)
             return InputSpec.from_dict(d)
-        layout = "NCHW" if len(shape) == 4 and shape[1] in (1, 3) and shape[3] not in (1, 3) else "NHWC"
         spec = InputSpec(shape=tuple(shape), dtype=dtype, layout=layout, name=node.name)
         return InputSpec.from_dict({**spec.to_dict(), "colour": "gray" if spec.channels == 1 else "rgb"})
 
@@ -186,6 +208,29 @@ class OnnxRuntime:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _layout(dims: list) -> str:
+    """NCHW when a static 1 or 3 channels come first and not last (a PyTorch export), else NHWC."""
+    def channels(d: Any) -> bool:
+        return isinstance(d, int) and d in (1, 3)
+
+    return "NCHW" if len(dims) == 4 and channels(dims[1]) and not channels(dims[3]) else "NHWC"
+
+
+def _size(value: Any) -> tuple[int, int] | None:
+    """``"224x224"``, ``"224"``, ``(224, 224)`` -> ``(224, 224)``; None stays None."""
+    if value is None:
+        return None
+    parts = str(value).lower().split("x") if isinstance(value, str) else list(value)
+    try:
+        dims = [int(p) for p in parts]
+    except (TypeError, ValueError):
+        dims = []
+    dims = dims * 2 if len(dims) == 1 else dims
+    if len(dims) != 2 or min(dims) < 1:
+        raise ModelError(f"--input-size {value!r} is not HxW", "give the height and width, e.g. 224x224")
+    return dims[0], dims[1]
 
 
 def summarize_profile(trace: str | Path | list) -> list[dict[str, Any]]:

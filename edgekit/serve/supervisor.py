@@ -75,16 +75,19 @@ class ModelSupervisor:
     def open(self) -> None:
         """Open the runtime and build its Pipeline; raises what the factory raises."""
         runtime = self._factory()
-        loaded = self._loaded(runtime, self.labels or [], self.identity)
+        loaded = self._loaded(runtime, self.labels or [], self.identity, getattr(self, "_task", None))
         with self._lock:
             self.pipeline, self.runtime_info = loaded.pipeline, loaded.info
             self._failing, self.error = 0, ""
 
-    def _loaded(self, runtime: Any, labels: list[str], identity: dict[str, Any]) -> Loaded:
+    def _loaded(self, runtime: Any, labels: list[str], identity: dict[str, Any],
+                task: tuple[str, dict] | None = None) -> Loaded:
         # Unusable frames are counted and skipped, never fatal (max_corrupt=None): a daemon
         # outlives a camera's bad moments. Inference errors come back to the daemon.
+        # task: the bundle's task head and its options (open_model); a bare factory's runtime: classify
+        name, options = task or ("classify", {})
         pipeline = Pipeline(runtime, labels, top_k=self.config.model.top_k, max_corrupt=None,
-                            clock=self._clock, metrics=self._metrics)
+                            clock=self._clock, metrics=self._metrics, task=name, task_options=options)
         try:
             info = dict(runtime.describe())
         except Exception as exc:  # describe() is informative only
@@ -98,7 +101,8 @@ class ModelSupervisor:
         m = self.config.model
         opened = open_model(path, variant=m.name or None, labels=m.labels or None, **model_options(self.config))
         try:
-            return self._loaded(opened.runtime, opened.labels, identity(path, opened.variant, opened.target))
+            return self._loaded(opened.runtime, opened.labels, identity(path, opened.variant, opened.target),
+                                (opened.task, opened.task_options))
         except Exception:
             opened.close()
             raise
@@ -174,5 +178,6 @@ class ModelSupervisor:
         opened = open_model(path, variant=m.name or None, labels=m.labels or None, **model_options(self.config))
         if self.labels is None:
             self.labels = opened.labels
+        self._task = (opened.task, opened.task_options)
         self.identity = identity(path, opened.variant, opened.target)
         return opened.runtime
