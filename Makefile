@@ -6,7 +6,11 @@ STAMP  := $(VENV)/.installed-stamp
 DIST   := dist
 TARGETS ?= edgetpu,rpi,cpu,jetson
 
-.PHONY: install demo test lint model data bench clean
+.PHONY: install demo test lint model models data bench clean
+
+# onnx2tf (ONNX -> TensorFlow for the TFLite targets) hard-pins an older TensorFlow/numpy stack:
+# it goes in beside ours without its pins, with the few packages it really imports (DESIGN.md 3).
+O2T    := $(VENV)/.onnx2tf-stamp
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +18,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev,serve,vector]'
 	touch $(STAMP)
 
-install: $(STAMP)
+$(O2T): $(STAMP)
+	$(BIN)/python -m pip install -q --no-deps onnx2tf==1.29.24 onnx-graphsurgeon==0.6.1 sng4onnx==2.0.1 \
+		'psutil>=5' 'tf-keras~=2.21.0'
+	touch $(O2T)
+
+install: $(STAMP) $(O2T)
 
 # Build the bundled demo model for every target (offline), then benchmark what runs here.
 demo: $(STAMP)
@@ -22,7 +31,7 @@ demo: $(STAMP)
 		--calib calib/fashion --calib calib/frames --eval eval/fashion --out $(DIST)
 	$(BIN)/python -m scripts.demo_bench --dist $(DIST)
 
-test: $(STAMP)
+test: $(STAMP) $(O2T)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
@@ -33,6 +42,11 @@ lint: $(STAMP)
 model: $(STAMP)
 	$(BIN)/python -m robot.train --data fashion-mnist --arch edge --input-size 32 --epochs 12 \
 		--out models/demo.keras
+
+# The second bundled models, made from models/demo.keras (not committed: it is retrained):
+# models/demo.onnx (tf2onnx, NCHW like a PyTorch export) and models/two_head.keras (class + regression).
+models: $(STAMP) $(O2T)
+	$(BIN)/python -m scripts.bundled_models
 
 # Regenerate the committed calibration/evaluation images (needs dataset-fashion-mnist).
 data: $(STAMP)
