@@ -277,10 +277,10 @@ class BundleSwap:
     def _refuse(self, current: tuple, reason: str) -> None:
         self._refused.add(current)
         self._seen = current
-        self.counts["refused"] += 1
-        self.last = f"refused: {reason}"
         log.warning("hot-swap refused %s: %s; still serving sha256 %s", self.path, reason,
-                        self._supervisor.identity.get("sha256", "")[:12])
+                    self._supervisor.identity.get("sha256", "")[:12])
+        self.last = f"refused: {reason}"
+        self.counts["refused"] += 1  # counted after the line: a reader that sees the count finds it logged
 
     # ------------------------------------------------------------------ the inference loop
     def remember(self, frame: Any, result: Any) -> None:
@@ -316,10 +316,10 @@ class BundleSwap:
         failed.close()
         if self._seen is not None:
             self._refused.add(self._seen)
-        self.counts["rolled_back"] += 1
-        self.last = f"rolled back {sha}: {type(exc).__name__}: {exc}".splitlines()[0]
         log.warning("hot-swap: bundle sha256 %s failed on probation (%s); rolled back to sha256 %s", sha,
                     f"{type(exc).__name__}: {exc}".splitlines()[0], self._supervisor.identity.get("sha256", "")[:12])
+        self.last = f"rolled back {sha}: {type(exc).__name__}: {exc}".splitlines()[0]
+        self.counts["rolled_back"] += 1
         return True
 
     def _commit(self) -> None:
@@ -327,9 +327,9 @@ class BundleSwap:
         if previous is not None:
             previous.close()
         new = self._supervisor.identity
-        self.counts["ok"] += 1
-        self.last = f"ok: {new.get('bundle', '')} sha256 {new.get('sha256', '')[:12]}"
         log.info("hot-swap done: serving %s (sha256 %s)", new.get("path", ""), new.get("sha256", "")[:12])
+        self.last = f"ok: {new.get('bundle', '')} sha256 {new.get('sha256', '')[:12]}"
+        self.counts["ok"] += 1
 
 
 def _still_copying(exc: EdgekitError, current: tuple) -> bool:
