@@ -944,7 +944,7 @@ def test_vector_missing_gives_install_hint(monkeypatch):
     monkeypatch.setitem(sys.modules, "edgekit.vector.camera", None)
     with pytest.raises(BackendUnavailable) as info:
         open_camera("vector:00e20100")
-    assert "edgekit[vector]" in info.value.hint
+    assert "edgekit-vision[vector]" in info.value.hint
 
 
 # ----------------------------------------------------------------------------------------------

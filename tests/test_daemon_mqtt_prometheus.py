@@ -31,7 +31,7 @@ from edgekit.runtime.fake import FakeRuntime
 from edgekit.serve.config import ServeConfig, override
 from edgekit.serve.daemon import Daemon
 
-paho = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt not installed (pip install 'edgekit[serve]')")
+paho = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt not installed (pip install 'edgekit-vision[serve]')")
 
 ROOT = Path(__file__).resolve().parents[1]
 MOSQUITTO = shutil.which("mosquitto") or next(
@@ -189,7 +189,7 @@ def tiny_tflite(tmp_path_factory) -> Path:
 
     Converted in a subprocess so this test process never imports TensorFlow (~500 MB).
     """
-    pytest.importorskip("tensorflow", reason="tensorflow not installed (pip install 'edgekit[build]')")
+    pytest.importorskip("tensorflow", reason="tensorflow not installed (pip install 'edgekit-vision[build]')")
     path = tmp_path_factory.mktemp("model") / "tiny.tflite"
     script = textwrap.dedent(f"""\
         import numpy as np, tensorflow as tf, keras

@@ -21,7 +21,7 @@ from edgekit.serve.daemon import Daemon
 from edgekit.serve.events import PublishPolicy
 from edgekit.serve.mqtt import MqttOptions, MqttPublisher
 
-paho = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt not installed (pip install 'edgekit[serve]')")
+paho = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt not installed (pip install 'edgekit-vision[serve]')")
 pytestmark = pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto not installed (apt-get install mosquitto)")
 LABELS = ["cat", "dog", "bird"]
 

@@ -85,7 +85,7 @@ def test_stream_keys_reads_a_pipe_one_character_at_a_time():
 
 
 def test_cli_against_the_fake_robot_with_keys_from_a_pipe(tmp_path):
-    pytest.importorskip("anki_vector", reason="needs wirepod_vector_sdk (pip install 'edgekit[vector]')")
+    pytest.importorskip("anki_vector", reason="needs wirepod_vector_sdk (pip install 'edgekit-vision[vector]')")
     shots = tmp_path / "shots"
     shots.mkdir()
     for i in range(3):

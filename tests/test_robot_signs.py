@@ -21,7 +21,7 @@ from edgekit.runtime.fake import FakeRuntime
 from robot.openset import Gate, fit_margin
 from robot.signs import Debouncer, background_index, main, run_demo
 
-pytest.importorskip("anki_vector", reason="needs wirepod_vector_sdk (pip install 'edgekit[vector]')")
+pytest.importorskip("anki_vector", reason="needs wirepod_vector_sdk (pip install 'edgekit-vision[vector]')")
 
 from edgekit.vector.camera import VectorSource  # noqa: E402
 from edgekit.vector.fake import FakeVector  # noqa: E402

@@ -17,7 +17,7 @@ from edgekit.errors import CameraError
 from edgekit.vector.connection import VectorError
 from edgekit.vector.fake import FakeVector
 
-pytest.importorskip("anki_vector", reason="needs wirepod_vector_sdk (pip install 'edgekit[vector]')")
+pytest.importorskip("anki_vector", reason="needs wirepod_vector_sdk (pip install 'edgekit-vision[vector]')")
 
 from edgekit.vector.camera import VectorSource, open_vector  # noqa: E402
 

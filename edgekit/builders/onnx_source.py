@@ -102,7 +102,7 @@ def load_onnx(path: Path, input_size: tuple[int, int] | None = None) -> SourceMo
         import onnx
         import onnxruntime as ort
     except ImportError as exc:
-        raise ModelError("ONNX input needs onnx and onnxruntime", "pip install 'edgekit[build]'") from exc
+        raise ModelError("ONNX input needs onnx and onnxruntime", "pip install 'edgekit-vision[build]'") from exc
     try:
         onnx.checker.check_model(str(path))
         model = onnx.load(str(path))

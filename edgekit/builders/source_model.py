@@ -27,7 +27,7 @@ def import_tf():
     except ImportError as exc:
         from edgekit.errors import BackendUnavailable
 
-        raise BackendUnavailable("building needs TensorFlow", "pip install 'edgekit[build]'") from exc
+        raise BackendUnavailable("building needs TensorFlow", "pip install 'edgekit-vision[build]'") from exc
     return tf
 
 

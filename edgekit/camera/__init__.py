@@ -122,7 +122,7 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
          Option("timeout_s", "float", gt=0, to="frame_timeout_s", help="the same as frame_timeout_s"),
          Option("behavior_control", "bool", True), Option("reconnect", "bool", False),
          Option("max_reconnects", "int", ge=0), Option("backoff_s", "pair", (0.5, 8.0), gt=0)),
-        summary="an Anki Vector's camera", install_hint="pip install 'edgekit[vector]'",
+        summary="an Anki Vector's camera", install_hint="pip install 'edgekit-vision[vector]'",
     ),
 )}  # fmt: skip
 

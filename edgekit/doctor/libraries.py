@@ -46,7 +46,7 @@ def check_python(env: Env) -> list[Check]:
             "build tools (host side)",
             INFO if lacking else OK,
             (have or "none") + (f"; not installed: {', '.join(lacking)}" if lacking else ""),
-            "only needed to run `edgekit build`: pip install 'edgekit[build]'" if lacking else "",
+            "only needed to run `edgekit build`: pip install 'edgekit-vision[build]'" if lacking else "",
         )
     )
     return out
@@ -61,7 +61,7 @@ def check_litert(env: Env) -> list[Check]:
             "ai_edge_litert",
             OK if lite else MISSING,
             lite or "not installed",
-            "" if lite else "pip install 'edgekit[litert]'",
+            "" if lite else "pip install 'edgekit-vision[litert]'",
         )
     ]
     tfl = dist_version("tflite-runtime") if has_module("tflite_runtime") else None
@@ -87,7 +87,7 @@ def check_litert(env: Env) -> list[Check]:
                 "tflite_runtime",
                 MISSING,
                 "not installed",
-                "pip install 'edgekit[litert]' (tflite_runtime only on old numpy<2 images)",
+                "pip install 'edgekit-vision[litert]' (tflite_runtime only on old numpy<2 images)",
             )
         )
     return out
@@ -103,7 +103,7 @@ def check_onnxruntime(env: Env) -> list[Check]:
                 "onnxruntime",
                 MISSING,
                 "not installed",
-                "pip install 'edgekit[onnx]' (onnxruntime-gpu on a Jetson or NVIDIA GPU)",
+                "pip install 'edgekit-vision[onnx]' (onnxruntime-gpu on a Jetson or NVIDIA GPU)",
             )
         ]
     import onnxruntime

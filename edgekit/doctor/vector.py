@@ -18,7 +18,7 @@ def check_vector(env: Env) -> list[Check]:
             "Vector SDK",
             OK if sdk else MISSING,
             f"wirepod_vector_sdk {sdk}" if sdk else "anki_vector not installed",
-            "" if sdk else "pip install 'edgekit[vector]'",
+            "" if sdk else "pip install 'edgekit-vision[vector]'",
         )
     )
     ini = env.home_dir / ".anki_vector" / "sdk_config.ini"

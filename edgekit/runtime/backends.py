@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from edgekit.errors import UnknownOptionError, UsageError
 
-_GPU_ORT_HINT = "pip install 'edgekit[jetson]' (onnxruntime-gpu) on a machine with an NVIDIA GPU"
+_GPU_ORT_HINT = "pip install 'edgekit-vision[jetson]' (onnxruntime-gpu) on a machine with an NVIDIA GPU"
 
 
 @dataclass(frozen=True)
@@ -123,11 +123,11 @@ class Backend(NamedTuple):
 BACKENDS: dict[str, Backend] = {
     "litert": Backend(
         "edgekit.runtime.litert:LiteRTRuntime", ("tflite",), {},
-        "pip install 'edgekit[litert]'", "LiteRT (XNNPACK, or the Edge TPU delegate)",
+        "pip install 'edgekit-vision[litert]'", "LiteRT (XNNPACK, or the Edge TPU delegate)",
     ),
     "onnxruntime": Backend(
         "edgekit.runtime.onnxrt:OnnxRuntime", ("onnx",), {"providers": ["cpu"]},
-        "pip install 'edgekit[onnx]'", "ONNX Runtime on the CPU",
+        "pip install 'edgekit-vision[onnx]'", "ONNX Runtime on the CPU",
     ),
     "onnxruntime-cuda": Backend(
         "edgekit.runtime.onnxrt_gpu:OnnxRuntimeGPU", ("onnx",), {"providers": ["cuda"]},

@@ -36,7 +36,7 @@ try:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 except ImportError as exc:  # the daemon imports this module only when the HTTP endpoint is on
     raise BackendUnavailable("the metrics endpoint needs prometheus_client",
-                             "pip install 'edgekit[serve]' (or --http off)") from exc
+                             "pip install 'edgekit-vision[serve]' (or --http off)") from exc
 
 log = logging.getLogger("edgekit.serve")
 

@@ -44,10 +44,10 @@ def import_sdk() -> Any:
         import anki_vector.exceptions  # noqa: F401
     except ImportError as exc:
         raise BackendUnavailable(
-            f"the Vector SDK is not installed ({exc.name or exc})", "pip install 'edgekit[vector]'"
+            f"the Vector SDK is not installed ({exc.name or exc})", "pip install 'edgekit-vision[vector]'"
         ) from exc
     except SystemExit as exc:  # the SDK calls sys.exit() when Pillow or numpy is missing
-        raise BackendUnavailable(f"the Vector SDK cannot load: {exc}", "pip install 'edgekit[vector]'") from exc
+        raise BackendUnavailable(f"the Vector SDK cannot load: {exc}", "pip install 'edgekit-vision[vector]'") from exc
     _quiet_aiogrpc()
     return anki_vector
 

@@ -27,7 +27,7 @@ def import_grpc() -> Any:
     try:
         import grpc
     except ImportError as exc:  # pragma: no cover - grpcio comes with the SDK
-        raise BackendUnavailable("FakeVector needs grpcio", "pip install 'edgekit[vector]'") from exc
+        raise BackendUnavailable("FakeVector needs grpcio", "pip install 'edgekit-vision[vector]'") from exc
     return grpc
 
 
@@ -37,7 +37,7 @@ def sdk_modules() -> tuple[Any, Any, Any]:
         from anki_vector.messaging import external_interface_pb2, external_interface_pb2_grpc, protocol
     except ImportError as exc:
         raise BackendUnavailable(
-            "FakeVector needs the Vector SDK's messages (module anki_vector)", "pip install 'edgekit[vector]'"
+            "FakeVector needs the Vector SDK's messages (module anki_vector)", "pip install 'edgekit-vision[vector]'"
         ) from exc
     return protocol, external_interface_pb2, external_interface_pb2_grpc
 
