@@ -105,3 +105,20 @@ def test_native_stderr_goes_to_the_log(capfd, caplog):
     levels = {r.getMessage(): r.levelno for r in caplog.records}
     assert levels == {"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.": logging.DEBUG,
                       "ERROR: something real": logging.WARNING}
+
+
+def test_shell_completion_knows_the_verbs_and_their_flags(tmp_path):
+    import pytest
+
+    pytest.importorskip("argcomplete", reason="argcomplete not installed (pip install 'edgekit-vision[completion]')")
+    out = tmp_path / "completions"
+
+    def complete(line: str) -> set[str]:
+        env = {**os.environ, "_ARGCOMPLETE": "1", "_ARGCOMPLETE_STDOUT_FILENAME": str(out), "_ARGCOMPLETE_IFS": " ",
+               "COMP_LINE": line, "COMP_POINT": str(len(line))}
+        done = subprocess.run([sys.executable, "-m", "edgekit.cli"], env=env, capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return set(out.read_text().split())
+
+    assert complete("edgekit de") == {"deploy"}
+    assert complete("edgekit bench --js") == {"--json", "--json-file"}
