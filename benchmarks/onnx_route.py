@@ -45,19 +45,34 @@ def _eval_dir(work: Path, labels: list[str]) -> Path:
     return dest
 
 
-def build_both(work: Path) -> dict[str, Path]:
-    """Build demo.keras and its ONNX export for cpu int8; returns {route: bundle dir}."""
+def rgb_model(work: Path) -> Path:
+    """A MobileNetV2 (alpha 0.35, 96x96 RGB, random weights: fine for ops and latency) as .keras:
+    a 3-channel NCHW export is where layout transposes would show."""
+    import keras
+
+    net = keras.applications.MobileNetV2(input_shape=(96, 96, 3), alpha=0.35, weights=None, classes=10)
+    path = work / "mobilenetv2.keras"
+    net.save(path)
+    return path
+
+
+def build_both(work: Path, rgb: bool) -> dict[str, Path]:
+    """Build the model and its NCHW ONNX export for cpu int8; returns {route: bundle dir}.
+
+    The demo is gated on the eval set; the random-weight RGB model has no meaningful top-1.
+    """
     from edgekit.builders.build import build
     from edgekit.bundle import read_labels
     from scripts.bundled_models import DEMO, export_onnx
 
-    onnx_model = export_onnx(out=work / "demo.onnx")
+    keras_model = rgb_model(work) if rgb else DEMO
+    onnx_model = export_onnx(keras_model, out=work / f"{keras_model.stem}.onnx")
     labels = read_labels(DEMO.with_suffix(".labels.txt"))
     calib = [ROOT / "calib" / "fashion", ROOT / "calib" / "frames"]
     bundles = {}
-    for route, model in (("keras", DEMO), ("onnx", onnx_model)):
-        [r] = build(model, "cpu", calib, out=work / route, eval_dir=_eval_dir(work, labels), variants="int8",
-                    quiet=True)
+    for route, model in (("keras", keras_model), ("onnx", onnx_model)):
+        extra = {"preprocess": {"crop": "square"}} if rgb else {"eval_dir": _eval_dir(work, labels)}
+        [r] = build(model, "cpu", calib, out=work / route, variants="int8", quiet=True, **extra)
         bundles[route] = r.bundle
     return bundles
 
@@ -92,12 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-round", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--workdir", type=Path, help="keep the models and bundles here")
+    parser.add_argument("--rgb", action="store_true",
+                        help="a 3-channel MobileNetV2 (random weights) instead of the demo")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        bundles = build_both(work)
+        bundles = build_both(work, args.rgb)
         report(bundles, args)
     return 0
 
@@ -112,7 +129,8 @@ def report(bundles: dict[str, Path], args: argparse.Namespace) -> None:
     paths = {k: b / load_bundle(b).model("int8").file for k, b in bundles.items()}
     print("route  orig top-1  int8 top-1  ratio   ops  TRANSPOSE  op counts                                   TPU lint")
     for route, path in paths.items():
-        v = load_bundle(bundles[route]).manifest["verification"]
+        ver = load_bundle(bundles[route]).manifest["verification"]
+        v = {k: float("nan") if ver.get(k) is None else ver[k] for k in ("original", "converted", "ratio")}
         ops = Counter(op.opcode for op in read_graph(path).operators)
         lint = check_model(path)
         counts = ", ".join(f"{k} {n}" for k, n in sorted(ops.items()))

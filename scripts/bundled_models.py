@@ -31,9 +31,10 @@ CALIB = (ROOT / "calib" / "fashion", ROOT / "calib" / "frames")
 
 
 def _sidecars(src: Path, dest: Path) -> None:
-    """Copy the demo's labels and preprocessing beside ``dest``."""
+    """Copy the model's labels and preprocessing (those it has) beside ``dest``."""
     for suffix in (".labels.txt", ".preprocess.json"):
-        shutil.copyfile(src.with_suffix(suffix), dest.with_suffix(suffix))
+        if src.with_suffix(suffix).is_file():
+            shutil.copyfile(src.with_suffix(suffix), dest.with_suffix(suffix))
 
 
 def export_onnx(model: Path = DEMO, out: Path = ROOT / "models" / "demo.onnx", dynamic_hw: bool = False,
