@@ -171,7 +171,7 @@ def test_shipped_prometheus_config_and_alert_rules_are_valid():
         pytest.skip("promtool not installed (apt-get install prometheus)")
     deploy = EXAMPLE.parent
     rules = subprocess.run([promtool, "check", "rules", str(deploy / "alerts.yml")], capture_output=True, text=True)
-    assert rules.returncode == 0 and "SUCCESS: 6 rules found" in rules.stdout, rules.stdout + rules.stderr
+    assert rules.returncode == 0 and "SUCCESS: 9 rules found" in rules.stdout, rules.stdout + rules.stderr
     config = subprocess.run([promtool, "check", "config", str(deploy / "prometheus.yml")], capture_output=True,
                             text=True)
     assert config.returncode == 0 and "1 rule files found" in config.stdout, config.stdout + config.stderr

@@ -160,7 +160,15 @@ def _evaluate(args: argparse.Namespace) -> int:
     from edgekit.bench_report import jsonable
     from edgekit.metrics import machine_context
 
-    results = evaluate(args.models, args.eval, args.variants, runtime_options(args), args.labels)
+    options = runtime_options(args)
+    results = []
+    for backend in options.pop("backend", None) or [None]:  # --backend repeats: one pass per backend
+        chosen = {**options, "backend": backend} if backend else options
+        results += evaluate(args.models, args.eval, args.variants, chosen, args.labels)
+    ref = results[0].predictions
+    for r in results:  # agreement with the first row over all backends, not only within one pass
+        same = len(r.predictions) == len(ref)
+        r.agreement = sum(a == b for a, b in zip(r.predictions, ref)) / len(ref) if same else None
     print(format_eval(results), file=sys.stderr if args.json else sys.stdout)
     report = {"machine": machine_context(), "eval": [r.__dict__ for r in results]}
     text = json.dumps(report, indent=1, default=jsonable) + "\n"
