@@ -23,15 +23,13 @@ def check_python(env: Env) -> list[Check]:
     cv_v = dist_version(
         "opencv-python-headless", "opencv-python", "opencv-contrib-python-headless", "opencv-contrib-python"
     )
-    out.append(
-        Check(
-            "python",
-            "OpenCV",
-            OK if cv_v else MISSING,
-            cv_v or "not installed",
-            "" if cv_v else "pip install opencv-python-headless",
-        )
-    )
+    # OpenCV and Pillow are extras: a device reading picamera2 or synthetic frames needs neither.
+    out.append(Check("python", "OpenCV", OK if cv_v else INFO, cv_v or "not installed; optional, for v4l2:, "
+                     "rtsp:// and file: video input: pip install 'edgekit-vision[opencv]'"))
+    pil_v = dist_version("pillow", "Pillow")
+    out.append(Check("python", "Pillow", OK if pil_v or cv_v else INFO,
+                     pil_v or ("not installed (OpenCV reads images)" if cv_v else
+                               "not installed; optional, for folder: input: pip install 'edgekit-vision[images]'")))
     tools = {
         "tensorflow": dist_version("tensorflow-cpu", "tensorflow"),
         "onnx": dist_version("onnx"),
