@@ -15,7 +15,8 @@ from edgekit.vector.face import (
     render_label,
 )
 
-screen = pytest.importorskip("anki_vector.screen", reason="needs wirepod_vector_sdk (pip install 'edgekit-vision[vector]')")
+screen = pytest.importorskip("anki_vector.screen",
+                             reason="needs wirepod_vector_sdk (pip install 'edgekit-vision[vector]')")
 Image = pytest.importorskip("PIL.Image")
 
 # the SDK's converter calls Pillow's getdata(), deprecated in Pillow 12

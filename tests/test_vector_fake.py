@@ -18,7 +18,8 @@ from edgekit.errors import CameraError
 from edgekit.vector.face import encode_rgb565, render_label
 from edgekit.vector.fake import FakeVector, load_frames, make_certificate
 
-anki_vector = pytest.importorskip("anki_vector", reason="needs wirepod_vector_sdk (pip install 'edgekit-vision[vector]')")
+anki_vector = pytest.importorskip("anki_vector",
+                                  reason="needs wirepod_vector_sdk (pip install 'edgekit-vision[vector]')")
 grpc = pytest.importorskip("grpc")
 
 

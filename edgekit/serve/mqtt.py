@@ -81,7 +81,8 @@ class MqttPublisher:
         try:
             import paho.mqtt.client as mqtt
         except ImportError as exc:
-            raise BackendUnavailable("MQTT needs paho-mqtt", "pip install 'edgekit-vision[serve]' (or --mqtt off)") from exc
+            raise BackendUnavailable("MQTT needs paho-mqtt",
+                                     "pip install 'edgekit-vision[serve]' (or --mqtt off)") from exc
         self.options = options or MqttOptions(**option_values)
         o = self.options
         if o.queue_policy not in QUEUE_POLICIES:
