@@ -340,7 +340,7 @@ def collect_profile(runtime: Any) -> dict[str, Any] | None:
         trace = runtime.end_profiling()
         if trace:
             ops = summarize_profile(trace)
-            _remove_trace(Path(trace))  # the summary is what is kept; no /tmp/edgekit-ort-* left behind
+            _remove_trace(Path(trace))  # the summary is what is kept; no edgekit-ort-* temporary directory left behind
             return {"kind": "measured", "ops": ops}
         return None
     if hasattr(runtime, "op_profile"):
