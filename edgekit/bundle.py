@@ -125,9 +125,9 @@ def load_bundle(path: str | Path, check_hashes: bool = True, allow_rejected: boo
     """Read and check a bundle directory.
 
     Raises BundleError when the directory or manifest is missing or corrupt, the manifest
-    comes from a newer edgekit, a model file is not covered by the sha256 list or lies outside
-    the bundle, (with ``check_hashes``) a file's sha256 differs, or the bundle failed its
-    accuracy gate at build time (unless ``allow_rejected``).
+    comes from a newer edgekit, a model or labels file is not covered by the sha256 list, a
+    listed file lies outside the bundle or is missing, (with ``check_hashes``) a file's sha256
+    differs, or the bundle failed its accuracy gate at build time (unless ``allow_rejected``).
     """
     path = Path(path)
     mpath = path / MANIFEST
@@ -184,25 +184,28 @@ def _check_task(mpath: Path, bundle: Bundle) -> None:
 
 
 def _check_files(path: Path, manifest: dict, check_hashes: bool) -> None:
-    """Every model file is listed in ``files`` and inside the bundle; with ``check_hashes``,
-    every listed file exists and matches its sha256 (each file is read once)."""
+    """Every path the manifest names (model files, ``labels``) is listed in ``files``; every listed
+    file lies inside the bundle and exists; with ``check_hashes`` each matches its sha256 (read once).
+
+    A listed file that is missing is an error even without ``check_hashes``: a half-copied bundle
+    must not load. ``labels`` is held to the model files' rule because its lines are published with
+    every result: ``"labels": "/etc/passwd"`` would otherwise put a device file on the network.
+    """
     mpath, root = path / MANIFEST, path.resolve()
-    for entry in manifest["models"]:
-        name = entry.get("file") if isinstance(entry, dict) else None
+    named = [("model file", e.get("file") if isinstance(e, dict) else None) for e in manifest["models"]]
+    if manifest.get("labels") is not None:
+        named.append(("labels file", manifest["labels"]))
+    for what, name in named:
         if not isinstance(name, str) or name not in manifest["files"]:
-            # an unlisted model file would escape the sha256 check
-            raise BundleError(f"{mpath}: model file {name!r} is not listed in 'files'", "rebuild the bundle")
-        if root not in (root / name).resolve().parents:
-            raise BundleError(f"{mpath}: model file {name!r} points outside the bundle", "rebuild the bundle")
-    if not check_hashes:
-        return
+            # an unlisted file would escape the sha256 check
+            raise BundleError(f"{mpath}: {what} {name!r} is not listed in 'files'", "rebuild the bundle")
     for name, digest in manifest["files"].items():
         fpath = path / name
         if root not in fpath.resolve().parents:
             raise BundleError(f"{mpath}: file {name!r} points outside the bundle", "rebuild the bundle")
         if not fpath.is_file():
             raise BundleError(f"bundle {path} is missing {name}", "copy the whole bundle directory again")
-        if sha256_file(fpath) != digest:
+        if check_hashes and sha256_file(fpath) != digest:
             raise BundleError(
                 f"{fpath} does not match its sha256 in {MANIFEST} (corrupt or modified)",
                 "copy the bundle again or rebuild it",

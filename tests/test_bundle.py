@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from edgekit.bundle import FORMAT_VERSION, BundleWriter, load_bundle
+from edgekit.bundle import FORMAT_VERSION, BundleWriter, load_bundle, sha256_file
 from edgekit.errors import BundleError
 from edgekit.image import InputSpec
 
@@ -166,3 +166,89 @@ def test_task_defaults_to_classify_and_unknown_or_malformed_tasks_are_refused(tm
         _edit(dest, point)
         with pytest.raises(BundleError, match="malformed task_options"):
             load_bundle(dest)
+
+
+# --- integrity: every listed file, labels and sidecars included (issue 15 security, issue 18) ---------
+
+
+def _write_full(dest):
+    """A bundle with a model, labels and a build log, as ``edgekit build`` writes one."""
+    with BundleWriter(dest) as w:
+        (w.dir / "m.tflite").write_bytes(b"model-bytes")
+        (w.dir / "labels.txt").write_text("cat\ndog\n")
+        (w.dir / "build.log").write_text("built\n")
+        w.commit(dict(_manifest(), labels="labels.txt"))
+    return dest
+
+
+@pytest.mark.parametrize("name", ["labels.txt", "build.log"])
+def test_every_listed_file_is_hashed_not_only_models(tmp_path, name):
+    dest = _write_full(tmp_path / "b")
+    assert load_bundle(dest).labels == ["cat", "dog"]
+    (dest / name).write_text("tampered\n")
+    with pytest.raises(BundleError, match=f"{name} does not match its sha256"):
+        load_bundle(dest)
+    load_bundle(dest, check_hashes=False)  # preflight's quick look still reads it
+
+
+@pytest.mark.parametrize("check_hashes", [True, False])
+@pytest.mark.parametrize("name", ["labels.txt", "build.log", "m.tflite"])
+def test_a_listed_file_that_is_missing_is_an_error(tmp_path, name, check_hashes):
+    dest = _write_full(tmp_path / "b")
+    (dest / name).unlink()  # a half-copied bundle
+    with pytest.raises(BundleError, match=f"is missing {name}") as err:
+        load_bundle(dest, check_hashes=check_hashes)
+    assert "copy the whole bundle directory again" in err.value.hint
+
+
+def test_labels_must_be_listed_and_inside_the_bundle(tmp_path):
+    secret = tmp_path / "passwd"
+    secret.write_text("root:x:0:0\n")
+    dest = _write_full(tmp_path / "b")
+    _edit(dest, lambda m: m.update(labels=str(secret)))  # absolute and unlisted
+    with pytest.raises(BundleError, match="labels file .*passwd' is not listed in 'files'"):
+        load_bundle(dest)
+    for name in (str(secret), "../passwd"):  # listed with the right digest, but outside
+        dest = _write_full(tmp_path / f"b{len(name)}")
+        _edit(dest, lambda m, name=name: (m.update(labels=name), m["files"].update({name: sha256_file(secret)})))
+        with pytest.raises(BundleError, match="points outside the bundle"):
+            load_bundle(dest)
+        with pytest.raises(BundleError, match="points outside the bundle"):
+            load_bundle(dest, check_hashes=False)
+    for bad in (["labels.txt"], 7, ""):
+        dest = _write_full(tmp_path / f"c{bad!r}")
+        _edit(dest, lambda m, bad=bad: m.update(labels=bad))
+        with pytest.raises(BundleError, match="labels file .* is not listed in 'files'"):
+            load_bundle(dest)
+    dest = _write_full(tmp_path / "none")
+    _edit(dest, lambda m: m.update(labels=None))  # no labels at all is allowed
+    assert load_bundle(dest).labels == []
+
+
+def test_a_symlinked_listed_file_out_of_the_bundle_is_refused(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("cat\ndog\n")
+    dest = _write_full(tmp_path / "b")
+    (dest / "labels.txt").unlink()
+    (dest / "labels.txt").symlink_to(secret)  # same bytes, same digest: only the path check stops it
+    with pytest.raises(BundleError, match="'labels.txt' points outside the bundle"):
+        load_bundle(dest)
+
+
+def test_the_adapter_must_be_an_exact_module_class_from_the_table(tmp_path, model):
+    """A bundle cannot name any attribute of an allowed module (``litert:ctypes``), nor a look-alike."""
+    import shutil
+
+    from edgekit.runtime import open_runtime
+
+    with BundleWriter(tmp_path / "b") as w:
+        shutil.copy(model("small_float"), w.dir / "m.tflite")
+        w.commit(dict(_manifest(), runtime={"adapter": "edgekit.runtime.litert:LiteRTRuntime"},
+                      models=[dict(_manifest()["models"][0], input=InputSpec(shape=(1, 32, 32, 1)).to_dict())]))
+    with open_runtime(tmp_path / "b") as rt:  # the allowed adapter, exactly as written by build
+        assert rt.describe()["backend"]
+    for bad in ("edgekit.runtime.litert:ctypes", "edgekit.runtime.litert", "edgekit.runtime.litert:LiteRTRuntime ",
+                "edgekit.runtime.litert.LiteRTRuntime", "os:system"):
+        _edit(tmp_path / "b", lambda m, bad=bad: m["runtime"].update(adapter=bad))
+        with pytest.raises(BundleError, match="unknown runtime adapter"):
+            open_runtime(tmp_path / "b")
