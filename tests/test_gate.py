@@ -1,0 +1,121 @@
+"""The accuracy gate: every variant of a bundle must reach --min-accuracy-ratio, at the boundary too.
+
+The end-to-end tests build the demo model for real (TensorFlow's converter, LiteRT verification);
+a non-default variant is broken for real by calibrating int8 on black images only, so its scores
+collapse while the fp32 default keeps the original's top-1.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from edgekit.builders.build import build
+from edgekit.builders.publish import verification_summary
+from edgekit.errors import VerificationFailed
+from tests.conftest import CALIB, DEMO_MODEL, EVAL
+
+# --- verification_summary: the manifest's gate over every variant (no TensorFlow) --------------------
+
+
+@dataclass
+class _Images:
+    images: list
+    sha256: str = "e" * 64
+
+
+@dataclass
+class _Request:
+    min_cosine: float = 0.98
+
+
+@dataclass
+class _Ctx:
+    """What verification_summary reads from a BuildContext (its contract, nothing more)."""
+
+    evalset: _Images | None = field(default_factory=lambda: _Images(["a.png", "b.png"]))
+    holdout: _Images = field(default_factory=lambda: _Images(["h.png"]))
+    task: str = "classify"
+    min_ratio: float = 0.99
+    request: _Request = field(default_factory=_Request)
+
+
+def _res(ratio, passed, **more):
+    return {"eval": {"ratio": ratio, "original": 0.9, "converted": round(0.9 * ratio, 4) if ratio else 0.0,
+                     "passed": passed, **more}}
+
+
+def test_a_failing_non_default_variant_fails_the_gate():
+    per_variant = {"fp32": _res(1.0, True), "fp16": _res(1.0, True), "int8": _res(0.9, False)}
+    s = verification_summary(per_variant, "fp32", _Ctx())
+    assert s["passed"] is False and s["reason"] == "int8 ratio 0.9 < 0.99"
+    assert s["ratio"] == 1.0 and s["gated"] is True  # the headline numbers stay the default's
+    s = verification_summary({"fp32": _res(0.5, False), "int8": _res(1.0, True)}, "int8", _Ctx())
+    assert s["passed"] is False and s["reason"] == "fp32 ratio 0.5 < 0.99" and s["ratio"] == 1.0
+    s = verification_summary({"fp32": _res(0.5, False), "int8": _res(0.9, False)}, "fp32", _Ctx())
+    assert s["reason"] == "fp32 ratio 0.5 < 0.99; int8 ratio 0.9 < 0.99"
+
+
+def test_every_variant_passing_passes_and_the_summary_names_the_data():
+    s = verification_summary({"fp32": _res(1.0, True), "int8": _res(0.995, True)}, "int8", _Ctx())
+    assert (s["passed"], s["reason"], s["ratio"], s["metric"]) == (True, None, 0.995, "top1")
+    assert s["dataset"] == {"eval_images": 2, "eval_sha256": "e" * 64, "heldback_images": 1}
+    assert s["min_ratio"] == 0.99 and "min_cosine" not in s
+
+
+def test_zero_scoring_original_is_named_not_divided():
+    s = verification_summary({"fp32": {"eval": {"ratio": None, "passed": False}}}, "fp32", _Ctx())
+    assert s["reason"] == "fp32: the original model scores 0 on the eval set (wrong labels or preprocessing?)"
+
+
+def test_without_eval_the_held_back_agreement_is_reported_not_gated():
+    per_variant = {"fp32": {"holdout": {"agreement": 0.5}}, "int8": {"holdout": {"agreement": 0.1}}}
+    s = verification_summary(per_variant, "fp32", _Ctx(evalset=None))
+    assert (s["passed"], s["gated"], s["metric"], s["agreement"]) == (True, False, "top1_agreement_heldback", 0.5)
+    assert s["dataset"]["eval_images"] == 0 and "not gated" in s["note"]
+
+
+def test_raw_task_gates_every_variant_on_cosine_even_without_eval():
+    ctx = _Ctx(evalset=None, task="raw")
+    bad = {"holdout": {"cosine": 0.5, "worst_output": "boxes", "passed": False}}
+    s = verification_summary({"fp32": {"holdout": {"cosine": 1.0, "passed": True}}, "int8": bad}, "fp32", ctx)
+    assert s["gated"] and s["passed"] is False and s["metric"] == "cosine_worst_output"
+    assert s["reason"] == "int8 output boxes cosine 0.5 < 0.98" and s["min_cosine"] == 0.98
+    s = verification_summary({"fp32": {}}, "fp32", _Ctx(evalset=None, holdout=_Images([]), task="raw"))
+    assert s["gated"] is False and s["passed"] is True  # nothing to measure on
+
+
+# --- the real build ---------------------------------------------------------------------------------
+
+
+@pytest.mark.slow  # one TFLite conversion + verification, ~4 s on 2 cores
+def test_a_ratio_exactly_at_the_minimum_passes(tmp_path):
+    """fp32 TFLite reproduces the Keras top-1 exactly (ratio 1.0): --min-accuracy-ratio 1.0 must pass."""
+    [r] = build(DEMO_MODEL, ["cpu"], [CALIB], out=tmp_path, eval_dir=EVAL, quiet=True, variants=["fp32"],
+                min_accuracy_ratio=1.0)
+    v = r.manifest["verification"]
+    assert r.passed and v["ratio"] == 1.0 and v["passed"] is True and v["models"]["fp32"]["eval"]["passed"]
+    assert (r.bundle / "edgekit.json").is_file()
+
+
+@pytest.mark.slow  # two conversions (fp32, int8) + verification, ~7 s on 2 cores
+def test_a_broken_non_default_variant_fails_the_build(tmp_path):
+    """int8 calibrated on black images only scores ~10 % while the fp32 default keeps 100 % of the original."""
+    import cv2
+
+    black = tmp_path / "black"
+    black.mkdir()
+    for i in range(4):
+        cv2.imwrite(str(black / f"{i}.png"), np.zeros((32, 32), np.uint8))
+    with pytest.raises(VerificationFailed, match=r"cpu: int8 ratio 0\.\d+ < 0\.5") as err:
+        build(DEMO_MODEL, ["cpu"], [black], out=tmp_path / "dist", eval_dir=EVAL, quiet=True,
+              variants=["fp32", "int8"], min_accuracy_ratio=0.5)
+    [r] = err.value.results
+    assert r.manifest["default_model"] == "fp32" and r.passed is False
+    v = json.loads((tmp_path / "dist" / "demo-cpu.rejected" / "edgekit.json").read_text())["verification"]
+    assert v["ratio"] == 1.0 and v["models"]["fp32"]["eval"]["passed"] is True  # the default alone would pass
+    assert v["models"]["int8"]["eval"]["passed"] is False and v["passed"] is False
+    assert not (tmp_path / "dist" / "demo-cpu").exists()
