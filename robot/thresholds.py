@@ -135,6 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{result['background_false_rate_without_margin']:.1%} -> {result['background_false_rate']:.1%} "
           f"of {result['scenes']}; items kept {result['item_recall_without_margin']:.1%} -> "
           f"{result['item_recall']:.1%} of {result['items']}; wrote {out}")
+    if result["item_recall"] < 0.5 * result["item_recall_without_margin"]:
+        print("warning: no margin keeps the items and rejects the plain scenes: this model is confidently "
+              "wrong on scenes; train it with a background class (python -m robot.train --background N)")
     return 0
 
 

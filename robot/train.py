@@ -3,7 +3,11 @@
     python -m robot.train --data data/signs --arch edge --epochs 20 --out signs.keras
     python -m robot.train --data kaggle_dir --arch resnet --mixed-precision --out signs.keras
     python -m robot.train --data data/signs --arch edge --distill-from teacher.keras --out student.keras
-    python -m robot.train --data fashion-mnist --arch edge --out models/demo.keras   # the bundled demo
+    python -m robot.train --data fashion-mnist --background 12000 --arch edge --out models/demo.keras  # the demo
+
+``--background N`` adds N "nothing held up" images (crops of real photos that install with
+packages, and clutter: :mod:`robot.background`) to the class named ``background``, appended
+as the last class when the data has none (the seed's 27-class layout ends with it).
 
 Outputs ``<out>`` (Keras), ``<stem>.labels.txt`` and ``<stem>.preprocess.json`` (the input
 preprocessing, which ``edgekit build`` reads so the device feeds the model exactly what it
@@ -58,6 +62,20 @@ def load_data(source: str, limit: int | None, seed: int):
     return frames, np.asarray(labels), classes
 
 
+def add_background(frames: list, labels: np.ndarray, classes: list[str], count: int, seed: int):
+    """Append ``count`` generated background images to the ``background`` class (made last if new)."""
+    from robot import background
+
+    photos = background.training_photos()
+    print(f"background: {count} images from {len(photos)} photos ({', '.join(sorted(photos))}) and clutter",
+          file=sys.stderr)
+    if "background" not in classes:
+        classes = [*classes, "background"]
+    extra = background.background_images(count, photos, np.random.default_rng(seed + 1))
+    labels = np.concatenate([labels, np.full(len(extra), classes.index("background"), dtype=labels.dtype)])
+    return [*frames, *extra], labels, classes
+
+
 def soft_targets(teacher_path: str, x: np.ndarray, temperature: float) -> np.ndarray:
     """Teacher probabilities softened by ``temperature`` (knowledge distillation, Hinton et al.)."""
     import keras
@@ -82,6 +100,8 @@ def train(args: argparse.Namespace) -> dict:
         # The seed's flag: float16 compute, float32 weights; the output layer stays float32.
         keras.mixed_precision.set_global_policy("mixed_float16")
     frames, labels, classes = load_data(args.data, args.limit, args.seed)
+    if args.background:
+        frames, labels, classes = add_background(list(frames), labels, classes, args.background, args.seed)
     spec = demo_spec(args.input_size, args.channels)
     x = to_tensors(frames, spec)
     n_val = max(1, int(len(x) * args.val_split))
@@ -135,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input-size", type=int, default=64, help="model input is SIZE x SIZE (the seed used 200)")
     p.add_argument("--channels", type=int, choices=[1, 3], default=1)
     p.add_argument("--limit", type=int, help="use at most this many training images")
+    p.add_argument("--background", type=int, default=0, metavar="N",
+                   help="add N background images (package photos + clutter) as the class 'background'")
     p.add_argument("--val-split", type=float, default=0.1)
     p.add_argument("--mixed-precision", action="store_true", help="mixed_float16 compute (fast on GPUs)")
     p.add_argument("--distill-from", help="teacher .keras model for knowledge distillation")

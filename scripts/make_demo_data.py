@@ -1,12 +1,16 @@
 """Make the bundled demo's image sets (run by ``make data``; the outputs are committed).
 
 - calib/fashion/: 400 Fashion-MNIST training images (28x28 gray png), seed 0.
-- eval/fashion/<class>/: 50 Fashion-MNIST test (t10k) images per class, disjoint from calib.
 - calib/frames/: 64 camera-like 640x360 frames made from scikit-image's bundled photos, some
-  with a demo object in the centre window, so int8 calibration also sees what a camera sends.
+  with a demo object in the centre window, so int8 calibration also sees what a camera sends
+  (calibration only sets value ranges; no training image comes from these photos).
+- eval/fashion/<class>/: 50 Fashion-MNIST test (t10k) images per class, disjoint from calib.
+- eval/fashion/background/: 50 centre windows (200x200) of camera-like frames cut from
+  scikit-image's sample photos, which no training or calibration image comes from.
 
-Sources: Fashion-MNIST (Zalando, MIT licence) from Debian's dataset-fashion-mnist; photos from
-scikit-image's data module (public domain / CC0, see skimage.data docs).
+Sources: Fashion-MNIST (Zalando, MIT licence) from Debian's dataset-fashion-mnist; photos
+from scikit-image's data module (public domain / CC0, see skimage.data docs). The photos the
+model's background class is trained on (robot.background.training_photos) are not copied here.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from robot.background import camera_frame, heldout_photos
 from robot.datasets import FASHION_CLASSES, load_fashion
+
+EVAL_BACKGROUND = 50
 
 PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "camera", "coins", "moon", "page", "text", "brick",
           "grass", "gravel", "cell", "clock", "hubble_deep_field", "immunohistochemistry")
@@ -58,7 +65,32 @@ def paste_object(frame: np.ndarray, item: np.ndarray, size: int = 200) -> np.nda
     return out
 
 
+
+
+def write_eval(root: Path, test_x: np.ndarray, test_y: np.ndarray) -> Path:
+    """eval/fashion/<class>/: 50 test items per class."""
+    ev = root / "eval" / "fashion"
+    shutil.rmtree(ev, ignore_errors=True)
+    for c, name in enumerate(FASHION_CLASSES):
+        (ev / name).mkdir(parents=True)
+        for i in np.flatnonzero(test_y == c)[:50]:
+            cv2.imwrite(str(ev / name / f"t10k_{i:05d}.png"), test_x[i])
+    return ev
+
+
+def write_background(ev: Path, rng: np.random.Generator) -> None:
+    """eval/fashion/background/: the seed's centre 200x200 window of held-out camera-like frames."""
+    (ev / "background").mkdir(exist_ok=True)
+    photos = heldout_photos()
+    names = sorted(photos)
+    for i in range(EVAL_BACKGROUND):
+        name = names[i % len(names)]
+        window = camera_frame(photos[name], rng)[80:280, 220:420]
+        cv2.imwrite(str(ev / "background" / f"{name.split(':')[1]}_{i:03d}.png"), window)
+
+
 def main() -> None:
+    """Write calib/ and eval/ under --root."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default=".", help="repository root")
     args = ap.parse_args()
@@ -71,12 +103,7 @@ def main() -> None:
     calib.mkdir(parents=True)
     for i in rng.permutation(len(train_x))[:400]:
         cv2.imwrite(str(calib / f"train_{i:05d}.png"), train_x[i])
-    ev = root / "eval" / "fashion"
-    shutil.rmtree(ev, ignore_errors=True)
-    for c, name in enumerate(FASHION_CLASSES):
-        (ev / name).mkdir(parents=True)
-        for i in np.flatnonzero(test_y == c)[:50]:
-            cv2.imwrite(str(ev / name / f"t10k_{i:05d}.png"), test_x[i])
+    ev = write_eval(root, test_x, test_y)
     frames_dir = root / "calib" / "frames"
     shutil.rmtree(frames_dir, ignore_errors=True)
     frames_dir.mkdir(parents=True)
@@ -84,6 +111,8 @@ def main() -> None:
         if i % 2:  # half the frames show an object in the crop window, half only the scene
             frame = paste_object(frame, train_x[rng.integers(len(train_x))])
         cv2.imwrite(str(frames_dir / f"frame_{i:03d}.jpg"), frame, [cv2.IMWRITE_JPEG_QUALITY, 80])
+    # its own generator, so adding this set left every earlier image as it was
+    write_background(ev, np.random.default_rng(1))
     print(f"wrote {calib}, {ev}, {frames_dir}")
 
 

@@ -86,3 +86,26 @@ def test_sign_language_mnist_csv(tmp_path):
 
     with pytest.raises(CalibrationError, match="Sign-Language-MNIST"):
         datasets.load_any(bad)
+
+
+def test_background_class_is_added_last_from_package_photos(tmp_path, image_folder, monkeypatch):
+    from robot import background
+
+    monkeypatch.setattr(background, "WALLPAPERS", tmp_path / "no-wallpapers")  # the 4096-pixel webps are slow
+    out, summary = run(tmp_path, image_folder, "edge", "--background", "12")
+    assert (tmp_path / "edge.labels.txt").read_text().split() == [*CLASSES, "background"]
+    assert summary["classes"] == 4 and summary["train"] + summary["val"] == 36 + 12
+
+
+def test_background_images_are_scenes_and_clutter_and_the_held_out_photos_are_others():
+    from robot import background
+
+    rng = np.random.default_rng(0)
+    photos = {"flat": np.full((300, 400), 90, np.uint8), "noise": rng.integers(0, 256, (300, 400), np.uint8)}
+    imgs = background.background_images(40, photos, rng, size=64)
+    assert len(imgs) == 40 and all(i.shape == (64, 64) and i.dtype == np.uint8 for i in imgs)
+    assert len({i.tobytes() for i in imgs}) == 40  # every crop differs (position, scale, jitter)
+    held_out = background.heldout_photos()
+    assert len(held_out) >= 10 and all(name.startswith("skimage:") for name in held_out)
+    frame = background.hold_up(background.camera_frame(photos["noise"], rng), np.full((28, 28), 200, np.uint8))
+    assert frame.shape == (360, 640) and (frame[80:280, 220:420] == 200).all()
