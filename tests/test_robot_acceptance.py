@@ -113,6 +113,7 @@ def test_fake_robot_says_each_unseen_item_once_and_nothing_over_plain_scenes(fit
     assert "acceptance (--truth):" in text and "per minute" in text and "confusion" in text
 
 
+@pytest.mark.slow
 def test_false_announcements_over_five_minutes_of_plain_scene(fitted):
     """Offline (the same loop, frames handed over directly, 15 fps clock): 231 fresh plain scenes
     of 1.3 s (5 minutes) around 230 held items; at most 1 false announcement is allowed."""
