@@ -278,3 +278,89 @@ def test_parse_size_and_table_edges():
 def test_real_compiler_maps_the_int8_cnn(model, tmp_path):
     result = compile_model(model("small_int8"), tmp_path)
     assert result.status == "compiled" and result.report["tpu_ops"] == result.report["total_ops"]
+
+
+# --- the real compiler's output shapes, replayed through the process boundary (tests/fixtures/edgetpu/outputs) --
+
+OUTPUTS = FAKE.parent / "outputs"
+
+
+@pytest.fixture
+def replay(fake_compiler, monkeypatch):
+    """``replay(name, exit_code)``: the compiler double prints ``outputs/<name>.stdout`` and exits with the code."""
+
+    def use(name: str, exit_code: int = 0) -> None:
+        fake_compiler("replay")
+        monkeypatch.setenv("EDGEKIT_FAKE_EDGETPU_REPLAY", str(OUTPUTS / f"{name}.stdout"))
+        monkeypatch.setenv("EDGEKIT_FAKE_EDGETPU_EXIT", str(exit_code))
+
+    return use
+
+
+def test_every_fixture_is_documented_with_its_source():
+    readme = (OUTPUTS / "README.md").read_text()
+    names = {p.stem for p in OUTPUTS.glob("*.stdout")}
+    assert len(names) == 7 and all(f"`{n}`" in readme or f"`{n}` (" in readme for n in names)
+
+
+def test_real_short_table_when_every_op_maps(replay, model, tmp_path):
+    """v16 with -s and every op mapped prints no Edge TPU/CPU counts: the table alone says so."""
+    replay("all_mapped_short_v16")
+    result = compile_model(model("small_int8"), tmp_path / "out")
+    r = result.report
+    assert result.status == "compiled" and result.compiled_path.is_file()
+    assert (r["total_ops"], r["tpu_ops"], r["cpu_ops"], r["all_mapped"]) == (11, 11, 0, True)
+    assert [(row["op"], row["count"]) for row in r["operations"]] == [
+        ("CONV_2D", 4), ("MAX_POOL_2D", 2), ("QUANTIZE", 2), ("MEAN", 1), ("FULLY_CONNECTED", 1), ("SOFTMAX", 1)]
+    assert all(row["on_tpu"] for row in r["operations"]) and r["compile_ms"] == 655
+    assert r["off_chip_memory_used_bytes"] == 0 and r["on_chip_memory_remaining_bytes"] == parse_size("5.88MiB")
+
+
+def test_real_partial_mapping_reads_counts_and_the_log(replay, model, tmp_path):
+    replay("partial_v16")
+    result = compile_model(model("small_int8"), tmp_path / "out")
+    r = result.report
+    assert (r["total_ops"], r["tpu_ops"], r["cpu_ops"], r["all_mapped"]) == (40, 13, 27, False)
+    assert r["log_file"] == "small_int8_edgetpu.log" and len(r["operations"]) == 11
+    assert sum(row["count"] for row in r["operations"]) == 40
+    assert sum(row["count"] for row in r["operations"] if row["on_tpu"]) == 13
+    assert ("CONV_2D", 8, False) in {(row["op"], row["count"], row["on_tpu"]) for row in r["operations"]}
+    assert tpu_op_threshold(r, 0.5) == "only 13 of 40 ops (32%) run on the Edge TPU, below --min-tpu-ops 0.5"
+
+
+def test_search_delegate_output_reports_the_last_attempt_only():
+    """Two compile attempts, two tables: no row of the first table may leak into the report of the last."""
+    text = (OUTPUTS / "search_delegate_v16.stdout").read_text()
+    rows = parse_operation_table(text)
+    assert len(rows) == 8 and sum(row["count"] for row in rows) == 52
+    assert ("RESHAPE", 6) not in {(row["op"], row["count"]) for row in rows}  # the first attempt's row
+    r = parse_compiler_output(text)
+    assert (r["total_ops"], r["tpu_ops"], r["cpu_ops"]) == (52, 48, 4)  # the last summary, like the table
+    assert r["compile_ms"] == 1512 and r["output_size_bytes"] == parse_size("4.58MiB")
+
+
+@pytest.mark.parametrize(("name", "exit_code", "words"), [
+    ("not_quantized_v15", 1, r"\(exit 1\): Invalid model: float_model.tflite; Model not quantized"),
+    ("internal_error_v14", 1, r"\(exit 1\): Internal compiler error. Aborting!"),
+    ("failed_exit0_v16", 0, r"\(exit 0\): ERROR: Attempting to use a delegate .*; Compilation failed: Model failed "
+                            r"in Tflite interpreter.*; Compilation failed!"),
+    ("failed_exit0_v16", 1, r"\(exit 1\): ERROR: Attempting"),
+    ("timeout_v16", 0, r"\(exit 0\): Compilation timeout. This is usually caused by large activations.; "
+                       r"Compilation failed!"),
+    ("timeout_v16", 1, r"\(exit 1\): Compilation timeout"),
+])
+def test_real_failures_fail_whatever_the_exit_code(replay, model, tmp_path, name, exit_code, words):
+    out = tmp_path / "out"
+    out.mkdir()
+    stale = out / "small_int8_edgetpu.tflite"
+    stale.write_bytes(b"compiled by an earlier run")  # must not be taken for this run's result
+    replay(name, exit_code)
+    with pytest.raises(CompilerError, match=r"^edgetpu_compiler failed " + words) as err:
+        compile_model(model("small_int8"), out)
+    assert "\n" not in err.value.message and "edgekit inspect MODEL --target edgetpu" in err.value.hint
+
+
+def test_without_count_lines_the_table_decides_not_the_all_mapped_default():
+    stdout = V15_STDOUT.split("\nModel successfully compiled but")[0]  # a summary that never says what fell back
+    r = parse_compiler_output(stdout, V15_LOG)
+    assert (r["total_ops"], r["tpu_ops"], r["cpu_ops"], r["all_mapped"]) == (13, 11, 2, False)

@@ -42,6 +42,12 @@ def parse_size(text: str) -> int | None:
     return int(round(float(m.group(1)) * _UNITS[m.group(2)])) if m else None
 
 
+def _last(pattern: str, text: str) -> re.Match | None:
+    """The last match of a multi-line ``pattern`` in ``text``, or None."""
+    matches = list(re.finditer(pattern, text, re.M))
+    return matches[-1] if matches else None
+
+
 def parse_operation_table(text: str) -> list[dict[str, Any]]:
     """Rows of the compiler's ``Operator  Count  Status`` table (stdout with -s, or the .log)."""
     rows: list[dict[str, Any]] = []
@@ -77,14 +83,15 @@ def parse_compiler_output(stdout: str, log_text: str | None = None) -> dict[str,
         re.search(r"Edge TPU Compiler version (\S+)", log_text) if log_text else None
     )
     report["compiler_version"] = m.group(1) if m else None
+    # With --search_delegate the compiler prints one summary per attempt: the last is the model written.
     for key, pattern in _FIELDS.items():
-        m = re.search(pattern, stdout, re.M)
+        m = _last(pattern, stdout)
         report[key] = m.group(1).strip() if m else None
     for key, pattern in _SIZES.items():
-        m = re.search(pattern, stdout, re.M)
+        m = _last(pattern, stdout)
         report[key] = parse_size(m.group(1)) if m else None
     for key, pattern in _COUNTS.items():
-        m = re.search(pattern, stdout, re.M)
+        m = _last(pattern, stdout)
         report[key] = int(m.group(1)) if m else None
     rows = parse_operation_table(log_text or "") or parse_operation_table(stdout)
     report["operations"] = rows
