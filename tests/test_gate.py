@@ -26,6 +26,9 @@ class _Images:
     images: list
     sha256: str = "e" * 64
 
+    def __len__(self) -> int:
+        return len(self.images)
+
 
 @dataclass
 class _Request:
