@@ -217,3 +217,56 @@ def test_a_model_that_does_not_say_is_a_classifier_only_with_one_vector_output(s
     from edgekit.results import default_task
 
     assert default_task(shapes) == task
+
+
+# --- int8 outputs with a non-zero zero point (issue 18) ----------------------------------------------
+
+
+def test_decoder_on_an_int8_softmax_output_subtracts_the_zero_point():
+    # A TFLite int8 softmax output: scale 1/256, zero point -128 (uint8's 0 moved into int8's range).
+    out = np.array([[-128 + 64, -128 + 128, -128 + 64]], np.int8)
+    decoder = Decoder(["cat", "dog", "bird"], k=3, quantization=(1 / 256, -128))
+    values, applied = decoder.scores([out])
+    np.testing.assert_allclose(values, [0.25, 0.5, 0.25])
+    assert applied is False  # already probabilities once dequantised; ignoring -128 makes them look like logits
+    result = decoder([out])
+    assert [p.label for p in result.predictions] == ["dog", "cat", "bird"] and result.top.score == 0.5
+
+
+@pytest.fixture(scope="module")
+def int8_io_bundle(tmp_path_factory):
+    """The demo model built for cpu as one int8 variant with ``io_dtype="int8"`` (real converter)."""
+    from edgekit.builders.build import build
+    from tests.conftest import CALIB, DEMO_MODEL, EVAL
+
+    [r] = build(DEMO_MODEL, ["cpu"], [CALIB], out=tmp_path_factory.mktemp("int8io"), eval_dir=EVAL, quiet=True,
+                variants=["int8"], io_dtype="int8")
+    return r
+
+
+@pytest.mark.slow  # one int8 conversion with calibration, ~5 s on 2 cores
+def test_io_dtype_int8_model_decodes_through_its_zero_point(int8_io_bundle):
+    """A real int8-in/int8-out model: the output zero point is not 0, and the decoded scores match Keras's."""
+    import keras
+
+    from edgekit.image import Preprocessor, read_image
+    from edgekit.model import open_model
+    from tests.conftest import DEMO_MODEL, EVAL
+
+    assert int8_io_bundle.passed
+    entry = int8_io_bundle.manifest["models"][0]
+    assert entry["input"]["dtype"] == "int8"
+    images = sorted(EVAL.glob("*/*.png"))[::40][:6]
+    assert len(images) == 6
+    original = keras.saving.load_model(DEMO_MODEL)
+    float_spec = InputSpec.from_dict({**entry["input"], "dtype": "float32", "scale": None, "zero_point": None})
+    with open_model(int8_io_bundle.bundle) as m:
+        (scale, zero_point), = m.runtime.output_quantization
+        assert zero_point != 0 and m.runtime.infer(np.zeros(m.runtime.input_spec.shape, np.int8))[0].dtype == np.int8
+        decoder, prep = make_decoder(m.task, m.labels, m.runtime), Preprocessor(m.runtime.input_spec)
+        for path in images:
+            frame = read_image(path)
+            values, applied = decoder.scores(m.runtime.infer(prep(frame)))
+            expected = np.asarray(original(Preprocessor(float_spec)(frame)))[0]
+            assert applied is False and abs(values.sum() - 1) < 0.05, path
+            np.testing.assert_allclose(values, expected, atol=0.05, err_msg=str(path))
