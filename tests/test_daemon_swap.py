@@ -315,3 +315,51 @@ def test_sighup_to_edgekit_serve_swaps_and_sigterm_still_exits_0(tmp_path, bundl
     assert "hot-swap done" in text and "Traceback" not in text
     lines = read_lines(out)
     assert [r["frame"] for r in lines] == sorted({r["frame"] for r in lines})
+
+
+def test_every_swap_outcome_is_an_mqtt_event(tmp_path, bundles):
+    """ok, refused and rolled_back each arrive once on <topic>/events of a real mosquitto, naming
+    the reason, the bundle and its sha256 beside the one serving afterwards."""
+    from tests.test_daemon_mqtt_prometheus import MOSQUITTO, Broker, Subscriber
+
+    if MOSQUITTO is None:
+        pytest.skip("mosquitto not installed (apt-get install mosquitto)")
+    broker = Broker(tmp_path).start()
+    link = tmp_path / "bundle"
+    link.symlink_to(bundles["v1"])
+    corrupt = _bad_bundles(tmp_path, bundles)["corrupt"][0]
+    config = override(swap_config(tmp_path, link, probation_frames=20), "mqtt", host="127.0.0.1",
+                      port=broker.port, device="cam-swap")
+    sub = Subscriber(broker.port, f"{config.topic}/events")
+    daemon = Daemon(config)
+    try:
+        with running(daemon):
+            wait_until(lambda: daemon.mqtt.connected.is_set() and daemon.stats()["frames"]["processed"] >= 5,
+                       timeout=10)
+            flip(link, corrupt)
+            wait_until(lambda: len(sub.on("/events")) == 1, timeout=10)
+            flip(link, bundles["v2"])
+            wait_until(lambda: len(sub.on("/events")) == 2, timeout=10)
+            real_open = daemon._swap.opener
+
+            def flaky_open(path):
+                loaded = real_open(path)
+                loaded.pipeline.runtime = FailingAfter(loaded.pipeline.runtime, 3 + 2)  # warm-up, 2 frames
+                return loaded
+
+            daemon._swap.opener = flaky_open
+            flip(link, copy_bundle(bundles["v1"], tmp_path / "v1-again", age_s=60))
+            wait_until(lambda: len(sub.on("/events")) == 3, timeout=10)
+    finally:
+        sub.close()
+        broker.stop()
+    refused, ok, rolled_back = (json.loads(payload) for payload, _retained in sub.on("/events"))
+    v1, v2 = manifest_sha(bundles["v1"]), manifest_sha(bundles["v2"])
+    assert refused["result"] == "refused" and "sha256" in refused["reason"]
+    assert refused["sha256"] == manifest_sha(corrupt) and refused["active_sha256"] == v1
+    assert refused["device"] == "cam-swap" and refused["event"] == "model_swap"
+    assert ok["result"] == "ok" and ok["reason"] == "" and ok["sha256"] == ok["active_sha256"] == v2
+    assert ok["variant"] == "int8"
+    assert rolled_back["result"] == "rolled_back" and "device disconnected" in rolled_back["reason"]
+    assert rolled_back["sha256"] == v1 and rolled_back["active_sha256"] == v2
+    assert daemon.stats()["swaps"] == {**daemon.stats()["swaps"], "ok": 1, "refused": 1, "rolled_back": 1}

@@ -127,6 +127,8 @@ class Daemon:
         self.sink = JsonLinesSink(cfg.output.jsonl, cfg.output.max_bytes, cfg.output.backups)
         if cfg.mqtt.host:
             self._start_mqtt()
+            if self._swap is not None:  # swap outcomes become MQTT events (fleet dashboards, alerts)
+                self._swap.on_event = self._swap_event
         if cfg.http.listen:
             self._start_http(*parse_address(cfg.http.listen, 9100, "[http] listen"))
         self._started_ns = self._clock()
@@ -151,6 +153,10 @@ class Daemon:
             raise UsageError(f"cannot listen on {host}:{port}: {exc}", "choose another [http] listen port") from exc
         self.http.start()
         log.info("metrics on http://%s:%d/metrics", *self.http.address)
+
+    def _swap_event(self, event: dict[str, Any]) -> None:
+        if self.mqtt is not None:
+            self.mqtt.publish_event({"device": self.config.device, **event})
 
     def stop(self) -> None:
         """Ask the daemon to stop after the current frame. Safe from signal handlers and threads."""

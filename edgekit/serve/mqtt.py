@@ -10,6 +10,8 @@ Topics, under ``topic`` (e.g. ``edgekit/pi-kitchen``):
 - ``<topic>/label/<slug>``: ``ON``/``OFF`` per label of interest, retained (Home Assistant
   binary sensors; see :mod:`edgekit.serve.discovery`).
 - ``<topic>/stats``: the daemon's stats JSON every ``stats_interval_s``.
+- ``<topic>/events``: one JSON per event (a model hot-swap: ok / rolled_back / refused, with
+  the reason, bundle and sha256), QoS 1 whatever ``qos`` is, queued while disconnected.
 
 Never silent: where it connects is logged at INFO at start, and every failed attempt at
 WARNING with the broker's address and the reason (paho itself only says so at DEBUG).
@@ -260,6 +262,11 @@ class MqttPublisher:
             if previous is None or (label in now_on) != (label in was_on):
                 messages.append((label_topic, "ON" if label in now_on else "OFF"))
         return messages
+
+    def publish_event(self, event: dict[str, Any]) -> bool:
+        """Publish one event on ``<topic>/events`` (QoS 1, not retained, queued while disconnected
+        like results); True when it was sent or queued."""
+        return self._publish(f"{self.topic}/events", to_json(event), 1) != "dropped"
 
     def publish_stats(self, payload: str) -> bool:
         """Publish a stats JSON (QoS 0, never queued); False while disconnected."""

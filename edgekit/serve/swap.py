@@ -22,8 +22,10 @@ model stays open for ``probation_frames``: an inference error in that time rolls
 (and the frame that failed is run again on it). Files still being copied (a hash mismatch
 or a missing file within ``SETTLE_S`` of the last change) are waited for, not refused.
 
-Every outcome is one log line and a count (``ok``, ``rolled_back``, ``refused``); a refused
-bundle is not tried again until its files change.
+Every outcome is one log line, a count (``ok``, ``rolled_back``, ``refused``) and an event
+handed to ``on_event`` (the daemon publishes it on ``<topic>/events`` over MQTT): which
+outcome, why, and the bundle's name and sha256 beside the one now serving. A refused bundle
+is not tried again until its files change.
 """
 
 from __future__ import annotations
@@ -167,6 +169,7 @@ class BundleSwap:
         self.counts = dict.fromkeys(RESULTS, 0)
         self.last = ""  # the latest outcome, for /stats
         self._thread: threading.Thread | None = None
+        self.on_event: Callable[[dict[str, Any]], None] | None = None  # (event) -> None, after each outcome
 
     # ------------------------------------------------------------------ any thread
     def request(self, why: str) -> dict[str, Any]:
@@ -281,6 +284,7 @@ class BundleSwap:
                     self._supervisor.identity.get("sha256", "")[:12])
         self.last = f"refused: {reason}"
         self.counts["refused"] += 1  # counted after the line: a reader that sees the count finds it logged
+        self._event("refused", reason, identity(self.path))
 
     # ------------------------------------------------------------------ the inference loop
     def remember(self, frame: Any, result: Any) -> None:
@@ -318,8 +322,10 @@ class BundleSwap:
             self._refused.add(self._seen)
         log.warning("hot-swap: bundle sha256 %s failed on probation (%s); rolled back to sha256 %s", sha,
                     f"{type(exc).__name__}: {exc}".splitlines()[0], self._supervisor.identity.get("sha256", "")[:12])
+        reason = f"failed on probation: {type(exc).__name__}: {exc}".splitlines()[0]
         self.last = f"rolled back {sha}: {type(exc).__name__}: {exc}".splitlines()[0]
         self.counts["rolled_back"] += 1
+        self._event("rolled_back", reason, failed.identity)
         return True
 
     def _commit(self) -> None:
@@ -330,6 +336,21 @@ class BundleSwap:
         log.info("hot-swap done: serving %s (sha256 %s)", new.get("path", ""), new.get("sha256", "")[:12])
         self.last = f"ok: {new.get('bundle', '')} sha256 {new.get('sha256', '')[:12]}"
         self.counts["ok"] += 1
+        self._event("ok", "", new)
+
+    def _event(self, result: str, reason: str, bundle: dict[str, Any]) -> None:
+        """Hand one outcome to ``on_event``; a failing listener is logged, never fatal."""
+        if self.on_event is None:
+            return
+        active = self._supervisor.identity
+        event = {"event": "model_swap", "result": result, "reason": reason, "time": round(time.time(), 3),
+                 "bundle": bundle.get("bundle", ""), "path": bundle.get("path", ""),
+                 "sha256": bundle.get("sha256", ""), "variant": bundle.get("variant", ""),
+                 "active_bundle": active.get("bundle", ""), "active_sha256": active.get("sha256", "")}
+        try:
+            self.on_event(event)
+        except Exception as exc:  # an output that fails must not stop swapping
+            log.warning("hot-swap event not delivered: %s", exc)
 
 
 def _still_copying(exc: EdgekitError, current: tuple) -> bool:
