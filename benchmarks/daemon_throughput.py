@@ -185,6 +185,45 @@ def stage_cost_ms(model: Path, clip: Path, threads: int, n: int = 120) -> dict:
     return {"stage_ms": statistics.median(total) / 1e6, "inference": stages["inference"].summary().to_dict()}
 
 
+def decode_breakdown(clip: Path, input_size: int = 224, n: int = 60, rounds: int = 3) -> dict:
+    """Where a decoding camera's time goes, per frame (median of ``rounds`` interleaved rounds):
+    OpenCV's VideoCapture decode (FFmpeg) against reading the compressed packet only
+    (``CAP_PROP_FORMAT = -1``) and decoding it with ``cv2.imdecode`` at full and reduced scale
+    (libjpeg-turbo's DCT scaling, ``IMREAD_REDUCED_COLOR_2/4/8``), and the resize to the model's
+    input that preprocessing then does from each size."""
+    decoded, raw = cv2.VideoCapture(str(clip)), cv2.VideoCapture(str(clip))
+    raw.set(cv2.CAP_PROP_FORMAT, -1)
+    ok, packet = raw.read()
+    jpeg = packet.reshape(-1)
+
+    def read(cap: cv2.VideoCapture) -> None:
+        if not cap.read()[0]:
+            cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
+
+    frames = {f: cv2.imdecode(jpeg, f) for f in (cv2.IMREAD_COLOR, cv2.IMREAD_REDUCED_COLOR_4)}
+    cases = {"videocapture_decode": lambda: read(decoded), "packet_read_only": lambda: read(raw)}
+    for name, flag in (("full", cv2.IMREAD_COLOR), ("reduced_2", cv2.IMREAD_REDUCED_COLOR_2),
+                       ("reduced_4", cv2.IMREAD_REDUCED_COLOR_4), ("reduced_8", cv2.IMREAD_REDUCED_COLOR_8)):
+        cases[f"imdecode_{name}"] = lambda flag=flag: cv2.imdecode(jpeg, flag)
+    for name, flag in (("full", cv2.IMREAD_COLOR), ("reduced_4", cv2.IMREAD_REDUCED_COLOR_4)):
+        cases[f"resize_{name}_to_input"] = lambda a=frames[flag]: cv2.resize(
+            a, (input_size, input_size), interpolation=cv2.INTER_AREA)
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(rounds):
+        for name, fn in cases.items():
+            samples = []
+            for _ in range(n):
+                t = time.perf_counter_ns()
+                fn()
+                samples.append(time.perf_counter_ns() - t)
+            times[name].append(statistics.median(samples[5:]) / 1e6)
+    decoded.release()
+    raw.release()
+    return {"ms": {k: round(statistics.median(v), 3) for k, v in times.items()},
+            "rounds_ms": {k: [round(x, 3) for x in v] for k, v in times.items()},
+            "load_average": [round(v, 2) for v in os.getloadavg()]}
+
+
 def config_for(uri: str, options: dict) -> ServeConfig:
     config = override(ServeConfig(), "model", path="bench", top_k=3)
     config = override(config, "camera", uri=uri, options=options, on_end="reconnect")
@@ -330,7 +369,17 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=6.0, help="measured seconds per run")
     parser.add_argument("--repeats", type=int, default=3, help="rounds of A/B pairs in the balanced case")
     parser.add_argument("--json", type=Path, help="write the results here too")
+    parser.add_argument("--breakdown-only", action="store_true",
+                        help="only where a decoding camera's time goes (decode, packet read, reduced decode, resize)")
     args = parser.parse_args()
+    if args.breakdown_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            w, h = (int(v) for v in args.clip_size.lower().split("x"))
+            breakdown = decode_breakdown(write_clip(Path(tmp) / "clip.avi", w, h, frames=60))
+        for name, ms in breakdown["ms"].items():
+            print(f"{name:28s} {ms:8.3f} ms  rounds {breakdown['rounds_ms'][name]}")
+        print(f"load average {breakdown['load_average']}")
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         models = args.model or build_models(workdir, (160, 224, 288, 352, 512))
