@@ -13,17 +13,32 @@ definitions, and images are decoded with Pillow. ``import edgekit`` never loads 
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from edgekit.errors import EdgekitError
 from edgekit.imgops import convert_colour as _np_convert_colour
 from edgekit.imgops import resize as _np_resize
 from edgekit.quiet import optional_cv2
 
 _INT_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-32768, 32767)}
+_CHOICES = {"dtype": ("float32", "float16", *_INT_RANGES), "layout": ("NHWC", "NCHW"),
+            "colour": ("gray", "rgb", "bgr"), "resize": ("stretch", "letterbox"),
+            "interpolation": ("area", "linear", "nearest")}
+MAX_SIDE = 16384
+"""The largest input or crop side accepted: a bigger one is a mistake or a hostile bundle
+(one 16384 x 16384 x 3 float32 tensor is already 3 GiB)."""
+
+
+class InputSpecError(EdgekitError, ValueError):
+    """An input description or preprocessing that cannot work (a bundle's ``input``, a build's flags)."""
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message, hint or "rebuild the bundle, or fix the preprocessing given to edgekit build")
 
 
 @dataclass(frozen=True)
@@ -76,24 +91,79 @@ class InputSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> InputSpec:
-        """Inverse of :meth:`to_dict`; unknown keys are kept in ``extra``."""
+        """Inverse of :meth:`to_dict`; unknown keys are kept in ``extra``.
+
+        The dict is untrusted (a bundle's edgekit.json): anything that cannot describe an image
+        input raises InputSpecError (see :meth:`check`).
+        """
+        if not isinstance(d, dict):
+            raise InputSpecError(f"input is {type(d).__name__}, not an object")
         known = {f for f in cls.__dataclass_fields__}
         kw = {k: v for k, v in d.items() if k in known and k != "extra"}
-        kw["shape"] = tuple(int(s) for s in kw["shape"])
-        for key in ("mean", "std"):
-            if key in kw:
-                kw[key] = tuple(float(v) for v in kw[key])
+        try:
+            kw["shape"] = tuple(_whole(s) for s in kw["shape"])
+            for key in ("mean", "std"):
+                if key in kw:
+                    kw[key] = tuple(float(v) for v in kw[key])
+            extra = dict(d.get("extra", {}))
+        except KeyError as exc:
+            raise InputSpecError(f"input has no {exc.args[0]!r}") from exc
+        except (TypeError, ValueError) as exc:
+            raise InputSpecError(f"input is malformed: {exc}") from exc
         if isinstance(kw.get("crop"), list):
             kw["crop"] = tuple(kw["crop"])
-        extra = dict(d.get("extra", {}))
         extra.update({k: v for k, v in d.items() if k not in known})
-        return cls(**kw, extra=extra)
+        return cls(**kw, extra=extra).check()
+
+    def check(self) -> InputSpec:
+        """This spec if a frame can be turned into its tensor; else InputSpecError saying why."""
+        why = _spec_problem(self)
+        if why:
+            raise InputSpecError(f"input {why}"[:300])
+        return self
 
     def with_quantization(self, dtype: str, scale: float | None, zero_point: int | None) -> InputSpec:
         """The same preprocessing feeding a tensor of another dtype/quantisation."""
         d = self.to_dict()
         d.update(dtype=dtype, scale=scale, zero_point=zero_point)
         return InputSpec.from_dict(d)
+
+
+def _whole(value: Any) -> int:
+    """An int from JSON (2, not 2.5, True or "2")."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{value!r} is not a whole number")
+    return value
+
+
+def _spec_problem(s: InputSpec) -> str | None:
+    """Why ``s`` cannot describe an image input, or None."""
+    for key, allowed in _CHOICES.items():
+        if getattr(s, key) not in allowed:
+            return f"{key} {getattr(s, key)!r} is not one of {', '.join(allowed)}"
+    shape = s.shape
+    if len(shape) != 4 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape):
+        return f"shape {list(shape)} is not a batch of images (N, H, W, C or N, C, H, W; every size >= 1)"
+    if max(s.height, s.width) > MAX_SIDE or s.channels not in (1, 3) or shape[0] > 64:
+        return f"shape {list(shape)} is not an image batch edgekit feeds (1 or 3 channels, sides <= {MAX_SIDE})"
+    crop = s.crop
+    if crop not in (None, "none", "square") and not (
+            isinstance(crop, (list, tuple)) and len(crop) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_SIDE for v in crop)):
+        return f"crop {crop!r} must be null, 'square' or [height, width] in pixels (1 to {MAX_SIDE})"
+    for key in ("mean", "std"):
+        values = getattr(s, key)
+        if not isinstance(values, (list, tuple)) or len(values) not in (1, s.channels) or not all(
+                isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+            return f"{key} {values!r} must be 1 or {s.channels} finite numbers"
+    if any(v == 0 for v in s.std):
+        return f"std {list(s.std)} has a zero (pixel = (value - mean) / std)"
+    if s.quantized and not (isinstance(s.scale, (int, float)) and math.isfinite(s.scale) and s.scale > 0):
+        return f"dtype {s.dtype} needs a positive quantisation scale, not {s.scale!r}"
+    lo, hi = _INT_RANGES.get(s.dtype, (None, None))
+    if lo is not None and s.zero_point is not None and not (isinstance(s.zero_point, int) and lo <= s.zero_point <= hi):
+        return f"zero_point {s.zero_point!r} does not fit {s.dtype}"
+    return None
 
 
 def crop_center(frame: np.ndarray, crop: Any) -> np.ndarray:
@@ -188,7 +258,7 @@ class Preprocessor:
     """
 
     def __init__(self, spec: InputSpec):
-        self.spec = spec
+        self.spec = spec.check()  # a crop of -5 pixels fails here, not on the first frame
         self._lut = pixel_lut(spec)
         self._lut_1d = self._lut[0] if spec.channels == 1 or np.all(self._lut == self._lut[0]) else None
         # cv2.LUT maps uint8 images through a 256-entry table of most dtypes (not float16);

@@ -30,4 +30,5 @@ def resolve(dotted: str, install_hint: str | None = None) -> Any:
     try:
         return getattr(module, attr) if attr else module
     except AttributeError as exc:
-        raise BackendUnavailable(f"{module_name} has no attribute {attr!r}") from exc
+        raise BackendUnavailable(f"{module_name} has no attribute {attr!r}",
+                                 "check the 'package.module:name' spelling") from exc

@@ -113,21 +113,40 @@ def load_target(name_or_path: str) -> Target:
         raise TargetError(f"unknown target {name_or_path!r}", f"choose one of: {known}, or give a .toml path")
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise TargetError(f"target file {path} is not valid TOML: {exc}") from exc
-    try:
-        return Target(
-            name=raw["name"],
-            summary=raw["summary"],
-            builder=raw["builder"],
-            adapter=raw["adapter"],
-            build_requires=tuple(raw.get("build_requires", ())),
-            run_requires=tuple(raw.get("run_requires", ())),
-            build_hint=raw.get("build_hint", "pip install 'edgekit-vision[build]'"),
-            run_hint=raw.get("run_hint", "pip install 'edgekit-vision[litert]'"),
-            build=dict(raw.get("build", {})),
-            runtime_options=dict(raw.get("runtime", {}).get("options", {})),
-            source=str(path),
-        )
-    except KeyError as exc:
-        raise TargetError(f"target file {path} lacks the required key {exc.args[0]!r}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as exc:
+        raise TargetError(f"target file {path} is not valid TOML: {exc}".splitlines()[0],
+                          "fix the file (edgekit/targets/cpu.toml is an example)") from exc
+    return _target_from(raw, path)
+
+
+def _target_from(raw: dict[str, Any], path: Path) -> Target:
+    """A Target from a parsed target file, every key's type checked (TargetError names the key)."""
+
+    def get(key: str, kind: type, default: Any = None) -> Any:
+        value = raw.get(key, default)
+        if value is None:
+            raise TargetError(f"target file {path} lacks the required key {key!r}", _TARGET_FIX)
+        if not isinstance(value, kind) or (kind is list and not all(isinstance(v, str) for v in value)):
+            raise TargetError(f"target file {path}: {key!r} must be {_KINDS[kind]}, not {value!r}"[:300], _TARGET_FIX)
+        return value
+
+    name, summary = get("name", str), get("summary", str)
+    runtime = get("runtime", dict, {})
+    options = runtime.get("options", {})
+    if not isinstance(options, dict):
+        raise TargetError(f"target file {path}: [runtime.options] must be a table", _TARGET_FIX)
+    for key in ("builder", "adapter"):
+        if ":" not in get(key, str):
+            raise TargetError(f"target file {path}: {key} {raw[key]!r} is not 'package.module:name'", _TARGET_FIX)
+    return Target(
+        name=name, summary=summary, builder=get("builder", str),
+        adapter=get("adapter", str), build_requires=tuple(get("build_requires", list, [])),
+        run_requires=tuple(get("run_requires", list, [])),
+        build_hint=get("build_hint", str, "pip install 'edgekit-vision[build]'"),
+        run_hint=get("run_hint", str, "pip install 'edgekit-vision[litert]'"),
+        build=dict(get("build", dict, {})), runtime_options=dict(options), source=str(path),
+    )
+
+
+_TARGET_FIX = "compare with a shipped target file (edgekit/targets/cpu.toml)"
+_KINDS = {str: "a string", list: "a list of strings", dict: "a table"}

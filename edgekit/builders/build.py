@@ -16,12 +16,12 @@ import numpy as np
 
 from edgekit.builders.calibration import ImageSet, load_calibration, load_eval
 from edgekit.builders.context import BuildContext
-from edgekit.builders.contract import BuildRequest, TargetBuild
+from edgekit.builders.contract import BuildRequest, TargetBuild, check_bundle_name
 from edgekit.builders.inputs import PREPROCESS_KEYS, explicit_labels, float_input_spec, preprocessing, read_sidecars
 from edgekit.builders.log import BuildLog, interruptible
 from edgekit.builders.publish import build_target
 from edgekit.builders.source import SourceModel, load_source_model
-from edgekit.errors import UsageError, VerificationFailed
+from edgekit.errors import TargetError, UsageError, VerificationFailed
 from edgekit.image import InputSpec, Preprocessor
 from edgekit.target import Target, load_target, merge_options
 
@@ -106,7 +106,8 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
             raise UsageError(f"{len(labels)} labels for a model with {n_out} outputs",
                              "give a labels file with one line per output class (--labels)")
         model = request.model
-        name = request.name or (model.stem if model.is_file() else model.name)
+        name = request.name or check_bundle_name(model.stem if model.is_file() else model.name,
+                                                 "the model's file name (give --name)")
         used, holdout = _split_holdout(calib_all, request.holdout_fraction)
         with tempfile.TemporaryDirectory(prefix="edgekit-build-") as work:
             ctx = BuildContext(request=request, source=source, name=name, labels=labels or [], float_spec=float_spec,
@@ -137,10 +138,51 @@ def choose_task(task: str | None, source: SourceModel) -> tuple[str, int | None]
 
 
 def _resolve_targets(request: BuildRequest) -> list[Target]:
+    """The targets asked for, each once, with the variants asked for checked against its builder."""
     resolved = [load_target(t) for t in request.targets]
     if not resolved:
         raise UsageError("no target given", "pass --target edgetpu,rpi,cpu,jetson")
+    names = [t.name for t in resolved]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # the second build would replace the first bundle: twice the time for one result
+        raise UsageError(f"target {', '.join(twice)} given more than once", "name each target once in --target")
+    for target in resolved:
+        ok, why = target.can_build()
+        if not ok:  # before the model is loaded, not after minutes of work
+            raise TargetError(f"cannot build {target.name} here: {why}",
+                              "install what it needs, or build on a machine that has it (edgekit targets lists them)")
+        _check_variants(target, request)
     return resolved
+
+
+def _check_variants(target: Target, request: BuildRequest) -> None:
+    """Refuse variants the target's builder does not make, before any work: none is dropped silently.
+
+    A builder module lists what it makes in ``VARIANTS``; a custom builder without the list is
+    trusted. With the list, ``--io-dtype`` must come with an int8 variant.
+    """
+    import sys
+
+    from edgekit.plugins import resolve
+
+    builder = resolve(target.builder, target.build_hint)
+    options = target.build_options(request.builder_overrides())
+    variants = options.get("variants")
+    if variants is None:
+        return
+    if not isinstance(variants, (list, tuple)) or not variants or not all(isinstance(v, str) for v in variants):
+        raise UsageError(f"target {target.name}: variants {variants!r} is not a list of names",
+                         'give a list such as variants = ["fp32", "int8"] in the target file')
+    known = getattr(sys.modules.get(getattr(builder, "__module__", ""), None), "VARIANTS", None)
+    if known is None:  # a custom builder: its options are its own business
+        return
+    unknown = [v for v in variants if v not in known]
+    if unknown:
+        raise UsageError(f"the {target.name} target cannot build {', '.join(unknown)} (it builds {', '.join(known)})",
+                         f"choose --variants from {', '.join(known)}, or another --target")
+    if request.io_dtype is not None and "int8" not in variants:
+        raise UsageError(f"--io-dtype {request.io_dtype} applies to int8 models; the {target.name} target "
+                         f"builds {', '.join(variants)}", "add int8 to --variants, or leave out --io-dtype")
 
 
 def _float_spec(request: BuildRequest, source: SourceModel, side_pre: dict, log: BuildLog) -> InputSpec:

@@ -11,6 +11,7 @@ turns that into the bundle manifest and returns one :class:`TargetBuild` per tar
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,19 @@ BUILDER_OPTIONS = ("variants", "io_dtype", "compiler", "min_runtime_version", "m
 
 
 TASKS = ("classify", "raw")
+
+# A bundle is written to <out>/<name>-<target>: the name must stay one plain file name
+# (no separator, no "..", not hidden), or `--name ../x` would write outside --out.
+_NAME = re.compile(r"[^\W_][\w.+-]{0,99}")
+
+
+def check_bundle_name(name: str, what: str = "--name") -> str:
+    """``name`` if it makes a bundle directory name inside ``--out``; else UsageError."""
+    if not _NAME.fullmatch(name):
+        raise UsageError(f"{what} {name!r} cannot name a bundle directory",
+                         "use letters, digits, '.', '_', '+' or '-' (at most 100, no path separators), "
+                         "starting with a letter or digit")
+    return name
 
 
 def parse_size(value: str | tuple | list | None) -> tuple[int, int] | None:
@@ -103,7 +117,7 @@ class BuildRequest:
         self._check_numbers()
 
     def _check_numbers(self) -> None:
-        if not 0 < self.min_accuracy_ratio <= 1.5:
+        if not 0 < self.min_accuracy_ratio <= 1.5:  # NaN fails this too
             raise UsageError(f"--min-accuracy-ratio {self.min_accuracy_ratio} makes no sense",
                              "use a ratio like 0.99 (converted top-1 / original top-1)")
         if self.calib_count is not None and self.calib_count < 1:
@@ -115,6 +129,12 @@ class BuildRequest:
             raise UsageError(f"--min-cosine {self.min_cosine} makes no sense", "use a similarity like 0.98")
         if self.task not in (None, *TASKS):
             raise UsageError(f"unknown task {self.task!r}", f"use --task {' or '.join(TASKS)}")
+        if self.variants == ():
+            raise UsageError("--variants names no variant", "give e.g. --variants fp32,int8, or leave it out")
+        if self.min_tpu_ops is not None and not 0 <= self.min_tpu_ops <= 1:
+            raise UsageError(f"--min-tpu-ops {self.min_tpu_ops} is not a share", "use a share like 0.9 (90 % of ops)")
+        if self.name is not None:
+            check_bundle_name(self.name)
 
     def builder_overrides(self) -> dict[str, Any]:
         """The builder options this request sets (unset ones left out, so the target's apply)."""

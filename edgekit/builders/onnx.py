@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from edgekit.target import Target
 
 
+VARIANTS = ("fp32", "fp16")
+"""What this builder makes (the fp32 ONNX is always written: the FP16 one is converted from it)."""
+
+
 def to_onnx(ctx: BuildContext, dest: Path, opset: int) -> list[str]:
     """Write the fp32 ONNX model for the context's source model; returns its output names in
     the source's output order.

@@ -107,7 +107,8 @@ def load_onnx(path: Path, input_size: tuple[int, int] | None = None) -> SourceMo
         onnx.checker.check_model(str(path))
         model = onnx.load(str(path))
     except Exception as exc:
-        raise ModelError(f"{path} is not a valid ONNX model: {str(exc).strip().splitlines()[0][:200]}") from exc
+        raise ModelError(f"{path} is not a valid ONNX model: {str(exc).strip().splitlines()[0][:200]}",
+                         "export the model again (torch.onnx.export, tf2onnx); a copy may be truncated") from exc
     try:
         name, dims, static, layout = prepare(model, input_size)
     except ModelError as exc:

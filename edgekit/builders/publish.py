@@ -30,7 +30,8 @@ def build_target(ctx: BuildContext, target: Target, t_start: float) -> TargetBui
     """
     ok, why = target.can_build()
     if not ok:
-        raise EdgekitError(f"cannot build {target.name} here: {why}")
+        raise EdgekitError(f"cannot build {target.name} here: {why}",
+                           "install what it needs, or build on a machine that has it (edgekit targets lists them)")
     builder = resolve(target.builder, target.build_hint)
     out = ctx.request.out
     dest = out / f"{ctx.name}-{target.name}"

@@ -66,7 +66,8 @@ def _load_keras(path: Path) -> SourceModel:
         raise ModelError(f"cannot load Keras model {path}: {str(exc).splitlines()[0][:200]}",
                          "check the file is a complete model saved with model.save()") from exc
     if len(model.inputs) != 1:
-        raise ModelError(f"{path} has {len(model.inputs)} inputs; edgekit builds single-image models")
+        raise ModelError(f"{path} has {len(model.inputs)} inputs; edgekit builds single-image models",
+                         "export a model with one image input")
     names = list(model.output_names)
     # Keras 3 lists a dict-output model's outputs in name order, model.outputs in the same order
     shapes = [o.shape for o in model.outputs]
@@ -84,7 +85,8 @@ def _load_savedmodel(path: Path) -> SourceModel:
                          "export it with model.export(dir) or tf.saved_model.save") from exc
     inputs = fn.structured_input_signature[1]
     if len(inputs) != 1:
-        raise ModelError(f"{path} serving signature has {len(inputs)} inputs; edgekit builds single-image models")
+        raise ModelError(f"{path} serving signature has {len(inputs)} inputs; edgekit builds single-image models",
+                         "export a model with one image input")
     name, spec = next(iter(inputs.items()))
     outs = dict(sorted(fn.structured_outputs.items()))
     model = SourceModel(path, "savedmodel", _input_hwc(spec.shape, path), fn, input_name=name,
