@@ -297,16 +297,24 @@ def replay(fake_compiler, monkeypatch):
     return use
 
 
+@pytest.fixture
+def int8_file(tmp_path):
+    """Bytes standing in for an int8 model: a replay only copies them, so no conversion is needed here."""
+    path = tmp_path / "small_int8.tflite"
+    path.write_bytes(b"TFL3 stand-in")
+    return path
+
+
 def test_every_fixture_is_documented_with_its_source():
     readme = (OUTPUTS / "README.md").read_text()
     names = {p.stem for p in OUTPUTS.glob("*.stdout")}
     assert len(names) == 7 and all(f"`{n}`" in readme or f"`{n}` (" in readme for n in names)
 
 
-def test_real_short_table_when_every_op_maps(replay, model, tmp_path):
+def test_real_short_table_when_every_op_maps(replay, int8_file, tmp_path):
     """v16 with -s and every op mapped prints no Edge TPU/CPU counts: the table alone says so."""
     replay("all_mapped_short_v16")
-    result = compile_model(model("small_int8"), tmp_path / "out")
+    result = compile_model(int8_file, tmp_path / "out")
     r = result.report
     assert result.status == "compiled" and result.compiled_path.is_file()
     assert (r["total_ops"], r["tpu_ops"], r["cpu_ops"], r["all_mapped"]) == (11, 11, 0, True)
@@ -316,9 +324,9 @@ def test_real_short_table_when_every_op_maps(replay, model, tmp_path):
     assert r["off_chip_memory_used_bytes"] == 0 and r["on_chip_memory_remaining_bytes"] == parse_size("5.88MiB")
 
 
-def test_real_partial_mapping_reads_counts_and_the_log(replay, model, tmp_path):
+def test_real_partial_mapping_reads_counts_and_the_log(replay, int8_file, tmp_path):
     replay("partial_v16")
-    result = compile_model(model("small_int8"), tmp_path / "out")
+    result = compile_model(int8_file, tmp_path / "out")
     r = result.report
     assert (r["total_ops"], r["tpu_ops"], r["cpu_ops"], r["all_mapped"]) == (40, 13, 27, False)
     assert r["log_file"] == "small_int8_edgetpu.log" and len(r["operations"]) == 11
@@ -349,14 +357,14 @@ def test_search_delegate_output_reports_the_last_attempt_only():
                        r"Compilation failed!"),
     ("timeout_v16", 1, r"\(exit 1\): Compilation timeout"),
 ])
-def test_real_failures_fail_whatever_the_exit_code(replay, model, tmp_path, name, exit_code, words):
+def test_real_failures_fail_whatever_the_exit_code(replay, int8_file, tmp_path, name, exit_code, words):
     out = tmp_path / "out"
     out.mkdir()
     stale = out / "small_int8_edgetpu.tflite"
     stale.write_bytes(b"compiled by an earlier run")  # must not be taken for this run's result
     replay(name, exit_code)
     with pytest.raises(CompilerError, match=r"^edgetpu_compiler failed " + words) as err:
-        compile_model(model("small_int8"), out)
+        compile_model(int8_file, out)
     assert "\n" not in err.value.message and "edgekit inspect MODEL --target edgetpu" in err.value.hint
 
 
