@@ -987,3 +987,55 @@ def test_picamera2_channel_orders_match_opencv():
     np.testing.assert_array_equal(PICAMERA2_TO_BGR["XBGR8888"](a), cv2.cvtColor(a, cv2.COLOR_RGBA2BGR))
     rgb = np.ascontiguousarray(a[..., :3])
     np.testing.assert_array_equal(PICAMERA2_TO_BGR["BGR888"](rgb), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+
+
+# ----------------------------------------------------------------------------------------------
+# decode_size=: compressed MJPEG packets decoded at reduced scale
+# ----------------------------------------------------------------------------------------------
+
+
+def test_reduced_scale_keeps_the_frame_at_least_the_size_asked():
+    from edgekit.camera.opencv import reduced_scale
+
+    assert reduced_scale((1920, 1440), (224, 224)) == 4  # 480x360; 1/8 would be 240x180
+    assert reduced_scale((1920, 1080), (224, 224)) == 4  # 480x270
+    assert reduced_scale((640, 480), (80, 60)) == 8
+    assert reduced_scale((642, 482), (81, 61)) == 8  # libjpeg rounds up: 81x61
+    assert reduced_scale((640, 480), (321, 10)) == 1
+
+
+def test_decode_size_decodes_an_mjpeg_file_at_reduced_scale(clip, clip_frames):
+    """Packets read raw and decoded by cv2.imdecode at 1/2: half size, the same picture."""
+    want = (W // 2 - 5, H // 2 - 5)  # 1/4 is too small, so 1/2
+    with OpenCVSource(str(clip), api=cv2.CAP_FFMPEG, decode_size=f"{want[0]}x{want[1]}", timeout_s=0.3) as cam:
+        frame = next(cam)
+        stats = cam.stats()
+    assert frame.array.shape == (H // 2, W // 2, 3) and frame.array.dtype == np.uint8
+    assert stats["decode"] == "imdecode 1/2" and stats["size"] == (W // 2, H // 2)
+    full = cv2.resize(clip_frames[frame.index], (W // 2, H // 2), interpolation=cv2.INTER_AREA)
+    assert np.abs(frame.array.astype(int) - full).mean() < 4  # DCT scaling ~ an area resize
+
+
+def test_decode_size_on_a_stream_that_is_not_mjpeg_decodes_in_full_and_says_so(tmp_path, caplog):
+    path = _write(tmp_path / "clip.mp4", _clip_frames(3), "mp4v", FPS)
+    with caplog.at_level("WARNING", logger="edgekit.camera.opencv"), OpenCVSource(
+            str(path), api=cv2.CAP_FFMPEG, decode_size="100x100", timeout_s=0.3) as cam:
+        frame = next(cam)
+    assert frame.array.shape == (H, W, 3)
+    assert "decode_size= needs an MJPEG stream" in caplog.text and cam.stats()["decode"] == "full (not MJPEG)"
+
+
+@pytest.mark.parametrize("value", ["0x10", "abc", "10", "-4x4"])
+def test_decode_size_bad_values_are_refused_by_the_table(value):
+    for uri in ("rtsp://127.0.0.1:9/x", "v4l2:/dev/video-none"):
+        with pytest.raises(CameraOptionError, match="decode_size"):
+            open_camera(uri, decode_size=value)
+
+
+def test_decode_size_is_refused_with_a_crop_in_pixels():
+    from edgekit.serve.capture import check_reduced_decode
+
+    with pytest.raises(UsageError, match=r"crops \[200, 200\] pixels"):
+        check_reduced_decode({"decode_size": "224x224"}, (200, 200))
+    check_reduced_decode({"decode_size": "224x224"}, "square")  # a fraction of the frame: fine
+    check_reduced_decode({}, (200, 200))

@@ -63,6 +63,8 @@ def _opencv_options(fourcc: str | None, buffer_size: int | None) -> tuple[Option
         Option("fourcc", "str", fourcc, help="pixel format to request, e.g. MJPG"),
         Option("buffer_size", "int", buffer_size, ge=1, help="driver queue length (1: freshest)"),
         Option("params", "ints", help="extra cv2.VideoCapture open parameters: prop,value,..."),
+        Option("decode_size", "size", help="MJPEG only: decode at 1/2, 1/4 or 1/8 scale, still >= WxH "
+               "(e.g. the model input); frames arrive smaller, so a crop in pixels would change"),
         *_TIMEOUTS,
     )
 

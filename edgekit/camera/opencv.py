@@ -9,6 +9,7 @@ OpenCV is an extra: it is imported when such a source is opened, not with this m
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 from typing import Any
 
@@ -23,6 +24,12 @@ from edgekit.camera.base import (
 )
 from edgekit.errors import CameraError
 from edgekit.quiet import import_cv2
+
+log = logging.getLogger(__name__)
+
+#: libjpeg-turbo's DCT scaling factors, as ``cv2.imdecode`` offers them (IMREAD_REDUCED_COLOR_N).
+DECODE_SCALES = (8, 4, 2)
+_MJPEG_FOURCCS = {"MJPG", "MJPEG", "JPEG", "jpeg", "mjpg", "AVRn", "LJPG", "dmb1"}
 
 
 class _OpenCVOnUse:
@@ -56,6 +63,11 @@ class OpenCVSource(LatestFrameSource):
         fps: frame rate to request.
         buffer_size: driver queue length (1 = lowest latency; ignored by files/FFMPEG).
         params: extra ``cv2.VideoCapture`` open parameters (``[prop, value, ...]``).
+        decode_size: ``(width, height)`` or ``"WxH"``: read the compressed MJPEG packets and
+            decode each with ``cv2.imdecode`` at the smallest 1/2, 1/4 or 1/8 scale that stays
+            at least this size (e.g. the model's input): several times cheaper than a full
+            decode, and the later resize is cheaper too. A stream that is not MJPEG is decoded
+            as usual, with a log line saying so. See :func:`reduced_scale`.
         timeout_s, open_timeout_s: see :class:`LatestFrameSource`.
 
     Raises:
@@ -75,6 +87,7 @@ class OpenCVSource(LatestFrameSource):
         fps: float | None = None,
         buffer_size: int | None = None,
         params: list[int] | None = None,
+        decode_size: Any = None,
         name: str | None = None,
         hint: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -93,10 +106,11 @@ class OpenCVSource(LatestFrameSource):
             raise CameraError(f"{label}: cannot open", hint or "check the device or URL")
         try:
             info = _configure_capture(cap, fourcc=fourcc, size=parse_size(size), fps=fps, buffer_size=buffer_size)
+            read = _reduced_reader(cap, parse_size(decode_size), info, label) if decode_size else cap.read
         except Exception:
             cap.release()
             raise
-        super().__init__(cap.read, name=label, release=cap.release, timeout_s=timeout_s, open_timeout_s=open_timeout_s)
+        super().__init__(read, name=label, release=cap.release, timeout_s=timeout_s, open_timeout_s=open_timeout_s)
         self._info.update(info)
 
 
@@ -126,6 +140,65 @@ def _configure_capture(cap: Any, *, fourcc, size, fps, buffer_size) -> dict[str,
     if fcc:
         info["fourcc"] = fcc
     return info
+
+
+def reduced_scale(frame_size: tuple[int, int], at_least: tuple[int, int]) -> int:
+    """The largest of 8, 4, 2 that keeps a ``frame_size`` JPEG decoded at 1/scale at least
+    ``at_least`` on both sides (libjpeg rounds the scaled size up); 1 when none does."""
+    (width, height), (want_w, want_h) = frame_size, at_least
+    for scale in DECODE_SCALES:
+        if -(-width // scale) >= want_w and -(-height // scale) >= want_h:
+            return scale
+    return 1
+
+
+def _reduced_reader(cap: Any, at_least: tuple[int, int], info: dict[str, Any], label: str):
+    """A ``read()`` for :class:`LatestFrameSource` that takes the compressed MJPEG packet from
+    ``cap`` and decodes it at reduced scale; ``cap.read`` itself when the stream is not MJPEG.
+
+    Reading the packet only is nearly free (``CAP_PROP_FORMAT = -1`` with FFMPEG,
+    ``CAP_PROP_CONVERT_RGB = 0`` with V4L2), and ``cv2.imdecode`` releases the GIL while it
+    decodes, so the grabber thread does not hold up inference.
+    """
+    fourcc = info.get("fourcc", "")
+    if not (hasattr(cap, "set") and hasattr(cap, "get")) or fourcc not in _MJPEG_FOURCCS:
+        log.warning(
+            "%s: decode_size= needs an MJPEG stream, this one is %s; decoding every frame in full instead",
+            label,
+            repr(fourcc) if fourcc else "of unknown format",
+        )
+        info["decode"] = "full (not MJPEG)"
+        return cap.read
+    # Raw mode cannot be switched off again (FFMPEG refuses CAP_PROP_FORMAT=0), so it is only
+    # asked for once the stream is known to be MJPEG.
+    if not (cap.set(cv2.CAP_PROP_FORMAT, -1) or cap.set(cv2.CAP_PROP_CONVERT_RGB, 0)):
+        log.warning(
+            "%s: backend %s cannot hand out compressed packets; decoding every frame in full instead",
+            label,
+            info.get("backend", "?"),
+        )
+        info["decode"] = "full (backend gives no packets)"
+        return cap.read
+    frame_size = (int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT)))
+    scale = reduced_scale(frame_size, at_least) if min(frame_size) > 0 else 1
+    flag = {
+        1: cv2.IMREAD_COLOR,
+        2: cv2.IMREAD_REDUCED_COLOR_2,
+        4: cv2.IMREAD_REDUCED_COLOR_4,
+        8: cv2.IMREAD_REDUCED_COLOR_8,
+    }[scale]
+    info.update(decode=f"imdecode 1/{scale}", decode_scale=scale)
+
+    def read() -> tuple[bool, np.ndarray | None]:
+        ok, packet = cap.read()
+        if not ok or packet is None or packet.size < 4:
+            return False, None
+        buf = packet.reshape(-1)
+        if buf[0] != 0xFF or buf[1] != 0xD8:  # no JPEG start-of-image marker: a corrupt packet
+            raise CameraError(f"{label}: a packet that is not JPEG in an MJPEG stream")
+        return True, cv2.imdecode(buf, flag)  # None for a corrupt JPEG: a read error
+
+    return read
 
 
 DEVICE_HINT = (

@@ -24,6 +24,20 @@ from edgekit.serve.stats import Counters, RateMeter
 log = logging.getLogger("edgekit.serve")
 
 
+def check_reduced_decode(options: dict[str, Any], crop: Any) -> None:
+    """Refuse ``decode_size=`` with a model whose preprocessing crops in pixels.
+
+    A reduced decode shrinks the frame uniformly, so ``crop = "square"`` or none still takes
+    the same part of the scene, but ``[height, width]`` pixels would take a larger share of a
+    smaller frame: a different input from the one the model was evaluated on.
+    """
+    if options.get("decode_size") and isinstance(crop, (list, tuple)):
+        raise UsageError(
+            f"[camera] decode_size= with a model that crops {list(crop)} pixels of the full frame",
+            "remove decode_size= (the reduced frame would change what the crop covers)",
+        )
+
+
 class Capture:
     """Feeds ``mailbox`` from the camera in a daemon thread until ``stop`` is set.
 

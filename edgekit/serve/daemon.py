@@ -33,7 +33,7 @@ from edgekit.camera.mailbox import FrameMailbox
 from edgekit.errors import CameraError, UsageError
 from edgekit.metrics import PipelineMetrics
 from edgekit.pipeline import frame_problem  # noqa: F401 - re-exported: it lived here
-from edgekit.serve.capture import Capture
+from edgekit.serve.capture import Capture, check_reduced_decode
 from edgekit.serve.config import ServeConfig, parse_address
 from edgekit.serve.preflight import preflight
 from edgekit.serve.publish import JsonLinesSink, MqttPublisher, mqtt_from_config, to_json
@@ -121,6 +121,7 @@ class Daemon:
         cfg = self.config
         preflight(cfg, **self._preflight)
         self._model.open()
+        check_reduced_decode(cfg.camera.options, self._model.pipeline.preprocess.spec.crop)
         if self._preflight["model"]:  # hot-swap needs the daemon to open [model] path itself
             self._swap = BundleSwap(cfg, self._model.open_candidate, self._model, self._stop)
             self._swap.start()
