@@ -151,11 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         # `edgekit inspect --json | head`: the reader left; that is not an error worth a traceback.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if args.debug:
             traceback.print_exc()
         print(f"edgekit {args.verb}: interrupted; nothing half-written was left behind", file=sys.stderr)
-        return 130
+        return 128 + (getattr(exc, "signum", None) or 2)  # 130 for Ctrl-C, 143 for SIGTERM (build)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from edgekit.bundle import read_labels
 from edgekit.errors import ModelError
 
@@ -91,8 +93,11 @@ def open_model(
         runtime = open_runtime(bundle, model=entry.name, **options)  # hashed once, by load_bundle
         _refuse_unused_device(runtime, options, f"{path.name}:{entry.name}")
         names = read_labels(labels) if labels else bundle.labels
+        task_options = _task_options(bundle.task, entry)
+        _refuse_label_count(runtime, names, bundle.task, task_options, f"{path.name}:{entry.name}",
+                            "give a labels file with one line per class" if labels else "rebuild the bundle")
         return OpenModel(f"{path.name}:{entry.name}", path, entry.name, runtime, names, entry.precision, bundle.target,
-                         bundle.task, _task_options(bundle.task, entry))
+                         bundle.task, task_options)
     if variant:
         raise ModelError(
             f"{path} is not a bundle, so it has no variant {variant!r}",
@@ -102,7 +107,27 @@ def open_model(
     runtime = open_runtime(path, **options)
     _refuse_unused_device(runtime, options, path.name)
     task = _bare_task(runtime)
-    return OpenModel(path.name, path, None, runtime, read_labels(labels) if labels else [], task=task)
+    names = read_labels(labels) if labels else []
+    _refuse_label_count(runtime, names, task, {}, path.name, "give a labels file with one line per class")
+    return OpenModel(path.name, path, None, runtime, names, task=task)
+
+
+def _refuse_label_count(runtime: Any, labels: list[str], task: str, options: dict[str, Any], name: str,
+                        fix: str) -> None:
+    """Labels must name every class score, one each: 3 labels for a 10-class model would print
+    class numbers for most results (or a wrong label for all of them if the file is another model's)."""
+    details = getattr(runtime, "output_details", None)
+    if task != "classify" or not labels or not callable(details):
+        return
+    outputs = details()
+    index = options.get("output_index", 0)
+    if not isinstance(index, int) or not 0 <= index < len(outputs):
+        return
+    shape = list(outputs[index].get("shape", []))
+    width = shape[-1] if shape else None
+    if isinstance(width, (int, np.integer)) and width > 0 and int(width) != len(labels):
+        runtime.close()
+        raise ModelError(f"{name}: {len(labels)} labels for a model with {int(width)} classes", fix)
 
 
 def _task_options(task: str, entry: Any) -> dict[str, Any]:

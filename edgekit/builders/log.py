@@ -8,6 +8,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM stopped the build (``signum``: the CLI exits 128 + signum, as a shell reports it).
+
+    A KeyboardInterrupt, so everything that cleans up after Ctrl-C cleans up after it too.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
 class BuildLog:
     """Collects timestamped lines; echoes them to stderr unless ``quiet``."""
 
@@ -16,11 +27,12 @@ class BuildLog:
         self.quiet = quiet
         self.t0 = time.perf_counter()
         self.interrupted = False
+        self.signum: int | None = None  # SIGTERM's number when it was SIGTERM
 
     def check(self) -> None:
-        """Raise KeyboardInterrupt if Ctrl-C arrived (see :func:`interruptible`)."""
+        """Raise KeyboardInterrupt if Ctrl-C (or Terminated if SIGTERM) arrived (see :func:`interruptible`)."""
         if self.interrupted:
-            raise KeyboardInterrupt
+            raise Terminated(self.signum) if self.signum else KeyboardInterrupt
 
     def info(self, msg: str) -> None:
         """Record a line and show it."""
@@ -58,12 +70,13 @@ class BuildLog:
 
 @contextmanager
 def interruptible(log: BuildLog) -> Iterator[None]:
-    """Turn Ctrl-C into a flag checked between build steps.
+    """Turn Ctrl-C and SIGTERM into a flag checked between build steps.
 
     A KeyboardInterrupt raised inside TensorFlow's C++ wrappers can land in a ``__del__`` and be
     swallowed ("Exception ignored in ... UniquePtr.__del__"), after which the build would go on
-    and write bundles. The flag is checked at every step boundary instead; a second Ctrl-C
-    interrupts at once.
+    and write bundles. The flag is checked at every step boundary instead; a second signal
+    interrupts at once. SIGTERM (``timeout``, ``kill``, systemd, a CI runner) cleans up as
+    Ctrl-C does: its default action would leave the temporary bundle and work directories.
     """
     import signal
     import threading
@@ -72,17 +85,21 @@ def interruptible(log: BuildLog) -> Iterator[None]:
         yield
         return
 
-    def on_sigint(signum, frame):
+    def on_signal(signum, frame):
+        term = signum == signal.SIGTERM
         if log.interrupted:
-            raise KeyboardInterrupt
-        log.interrupted = True
-        print("interrupt: stopping after the current step (Ctrl-C again to stop now)", file=sys.stderr, flush=True)
+            raise Terminated(signum) if term else KeyboardInterrupt
+        log.interrupted, log.signum = True, (signum if term else None)
+        again = "send SIGTERM again" if term else "Ctrl-C again"
+        print(f"{'terminated' if term else 'interrupt'}: stopping after the current step ({again} to stop now)",
+              file=sys.stderr, flush=True)
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def progress(iterable, desc: str, total: int | None = None):

@@ -11,6 +11,7 @@ bundle must never choose what gets imported and called on the device.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ class Option:
     help: str = ""
     choices: tuple[Any, ...] = ()
     minimum: float | None = None
+    maximum: float | None = None
 
     def problem(self, value: Any) -> str | None:
         """Why ``value`` does not fit this option, or None when it does (None always fits:
@@ -46,8 +48,12 @@ class Option:
         number = _as_kind(value, self.kinds)
         if number is _NOT:
             return f"must be {' or '.join(k.__name__ for k in self.kinds)}"
+        if isinstance(number, float) and not math.isfinite(number):
+            return "must be a finite number"
         if self.minimum is not None and isinstance(number, (int, float)) and number < self.minimum:
             return f"must be at least {self.minimum:g}"
+        if self.maximum is not None and isinstance(number, (int, float)) and number > self.maximum:
+            return f"must be at most {self.maximum:g}"
         return None
 
 
@@ -95,13 +101,22 @@ def check_options(adapter: type, options: Mapping[str, Any], error: type[Excepti
             raise error(message, fix)
         why = declared[key].problem(value)
         if why:
-            raise error(f"{where}{adapter.__name__} option {key}={value!r} {why}", hint or None)
+            raise error(f"{where}{adapter.__name__} option {key}={value!r} {why}",
+                        hint or f"give {key} a value that fits ({declared[key].help or 'see --help'})")
         checked[key] = value if value is None or declared[key].choices else _as_kind(value, declared[key].kinds)
     return checked
 
 
 PATH = (str, os.PathLike)
 """Kinds of an option naming a file or directory."""
+
+MAX_THREADS = (os.cpu_count() or 1) * 4
+"""The most CPU threads an adapter takes: more only slows inference down, and a copied bundle
+asking LiteRT for 100000 crashed the process (every thread's stack is reserved at start)."""
+MAX_MIB = 1 << 20
+"""The largest memory size in MiB an option takes (1 TiB): a larger one is a typo."""
+MAX_INDEX = 255
+"""The largest device index an option takes."""
 
 
 class Backend(NamedTuple):

@@ -21,7 +21,7 @@ class FakeRuntime:
     """
 
     OPTIONS: ClassVar[tuple[Option, ...]] = (
-        Option("delay_s", (float,), 0.0, "minimum time per inference (s)", minimum=0),
+        Option("delay_s", (float,), 0.0, "minimum time per inference (s)", minimum=0, maximum=3600),
         Option("name", (str,), "fake", "backend name in describe()"),
     )
 

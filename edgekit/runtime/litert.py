@@ -19,7 +19,7 @@ import numpy as np
 from edgekit.errors import BackendUnavailable, ModelError
 from edgekit.image import InputSpec
 from edgekit.quiet import native_stderr_to_log
-from edgekit.runtime.backends import Option
+from edgekit.runtime.backends import MAX_THREADS, Option
 
 log = logging.getLogger("edgekit.runtime.litert")
 
@@ -192,7 +192,7 @@ class LiteRTRuntime:
     OPTIONS: ClassVar[tuple[Option, ...]] = (
         Option("delegate", (str,), "xnnpack", "xnnpack, none (built-in kernels) or edgetpu",
                choices=("xnnpack", "none", "edgetpu")),
-        Option("num_threads", (int,), None, "CPU threads for the interpreter", minimum=1),
+        Option("num_threads", (int,), None, "CPU threads for the interpreter", minimum=1, maximum=MAX_THREADS),
         Option("device", (str,), None, "Edge TPU device: usb, usb:N, pci, pci:N"),
         Option("profile", (bool,), False, "no effect: the op profile is static (op_profile)"),
     )

@@ -18,7 +18,7 @@ import numpy as np
 
 from edgekit.errors import BackendUnavailable, ModelError
 from edgekit.image import InputSpec
-from edgekit.runtime.backends import Option
+from edgekit.runtime.backends import MAX_THREADS, Option
 
 _ONNX_DTYPES = {
     "tensor(float)": "float32",
@@ -87,7 +87,8 @@ class OnnxRuntime:
     OPTIONS: ClassVar[tuple[Option, ...]] = (
         Option("providers", (list, tuple, str), None, "execution providers in order (cpu, cuda, tensorrt)"),
         Option("allow_fallback", (bool,), False, "accept a session without some requested provider"),
-        Option("num_threads", (int,), None, "intra-op threads (None: ONNX Runtime chooses)", minimum=0),
+        Option("num_threads", (int,), None, "intra-op threads (None: ONNX Runtime chooses)", minimum=0,
+               maximum=MAX_THREADS),
         Option("profile", (bool,), False, "record ONNX Runtime's per-op profile"),
         Option("input_size", (str, list, tuple), None, "HxW for a model whose input height/width are symbolic"),
     )

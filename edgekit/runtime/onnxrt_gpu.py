@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from edgekit.errors import BackendUnavailable, ModelError
 from edgekit.image import InputSpec
 from edgekit.runtime import trt_engine
-from edgekit.runtime.backends import PATH, Option
+from edgekit.runtime.backends import MAX_INDEX, MAX_MIB, MAX_THREADS, PATH, Option
 from edgekit.runtime.onnxrt import OnnxRuntime, provider_names, session_options
 from edgekit.runtime.onnxrt import check_providers as _check_providers
 
@@ -108,12 +108,14 @@ class OnnxRuntimeGPU(OnnxRuntime):
         Option("allow_fallback", (bool,), False, "accept a session without some requested provider"),
         Option("fp16", (bool,), True, "TensorRT EP FP16"),
         Option("cache_dir", PATH, None, "TensorRT EP engine and timing cache directory"),
-        Option("device_id", (int,), 0, "CUDA device index", minimum=0),
-        Option("workspace_mb", (int,), trt_engine.WORKSPACE_MB, "TensorRT EP workspace limit (MiB)", minimum=1),
+        Option("device_id", (int,), 0, "CUDA device index", minimum=0, maximum=MAX_INDEX),
+        Option("workspace_mb", (int,), trt_engine.WORKSPACE_MB, "TensorRT EP workspace limit (MiB)", minimum=1,
+               maximum=MAX_MIB),
         Option("conv_algo_search", (str,), "HEURISTIC", "cuDNN convolution algorithm search",
                choices=("EXHAUSTIVE", "HEURISTIC", "DEFAULT")),
-        Option("gpu_mem_limit_mb", (int,), None, "CUDA EP memory limit (MiB)", minimum=1),
-        Option("num_threads", (int,), None, "intra-op threads (None: ONNX Runtime chooses)", minimum=0),
+        Option("gpu_mem_limit_mb", (int,), None, "CUDA EP memory limit (MiB)", minimum=1, maximum=MAX_MIB),
+        Option("num_threads", (int,), None, "intra-op threads (None: ONNX Runtime chooses)", minimum=0,
+               maximum=MAX_THREADS),
         Option("profile", (bool,), False, "record ONNX Runtime's per-op profile"),
     )
 

@@ -33,7 +33,7 @@ from edgekit.errors import BackendUnavailable, ModelError
 from edgekit.image import InputSpec
 from edgekit.metrics import LatencyRecorder
 from edgekit.runtime import trt_engine
-from edgekit.runtime.backends import PATH, Option
+from edgekit.runtime.backends import MAX_INDEX, MAX_MIB, PATH, Option
 
 STAGES = ("h2d", "compute", "d2h", "host")
 """Timed stages: the three GPU stages (CUDA events) and the host wall time of ``infer``."""
@@ -76,11 +76,12 @@ class TensorRTRuntime:
 
     OPTIONS: ClassVar[tuple[Option, ...]] = (
         Option("precision", (str,), "fp16", "engine precision for a build from ONNX", choices=trt_engine.PRECISIONS),
-        Option("workspace_mb", (int,), trt_engine.WORKSPACE_MB, "workspace pool limit (MiB)", minimum=1),
+        Option("workspace_mb", (int,), trt_engine.WORKSPACE_MB, "workspace pool limit (MiB)", minimum=1,
+               maximum=MAX_MIB),
         Option("cache_dir", PATH, None, "engine cache directory (default: <bundle>/.engines)"),
         Option("rebuild", (bool,), False, "rebuild the engine even if a cached one is valid"),
-        Option("device", (int,), 0, "CUDA device index", minimum=0),
-        Option("warmup", (int,), 1, "inferences left out of the stage timings", minimum=0),
+        Option("device", (int,), 0, "CUDA device index", minimum=0, maximum=MAX_INDEX),
+        Option("warmup", (int,), 1, "inferences left out of the stage timings", minimum=0, maximum=10000),
     )
 
     def __init__(
