@@ -91,6 +91,25 @@ def test_raw_task_gates_every_variant_on_cosine_even_without_eval():
     assert s["gated"] is False and s["passed"] is True  # nothing to measure on
 
 
+def test_the_headline_numbers_are_the_default_variants_and_every_variant_is_kept():
+    fields = {"original": 0.9, "converted": 0.89, "ratio": 0.9889, "agreement": 0.97, "sqnr_db": 31.5,
+              "max_abs_diff": 0.12, "cosine": 0.999, "worst_output": "scores", "passed": False}
+    per_variant = {"fp32": _res(1.0, True), "int8": {"eval": fields}}
+    s = verification_summary(per_variant, "int8", _Ctx())
+    assert {k: s[k] for k in fields if k != "passed"} == {k: v for k, v in fields.items() if k != "passed"}
+    assert s["models"] is per_variant and s["passed"] is False
+
+
+def test_a_variant_that_was_never_measured_fails_the_gate():
+    s = verification_summary({"fp32": _res(1.0, True), "int8": {}}, "fp32", _Ctx())
+    assert s["passed"] is False and s["reason"].startswith("int8: the original model scores 0")
+
+
+def test_an_ungated_summary_has_no_reason():
+    s = verification_summary({"fp32": {}}, "fp32", _Ctx(evalset=None))
+    assert s["reason"] is None and s["note"] == "no --eval: agreement on held-back calibration images, not gated"
+
+
 # --- the real build ---------------------------------------------------------------------------------
 
 
