@@ -24,6 +24,7 @@ from typing import Any
 
 from edgekit.errors import UsageError
 from edgekit.runtime import BACKENDS
+from edgekit.runtime.backends import MAX_THREADS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -230,6 +231,9 @@ def _check_value(where: str, table: str, key: str, value: Any, default: Any) -> 
         raise UsageError(f"{where}: [{table}] {key} = {value!r} is below the minimum {low}", "raise it")
     if (table, key) == ("mqtt", "port") and value > 65535:
         raise UsageError(f"{where}: [mqtt] port = {value} is not a TCP port", "use 1-65535 (1883 is usual)")
+    if (table, key) == ("model", "threads") and value > MAX_THREADS:  # the runtime refuses it at start
+        raise UsageError(f"{where}: [model] threads = {value} is more than {MAX_THREADS} (4 per CPU core)",
+                         "use 0 (the runtime's default) or at most the number of cores")
     return value
 
 
