@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 DIST   := dist
 TARGETS ?= edgetpu,rpi,cpu,jetson
 
-.PHONY: install demo test lint model models data bench clean
+.PHONY: install demo test lint model models data bench clean mutate
 
 # onnx2tf (ONNX -> TensorFlow for the TFLite targets) hard-pins an older TensorFlow/numpy stack:
 # it goes in beside ours without its pins, with the few packages it really imports (DESIGN.md 3).
@@ -37,6 +37,10 @@ test: $(STAMP) $(O2T)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+# Mutation testing of the core modules, each against its own fast tests (docs/mutation.md; ~15 min on 2 cores).
+mutate: $(STAMP)
+	$(BIN)/python -m scripts.mutate
 
 # Retrain the demo model (needs Debian's dataset-fashion-mnist; the background class's training photos
 # come from Debian's gnome-backgrounds, scikit-learn and Matplotlib; 9.5 minutes on a busy 2-core VM).

@@ -372,3 +372,29 @@ def test_without_count_lines_the_table_decides_not_the_all_mapped_default():
     stdout = V15_STDOUT.split("\nModel successfully compiled but")[0]  # a summary that never says what fell back
     r = parse_compiler_output(stdout, V15_LOG)
     assert (r["total_ops"], r["tpu_ops"], r["cpu_ops"], r["all_mapped"]) == (13, 11, 2, False)
+
+
+def test_a_log_alone_gives_version_and_table_counts():
+    """Only the .log at hand (stdout lost): the version and every count come from the log's table."""
+    r = parse_compiler_output("", V15_LOG)
+    assert r["compiler_version"] == "15.0.340273435"
+    assert (r["total_ops"], r["tpu_ops"], r["cpu_ops"], r["all_mapped"]) == (13, 11, 2, False)
+    assert r["input_model"] is None and r["input_size_bytes"] is None and r["subgraphs"] is None
+    empty = parse_compiler_output("")
+    assert (empty["compiler_version"], empty["total_ops"], empty["tpu_ops"], empty["cpu_ops"]) == (None,) * 4
+    assert empty["operations"] == [] and empty["all_mapped"] is False
+
+
+def test_the_stdout_version_wins_and_an_empty_log_falls_back_to_the_stdout_table():
+    stdout = (OUTPUTS / "all_mapped_short_v16.stdout").read_text()
+    r = parse_compiler_output(stdout, "Edge TPU Compiler version 15.0.1\n")
+    assert r["compiler_version"] == "16.0.384591198" and len(r["operations"]) == 6
+
+
+def test_table_rows_need_the_header_and_end_at_the_first_other_line():
+    rows = "CONV_2D                        2          Mapped to Edge TPU\n"
+    assert parse_operation_table(rows) == []  # no header: a line that looks like a row is not one
+    header = "Operator                       Count      Status\n\n"
+    text = header + rows + "Compilation child process completed within timeout period.\n" + rows
+    assert [r["op"] for r in parse_operation_table(text)] == ["CONV_2D"]
+    assert [r["count"] for r in parse_operation_table(header + rows + "\n" + rows)] == [2, 2]  # blank lines inside
