@@ -252,3 +252,95 @@ def test_the_adapter_must_be_an_exact_module_class_from_the_table(tmp_path, mode
         _edit(tmp_path / "b", lambda m, bad=bad: m["runtime"].update(adapter=bad))
         with pytest.raises(BundleError, match="unknown runtime adapter"):
             open_runtime(tmp_path / "b")
+
+
+def _drop_manifest(dest):
+    (dest / "edgekit.json").unlink()
+
+
+def _not_a_dir(dest):
+    import shutil
+
+    shutil.rmtree(dest)
+
+
+# Every refusal: (tamper, the message's words, the fix it gives). The fix is half of the error line.
+REFUSALS = [
+    (_not_a_dir, "does not exist", "build one with: edgekit build ..."),
+    (_drop_manifest, r"is not an edgekit bundle \(no edgekit.json\)", "build one with: edgekit build ..."),
+    (lambda d: (d / "edgekit.json").write_text("{ not json"), "edgekit.json is corrupt", "rebuild the bundle"),
+    (lambda d: (d / "edgekit.json").write_bytes(b'{"a": "\xff"}'), "edgekit.json is corrupt", "rebuild the bundle"),
+    (lambda d: (d / "edgekit.json").write_text("[1]"), r"is not an edgekit manifest \(no format_version\)",
+     "rebuild the bundle"),
+    (lambda d: (d / "edgekit.json").write_text("{}"), "no format_version", "rebuild the bundle"),
+    (lambda d: _edit(d, lambda m: m.update(format_version=FORMAT_VERSION + 1)),
+     f"uses bundle format {FORMAT_VERSION + 1}; this edgekit reads up to {FORMAT_VERSION}",
+     "upgrade edgekit on this device"),
+    (lambda d: _edit(d, lambda m: m.update(format_version="1")), "uses bundle format 1;",
+     "upgrade edgekit on this device"),
+    (lambda d: _edit(d, lambda m: m.update(target=3)), "'target' is missing or not a str", "rebuild the bundle"),
+    (lambda d: _edit(d, lambda m: m.pop("models")), "'models' is missing or not a list", "rebuild the bundle"),
+    (lambda d: _edit(d, lambda m: m.update(runtime=[])), "'runtime' is not an object", "rebuild the bundle"),
+    (lambda d: _edit(d, lambda m: m["models"][0].pop("format")), "has a malformed model entry: 'format'",
+     "rebuild the bundle"),
+    (lambda d: _edit(d, lambda m: m.update(default_model="int8")), "has no model 'int8'", "choose one of: fp32"),
+    (lambda d: _edit(d, lambda m: m["files"].pop("m.tflite")), "model file 'm.tflite' is not listed in 'files'",
+     "rebuild the bundle"),
+    (lambda d: _edit(d, lambda m: m["files"].update({"../x": "0"})), "file '../x' points outside the bundle",
+     "rebuild the bundle"),
+    (lambda d: (d / "labels.txt").unlink(), "is missing labels.txt", "copy the whole bundle directory again"),
+    (lambda d: (d / "build.log").write_text("x"), "build.log does not match its sha256 in edgekit.json",
+     "copy the bundle again or rebuild it"),
+    (lambda d: _edit(d, lambda m: m.update(task="segment")), "unknown task 'segment' .this edgekit knows classify",
+     "upgrade edgekit on this device, or rebuild the bundle"),
+    (lambda d: _edit(d, lambda m: m["models"][0].update(task_options={"output_index": 1})),
+     r"model 'fp32' has malformed task_options \{'output_index': 1\}", "rebuild the bundle"),
+    (lambda d: _edit(d, lambda m: m.update(verification={"passed": False})),
+     r"failed its accuracy check at build time \(see edgekit.json\)",
+     "rebuild it, or pass --allow-rejected to run it anyway for inspection"),
+]
+
+
+@pytest.mark.parametrize(("tamper", "words", "fix"), REFUSALS, ids=[str(i) for i in range(len(REFUSALS))])
+def test_every_refusal_is_one_line_with_its_fix(tmp_path, tamper, words, fix):
+    dest = _write_full(tmp_path / "b")
+    tamper(dest)
+    with pytest.raises(BundleError, match=words) as err:
+        load_bundle(dest)
+    assert err.value.hint == fix and "\n" not in err.value.message and str(dest) in err.value.message
+
+
+def test_the_bundle_reads_its_entries_and_paths(tmp_path):
+    dest = _write_full(tmp_path / "b")
+    _edit(dest, lambda m: m.update(runtime={"adapter": "a:B"}, task=None,
+                                   models=[dict(m["models"][0], task_options={"output_index": 0}, extra_key=1)]))
+    b = load_bundle(dest)
+    [entry] = b.models
+    assert (entry.name, entry.file, entry.format, entry.precision, entry.outputs) == (
+        "fp32", "m.tflite", "tflite", "float32", [])
+    assert entry.extra == {"task_options": {"output_index": 0}, "extra_key": 1}
+    assert b.model() == b.model("fp32") == entry and b.model_path() == dest / "m.tflite"
+    assert b.runtime == {"adapter": "a:B"} and b.task == "classify" and b.target == "cpu"
+    assert b.input_spec == InputSpec(shape=(1, 4, 4, 1), colour="gray")
+
+
+def test_writer_lists_nested_files_replaces_an_old_bundle_and_shares_it(tmp_path):
+    import numpy as np
+
+    dest = _write(tmp_path / "b")
+    with BundleWriter(dest) as w:
+        (w.dir / "m.tflite").write_bytes(b"new-model")
+        (w.dir / "cache").mkdir()
+        (w.dir / "cache" / "engine.bin").write_bytes(b"e")
+        w.commit(dict(_manifest(), extra={"n": np.int64(3), "a": np.arange(2), "p": tmp_path / "x"}))
+    text = (dest / "edgekit.json").read_text()
+    m = json.loads(text)
+    assert m["files"] == {"cache/engine.bin": sha256_file(dest / "cache" / "engine.bin"),
+                          "m.tflite": sha256_file(dest / "m.tflite")}
+    assert list(m)[0] == "format_version" and list(m)[-1] == "files" and text.endswith("}\n") and '\n  "' in text
+    assert m["extra"] == {"n": 3, "a": [0, 1], "p": str(tmp_path / "x")}
+    assert (dest / "m.tflite").read_bytes() == b"new-model" and sorted(p.name for p in tmp_path.iterdir()) == ["b"]
+    assert dest.stat().st_mode & 0o777 == 0o755
+    with pytest.raises(TypeError, match="object is not JSON serialisable"), BundleWriter(tmp_path / "c") as w:
+        w.commit(dict(_manifest(), extra=object()))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]
