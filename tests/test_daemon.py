@@ -40,6 +40,8 @@ LABELS = ["cat", "dog", "bird"]
 
 
 def fake_runtime(delay_s: float = 0.0, fn=None) -> FakeRuntime:
+    # FakeRuntime for timing control and fault injection only: delay_s sets the inference time the
+    # skip/backpressure counts depend on, fn raises on cue; a real LiteRT model serves in the tests that open one.
     scores = np.array([[0.1, 0.7, 0.2]], np.float32)
     return FakeRuntime(fn or (lambda t: [scores]), SPEC, delay_s=delay_s)
 

@@ -142,6 +142,7 @@ def test_no_watchdog_ping_while_the_loop_is_stuck(tmp_path, monkeypatch):
     sock.settimeout(0.1)
     monkeypatch.setenv("NOTIFY_SOCKET", str(path))
     monkeypatch.setenv("WATCHDOG_USEC", "100000")  # a ping every 50 ms while the loop turns
+    # FakeRuntime for timing control: an inference that hangs 1.2 s, which no real small model does on cue
     daemon = Daemon(make_config(tmp_path), runtime_factory=lambda: fake_runtime(delay_s=1.2), labels=LABELS)
     pings: list[float] = []
     try:

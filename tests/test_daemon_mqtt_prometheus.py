@@ -210,6 +210,7 @@ def tiny_tflite(tmp_path_factory) -> Path:
 
 
 def fake_runtime(delay_s: float = 0.002) -> FakeRuntime:
+    # FakeRuntime for timing control: a fixed 2 ms inference paces the results counted against the broker.
     scores = np.array([[0.1, 0.7, 0.2]], np.float32)
     return FakeRuntime(lambda t: [scores], InputSpec(shape=(1, 16, 16, 3)), delay_s=delay_s)
 

@@ -71,7 +71,7 @@ def test_supervisor_reopens_a_failing_model_with_backoff(tmp_path):
         opens.append(1)
         if 2 <= len(opens) <= 4:
             raise CameraError("Edge TPU not found")  # still unplugged
-        return fake_runtime()
+        return fake_runtime()  # fault injection: the factory fails on cue, then opens a stand-in
 
     counters, sink = Counters(), PipelineMetrics(warmup=0, window=10)
     model = ModelSupervisor(config, factory, ["cat", "dog", "bird"], sink, counters, clock=lambda: 0)

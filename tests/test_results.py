@@ -162,6 +162,7 @@ def test_the_table_resolves_heads_lazily_by_dotted_path(monkeypatch):
 def test_pipeline_chooses_its_decoder_by_task(monkeypatch):
     monkeypatch.setitem(TASK_HEADS, "mean", TaskHead(f"{__name__}:mean_head", ("scale",), "mean score"))
     spec = InputSpec(shape=(1, 4, 4, 1), colour="gray")
+    # FakeRuntime for exact outputs: the test checks which head decodes, so the scores must be known to the digit
     runtime = FakeRuntime(lambda x: [np.array([[0.25, 0.75]], np.float32)], spec)
     frame = Frame(np.zeros((4, 4), np.uint8), 0, 7)
     classify = Pipeline(runtime, ["a", "b"], top_k=1, warmup=0).step(frame)
