@@ -1039,3 +1039,64 @@ def test_decode_size_is_refused_with_a_crop_in_pixels():
         check_reduced_decode({"decode_size": "224x224"}, (200, 200))
     check_reduced_decode({"decode_size": "224x224"}, "square")  # a fraction of the frame: fine
     check_reduced_decode({}, (200, 200))
+
+
+class RecordingCapture:
+    """Stands in for ``cv2.VideoCapture`` on a V4L2 device (none on the test machines): records the
+    open arguments and every property set, reports back what a UVC camera would, serves frames."""
+
+    opened: list = []
+
+    def __init__(self, source, api, params):
+        self.calls: list[tuple[int, float]] = []
+        self.props = {cv2.CAP_PROP_FPS: 0.0, cv2.CAP_PROP_FOURCC: 0.0}
+        self.released = False
+        RecordingCapture.opened.append((source, api, params, self))
+
+    def isOpened(self):  # noqa: N802 - OpenCV's name
+        return True
+
+    def set(self, prop, value):
+        self.calls.append((prop, value))
+        self.props[prop] = float(value)
+        return True
+
+    def get(self, prop):
+        return self.props.get(prop, 0.0)
+
+    def getBackendName(self):  # noqa: N802 - OpenCV's name
+        return "V4L2"
+
+    def read(self):
+        time.sleep(0.001)  # a camera paces its frames; a tight loop would only spin the grabber thread
+        return True, np.full((480, 640, 3), 7, np.uint8)
+
+    def release(self):
+        self.released = True
+
+
+def test_v4l2_setup_asks_for_mjpg_then_size_fps_and_a_one_frame_queue(monkeypatch):
+    RecordingCapture.opened = []
+    monkeypatch.setattr(cv2, "VideoCapture", RecordingCapture)
+    monkeypatch.setattr(sys, "platform", "linux")
+    with open_camera("v4l2:0", size="640x480", fps=30) as cam:
+        frames = [f.array.shape for f, _ in zip(cam, range(3))]
+        info = cam.stats()
+    [(source, api, params, cap)] = RecordingCapture.opened
+    assert (source, api, params) == (0, cv2.CAP_V4L2, [])
+    # the pixel format first: a driver may refuse a size that exists only for MJPG
+    assert cap.calls == [(cv2.CAP_PROP_FOURCC, cv2.VideoWriter_fourcc(*"MJPG")), (cv2.CAP_PROP_FRAME_WIDTH, 640),
+                         (cv2.CAP_PROP_FRAME_HEIGHT, 480), (cv2.CAP_PROP_FPS, 30), (cv2.CAP_PROP_BUFFERSIZE, 1)]
+    assert frames == [(480, 640, 3)] * 3 and cap.released
+    assert (info["backend"], info["fourcc"], info["nominal_fps"]) == ("V4L2", "MJPG", 30.0)
+
+
+def test_v4l2_setup_by_path_with_other_choices_sets_only_what_was_asked(monkeypatch):
+    RecordingCapture.opened = []
+    monkeypatch.setattr(cv2, "VideoCapture", RecordingCapture)
+    monkeypatch.setattr(sys, "platform", "linux")
+    with open_camera("v4l2:/dev/video2", fourcc="YUYV", buffer_size=4) as cam:
+        assert cam.stats()["fourcc"] == "YUYV" and cam.stats()["nominal_fps"] is None
+    [(source, api, _, cap)] = RecordingCapture.opened
+    assert (source, api) == ("/dev/video2", cv2.CAP_V4L2)
+    assert cap.calls == [(cv2.CAP_PROP_FOURCC, cv2.VideoWriter_fourcc(*"YUYV")), (cv2.CAP_PROP_BUFFERSIZE, 4)]
