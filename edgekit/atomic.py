@@ -31,8 +31,11 @@ def write_text_atomic(path: str | Path, text: str, force: bool = False) -> Path:
             f.write(text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):  # a full disk, a quota, a read-only remount: nothing was written
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}", "free some space, or choose another path"
+                             ) from exc
         raise
     return path

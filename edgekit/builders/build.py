@@ -8,8 +8,11 @@ the accuracy gate passes (:mod:`edgekit.builders.publish`).
 
 from __future__ import annotations
 
+import errno
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +24,7 @@ from edgekit.builders.inputs import PREPROCESS_KEYS, explicit_labels, float_inpu
 from edgekit.builders.log import BuildLog, interruptible
 from edgekit.builders.publish import build_target
 from edgekit.builders.source import SourceModel, load_source_model
-from edgekit.errors import TargetError, UsageError, VerificationFailed
+from edgekit.errors import EdgekitError, TargetError, UsageError, VerificationFailed
 from edgekit.image import InputSpec, Preprocessor
 from edgekit.target import Target, load_target, merge_options
 
@@ -109,13 +112,35 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
         name = request.name or check_bundle_name(model.stem if model.is_file() else model.name,
                                                  "the model's file name (give --name)")
         used, holdout = _split_holdout(calib_all, request.holdout_fraction)
-        with tempfile.TemporaryDirectory(prefix="edgekit-build-") as work:
+        with _disk_full_is_one_line(request.out), tempfile.TemporaryDirectory(prefix="edgekit-build-") as work:
             ctx = BuildContext(request=request, source=source, name=name, labels=labels or [], float_spec=float_spec,
                                calib_all=calib_all, calib=used, holdout=holdout, evalset=evalset, log=log,
                                workdir=Path(work), task=task, class_output=class_output)
             results = [build_target(ctx, target, t_start) for target in resolved]
     _raise_if_rejected(results)
     return results
+
+
+@contextmanager
+def _disk_full_is_one_line(out: Path) -> Iterator[None]:
+    """A full disk (or quota) under --out or the temporary directory: one line saying which.
+
+    TensorFlow reports it as its own error type with the OS message inside, hence the text test.
+    The bundle writer and the work directory have already removed what they wrote.
+    """
+    try:
+        yield
+    except Exception as exc:
+        text = str(exc)
+        full = getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(
+            m in text for m in ("No space left on device", "Disk quota exceeded"))
+        if not full or isinstance(exc, EdgekitError):
+            raise
+        tmp = tempfile.gettempdir()
+        in_tmp = str(getattr(exc, "filename", "") or "").startswith(tmp) or f"{tmp}/edgekit-build-" in text
+        where = f"the temporary directory {tmp} (TMPDIR)" if in_tmp else f"--out {out}"
+        raise UsageError(f"no space left on the disk holding {where}; nothing was written",
+                         "free some space, or point TMPDIR/--out at a larger disk") from exc
 
 
 def choose_task(task: str | None, source: SourceModel) -> tuple[str, int | None]:

@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from edgekit.target import Target
 
 PRECISION = {"fp32": "float32", "fp16": "float16-weights", "int8": "int8"}
-
 VARIANTS = tuple(PRECISION)
 """What this builder makes; ``edgekit build`` refuses any other variant before it starts."""
+
 
 def convert(saved_model: Path, variant: str, representative: np.ndarray | None = None,
             io_dtype: str = "uint8") -> bytes:
