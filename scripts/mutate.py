@@ -106,14 +106,27 @@ def run_module(name: str, module: Module, max_children: int, survivors: bool) ->
         # "name: status" for every mutant not killed; timeouts were noticed by the tests
         rows = [line.strip().rsplit(": ", 1) for line in listed.splitlines() if ": " in line]
         names = [n for n, status in rows if status in ("survived", "no tests")]
-        diffs = {}
-        if survivors:
-            for mutant in names:
-                shown = subprocess.run([mutmut, "show", mutant], cwd=work, capture_output=True, text=True).stdout
-                diffs[mutant] = [ln for ln in shown.splitlines()
-                                 if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+        diffs = _diffs(work, names) if survivors and names else {}
     return {"module": name, "source": module.source, "seconds": round(seconds), **stats,
             "not_killed": names, "diffs": diffs}
+
+
+_DIFFS = """
+import json, sys
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+out = {}
+for name in json.loads(sys.stdin.read()):
+    diff = get_diff_for_mutant(name)
+    out[name] = [ln for ln in diff.splitlines() if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+print(json.dumps(out))
+"""
+
+
+def _diffs(work: Path, names: list[str]) -> dict[str, list[str]]:
+    """The changed lines of each mutant, read in one process (``mutmut show`` per mutant takes seconds)."""
+    run = subprocess.run([sys.executable, "-c", _DIFFS], cwd=work, input=json.dumps(names), capture_output=True,
+                         text=True, check=True)
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def kill_rate(r: dict) -> float | None:
