@@ -85,7 +85,7 @@ def test_calibration_is_deterministic_and_hashed(tmp_path):
     b = load_calibration([CALIB, FRAMES], prep, 100, 0, log)
     c = load_calibration([CALIB, FRAMES], prep, 100, 1, log)
     assert a.sha256 == b.sha256 != c.sha256
-    assert len(a.images) == 100 and set(a.sources) == {str(CALIB), str(FRAMES)}
+    assert len(a) == 100 and set(a.sources) == {str(CALIB), str(FRAMES)}
     assert any("recommended" in line for line in log.lines)  # fewer than 300 images warns
 
 

@@ -22,6 +22,7 @@ from edgekit.builders.context import BuildContext
 from edgekit.builders.contract import BuildRequest, TargetBuild, check_bundle_name
 from edgekit.builders.inputs import PREPROCESS_KEYS, explicit_labels, float_input_spec, preprocessing, read_sidecars
 from edgekit.builders.log import BuildLog, interruptible
+from edgekit.builders.preflight import check_resources, log_peak_memory
 from edgekit.builders.publish import build_target
 from edgekit.builders.source import SourceModel, load_source_model
 from edgekit.errors import EdgekitError, TargetError, UsageError, VerificationFailed
@@ -55,6 +56,8 @@ def build(
     task: str | None = None,
     input_size: tuple[int, int] | str | None = None,
     min_cosine: float = 0.98,
+    calib_steps: int | None = 300,
+    memory_check: bool = True,
 ) -> list[TargetBuild]:
     """Build one verified bundle per target.
 
@@ -76,6 +79,7 @@ def build(
         task: ``classify`` or ``raw`` (default: classify for one 1-D output, raw otherwise).
         input_size: (H, W) or ``"HxW"`` for an ONNX input whose height/width are symbolic.
         min_cosine: ``raw`` models: the worst output's cosine similarity below this fails a variant.
+        calib_steps, memory_check: most images int8 calibration runs (None: all); False skips the memory check.
 
     Returns one TargetBuild per target. Raises VerificationFailed (after building the other
     targets) when any target misses the accuracy gate; other errors as EdgekitError.
@@ -85,7 +89,8 @@ def build(
         preprocess=preprocess or {}, min_accuracy_ratio=min_accuracy_ratio, calib_count=calib_count,
         holdout_fraction=holdout_fraction, seed=seed, variants=variants, io_dtype=io_dtype, compiler=compiler,
         min_runtime_version=min_runtime_version, min_tpu_ops=min_tpu_ops, strict_tpu_ops=strict_tpu_ops,
-        quiet=quiet, task=task, input_size=input_size, min_cosine=min_cosine,
+        quiet=quiet, task=task, input_size=input_size, min_cosine=min_cosine, calib_steps=calib_steps,
+        memory_check=memory_check,
     ))
 
 
@@ -96,6 +101,7 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
     with interruptible(log):
         resolved = _resolve_targets(request)
         source = load_source_model(request.model, request.input_size)
+        check_resources(request, source, log)
         task, class_output = choose_task(request.task, source)
         side_labels, side_pre = read_sidecars(request.model)
         labels = explicit_labels(request.labels)
@@ -117,6 +123,7 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
                                calib_all=calib_all, calib=used, holdout=holdout, evalset=evalset, log=log,
                                workdir=Path(work), task=task, class_output=class_output)
             results = [build_target(ctx, target, t_start) for target in resolved]
+        log_peak_memory(log, t_start, onnx2tf=source.kind == "onnx")
     _raise_if_rejected(results)
     return results
 
@@ -234,7 +241,7 @@ def _load_images(request: BuildRequest, prep: Preprocessor, labels: list[str] | 
 
 def _split_holdout(calib_all: ImageSet, fraction: float) -> tuple[ImageSet, ImageSet]:
     """The calibration images used for int8, and those held back to measure agreement (none of < 10)."""
-    n_images = len(calib_all.images)
+    n_images = len(calib_all)
     n_hold = int(n_images * fraction) if n_images >= 10 else 0
     return calib_all.subset(np.arange(n_hold, n_images)), calib_all.subset(np.arange(n_hold))
 

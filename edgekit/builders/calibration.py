@@ -9,12 +9,14 @@ camera frames (an image folder or a video file, sampled evenly).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from edgekit.builders.log import BuildLog, progress
+from edgekit.builders.spool import Spool
 from edgekit.errors import CalibrationError
 from edgekit.image import IMAGE_SUFFIXES, ImageReadError, Preprocessor, read_image
 
@@ -24,9 +26,15 @@ MIN_RECOMMENDED = 300
 
 @dataclass
 class ImageSet:
-    """Shaped uint8 images (crop/colour/resize done, not yet normalised) and their origin."""
+    """Shaped uint8 images (crop/colour/resize done, not yet normalised) and their origin.
 
-    images: list[np.ndarray]
+    The images lie in a :class:`~edgekit.builders.spool.Spool` (a temporary file), ``index``
+    giving each one's row there in the set's order; they are read back a chunk at a time,
+    so no step holds the whole set in memory, as uint8 or as float tensors.
+    """
+
+    spool: Spool
+    index: np.ndarray
     sha256: str
     found: int
     skipped: int
@@ -34,23 +42,57 @@ class ImageSet:
     labels: np.ndarray | None = None
     class_names: list[str] | None = None
 
-    def tensors(self, prep: Preprocessor) -> np.ndarray:
-        """The images as one batch for ``prep``'s input spec (float or quantised)."""
-        if not self.images:
-            return np.zeros((0,) + tuple(prep.spec.shape[1:]), dtype=prep.spec.dtype)
-        return np.concatenate([prep.finish(img) for img in self.images], axis=0)
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def batches(self, prep: Preprocessor, size: int) -> Iterator[np.ndarray]:
+        """The images as tensors for ``prep``'s input spec (float or quantised), ``size`` at a time."""
+        for start in range(0, len(self), size):
+            shaped = self.spool.read(self.index[start : start + size])
+            yield np.concatenate([prep.finish(img) for img in shaped], axis=0)
+
+    def stream(self, prep: Preprocessor, size: int) -> TensorStream:
+        """A re-iterable, sized stream of single tensors (no batch axis), read ``size`` at a time."""
+        return TensorStream(self, prep, size)
 
     def subset(self, idx: np.ndarray) -> ImageSet:
         """The images at ``idx`` (with their labels), under the whole set's sha256."""
         labels = None if self.labels is None else self.labels[idx]
-        return ImageSet([self.images[i] for i in idx], self.sha256, len(idx), 0, {}, labels, self.class_names)
+        return ImageSet(self.spool, self.index[idx], self.sha256, len(idx), 0, {}, labels, self.class_names)
+
+
+@dataclass
+class TensorStream:
+    """An image set's tensors one at a time, decoded a chunk at a time: TensorFlow's
+    representative dataset walks it once per int8 conversion without holding it whole."""
+
+    images: ImageSet
+    prep: Preprocessor
+    size: int
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for batch in self.images.batches(self.prep, self.size):
+            yield from batch
+
+    def head(self, n: int) -> np.ndarray:
+        """The first ``n`` tensors as one batch (a small sample)."""
+        sub = self.images.subset(np.arange(min(n, len(self.images))))
+        return next(sub.batches(self.prep, max(n, 1)), np.zeros((0, *self.prep.spec.shape[1:]), np.float32))
 
 
 def _image_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
 
 
-def _video_frames(path: Path, limit: int) -> list[np.ndarray]:
+def _video_frames(path: Path, limit: int, prep: Preprocessor, spool: Spool) -> dict[int, tuple[int, bytes]]:
+    """Up to ``limit`` frames sampled evenly from a video, shaped and spooled as they are decoded.
+
+    Returns, per sample number, the frame's row in ``spool`` and the sha256 of its raw pixels;
+    the decoded frames themselves are dropped at once (a full-HD frame is 6 MB).
+    """
     import cv2
 
     cap = cv2.VideoCapture(str(path))
@@ -58,13 +100,14 @@ def _video_frames(path: Path, limit: int) -> list[np.ndarray]:
         raise CalibrationError(f"cannot open video {path}", "give an image folder or a video OpenCV can read")
     total = int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) or limit
     wanted = set(np.linspace(0, max(total - 1, 0), num=min(limit, total)).astype(int).tolist())
-    frames, i = [], 0
+    frames: dict[int, tuple[int, bytes]] = {}
+    i = 0
     while True:
         ok, frame = cap.read()
         if not ok:
             break
         if i in wanted:
-            frames.append(frame)
+            frames[len(frames)] = (spool.append(prep.shaped(frame)), hashlib.sha256(frame.tobytes()).digest())
         i += 1
     cap.release()
     return frames
@@ -93,7 +136,7 @@ def load_calibration(
         )
     order = np.random.default_rng(seed).permutation(len(entries))
     drawn = _draw(prep, [entries[i] for i in order], count, video_frames)
-    if not drawn.images:
+    if not len(drawn):
         raise CalibrationError(
             f"none of the {len(entries)} files in {', '.join(map(str, sources))} is a readable image",
             "check the files are real png/jpg images",
@@ -102,11 +145,11 @@ def load_calibration(
     if skipped:
         log.warn(f"skipped {skipped} calibration file(s): {drawn.skipped} unreadable/truncated, "
                  f"{skipped_names} not images")
-    if len(drawn.images) < MIN_RECOMMENDED:
-        log.warn(f"only {len(drawn.images)} calibration images; {MIN_RECOMMENDED}+ are recommended for int8")
+    if len(drawn) < MIN_RECOMMENDED:
+        log.warn(f"only {len(drawn)} calibration images; {MIN_RECOMMENDED}+ are recommended for int8")
     mix = ", ".join(f"{Path(k).name}: {v}" for k, v in drawn.sources.items())
-    log.info(f"calibration set: {len(drawn.images)} images ({mix}), sha256 {drawn.sha256[:12]}")
-    return ImageSet(drawn.images, drawn.sha256, len(entries), skipped, drawn.sources)
+    log.info(f"calibration set: {len(drawn)} images ({mix}), sha256 {drawn.sha256[:12]}")
+    return ImageSet(drawn.spool, drawn.index, drawn.sha256, len(entries), skipped, drawn.sources)
 
 
 # (source as given, file, frame index for a video or None for an image file)
@@ -134,14 +177,18 @@ def _calibration_entries(sources: list[str | Path], video_frames: int) -> tuple[
 
 
 def _draw(prep: Preprocessor, chosen: list[_Entry], count: int | None, video_frames: int) -> ImageSet:
-    """Read ``chosen`` in order until ``count`` images are readable; ``skipped`` counts unreadable files."""
+    """Read ``chosen`` in order until ``count`` images are readable; ``skipped`` counts unreadable files.
+
+    Each image is shaped and spooled as soon as it is read: memory holds one image at a time.
+    """
     digest = hashlib.sha256()
-    images: list[np.ndarray] = []
+    spool = Spool()
+    rows: list[int] = []
     per_source: dict[str, int] = {}
     unreadable = 0
-    videos: dict[Path, list[np.ndarray]] = {}
+    videos: dict[Path, dict[int, tuple[int, bytes]]] = {}
     for src, path, frame_no in progress(chosen, "calibration images"):
-        if count is not None and len(images) >= count:
+        if count is not None and len(rows) >= count:
             break
         if frame_no is None:
             try:
@@ -151,17 +198,18 @@ def _draw(prep: Preprocessor, chosen: list[_Entry], count: int | None, video_fra
                 continue
             digest.update(path.name.encode())
             digest.update(path.read_bytes())
+            rows.append(spool.append(prep.shaped(img)))
         else:
             if path not in videos:
-                videos[path] = _video_frames(path, video_frames)
-            if frame_no >= len(videos[path]):
+                videos[path] = _video_frames(path, video_frames, prep, spool)
+            if frame_no not in videos[path]:
                 continue
-            img = videos[path][frame_no]
+            row, frame_digest = videos[path][frame_no]
             digest.update(f"{path.name}#{frame_no}".encode())
-            digest.update(img.tobytes())
-        images.append(prep.shaped(img))
+            digest.update(frame_digest)
+            rows.append(row)
         per_source[src] = per_source.get(src, 0) + 1
-    return ImageSet(images, digest.hexdigest(), len(chosen), unreadable, per_source)
+    return ImageSet(spool, np.asarray(rows, dtype=np.int64), digest.hexdigest(), len(chosen), unreadable, per_source)
 
 
 def load_eval(root: str | Path, prep: Preprocessor, class_names: list[str] | None, log: BuildLog) -> ImageSet:
@@ -182,7 +230,7 @@ def load_eval(root: str | Path, prep: Preprocessor, class_names: list[str] | Non
             f"evaluation classes {unknown[:5]} are not among the model's labels",
             "name the subfolders after the labels (labels.txt)",
         )
-    images, labels, skipped = [], [], 0
+    spool, labels, skipped = Spool(), [], 0
     digest = hashlib.sha256()
     files = [(f, classes.index(name)) for name in folders for f in _image_files(root / name)]
     for path, label in progress(files, "evaluation images"):
@@ -195,12 +243,12 @@ def load_eval(root: str | Path, prep: Preprocessor, class_names: list[str] | Non
             skipped += 1
             continue
         digest.update(path.read_bytes())
-        images.append(prep.shaped(img))
+        spool.append(prep.shaped(img))
         labels.append(label)
-    if not images:
+    if not labels:
         raise CalibrationError(f"evaluation folder {root} has no readable images")
     if skipped:
         log.warn(f"skipped {skipped} unreadable or non-image evaluation file(s)")
-    log.info(f"evaluation set: {len(images)} images in {len(folders)} classes")
-    return ImageSet(images, digest.hexdigest(), len(files), skipped, {str(root): len(images)},
-                    np.asarray(labels, dtype=np.int64), classes)
+    log.info(f"evaluation set: {len(labels)} images in {len(folders)} classes")
+    return ImageSet(spool, np.arange(len(labels)), digest.hexdigest(), len(files), skipped,
+                    {str(root): len(labels)}, np.asarray(labels, dtype=np.int64), classes)

@@ -2,7 +2,10 @@
 the original model's reference outputs and the log.
 
 The model is loaded, exported and run on the evaluation and held-back images once per build,
-however many targets there are.
+however many targets there are. Images and outputs go through a chunk at a time
+(:func:`edgekit.builders.spool.chunk_size`): the original model's reference outputs are
+spooled to a temporary file and read back beside each variant's, so a build's memory does not
+grow with the number of images (benchmarks/build_scaling.py).
 """
 
 from __future__ import annotations
@@ -14,11 +17,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from edgekit.builders.calibration import ImageSet
+from edgekit.builders.calibration import ImageSet, TensorStream
 from edgekit.builders.contract import BuilderOutput, BuildRequest
 from edgekit.builders.log import BuildLog
 from edgekit.builders.source import SourceModel
-from edgekit.builders.verify import compare
+from edgekit.builders.spool import Spool, chunk_size
+from edgekit.builders.verify import Comparison
 from edgekit.image import InputSpec, Preprocessor
 from edgekit.target import Target
 
@@ -27,9 +31,10 @@ from edgekit.target import Target
 class BuildContext:
     """The shared state of one build, handed to each target's builder.
 
-    ``calib`` holds the images used for int8 calibration, ``holdout`` those held back to
+    ``calib`` holds the images drawn for int8 calibration (the converter sees
+    ``converter_calib``: the first ``--calib-steps`` of them), ``holdout`` those held back to
     measure agreement, ``calib_all`` both (what the manifest's provenance describes).
-    ``reference`` holds, per data set, the original model's outputs (one array per output).
+    ``reference`` holds, per data set, the original model's outputs (one spool per output).
     ``task`` is the bundle's task head (``classify`` or ``raw``); ``class_output`` the index
     of the class scores among the source's outputs (None for ``raw``).
     """
@@ -47,8 +52,10 @@ class BuildContext:
     workdir: Path
     task: str = "classify"
     class_output: int | None = 0
-    reference: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    reference: dict[str, list[Spool]] = field(default_factory=dict)
     converted_outputs: list[dict] = field(default_factory=list)
+    chunk: int = field(default=1, init=False)  # images per chunk (set from the input size)
+    converter_calib: ImageSet | None = field(default=None, init=False)  # what int8 calibration sees
     _saved: Path | None = None
 
     def __post_init__(self) -> None:
@@ -56,11 +63,24 @@ class BuildContext:
         # what converted TFLite models take: channels-last, whatever the original's layout
         self._nhwc = Preprocessor(InputSpec.from_dict(
             {**self.float_spec.to_dict(), "layout": "NHWC", "shape": [1, *self.source.input_hwc]}))
+        self.chunk = chunk_size(*self.source.input_hwc[:2])
+        steps = self.request.calib_steps or len(self.calib)
+        self.converter_calib = self.calib.subset(np.arange(min(steps, len(self.calib))))
+        if len(self.converter_calib) < len(self.calib):
+            self.log.info(f"int8 calibration: the converter sees the first {steps} of the {len(self.calib)} "
+                          "calibration images (--calib-steps; it runs the float model once per image)")
         with self.log.step("reference outputs of the original model"):
-            if self.evalset is not None:
-                self.reference["eval"] = self.source.predict(self.evalset.tensors(self._float))
-            if self.holdout.images:
-                self.reference["holdout"] = self.source.predict(self.holdout.tensors(self._float))
+            for dataset, images in (("eval", self.evalset), ("holdout", self.holdout)):
+                if images is not None and len(images):
+                    self.reference[dataset] = self._reference(images)
+
+    def _reference(self, images: ImageSet) -> list[Spool]:
+        """The original model's outputs for ``images``, one spool per output, a chunk at a time."""
+        spools = [Spool(dtype=np.float32) for _ in self.source.outputs]
+        for batch in images.batches(self._float, self.chunk):
+            for spool, out in zip(spools, self.source.predict(batch, batch_size=self.chunk)):
+                spool.extend(out)
+        return spools
 
     @property
     def min_ratio(self) -> float:
@@ -79,7 +99,7 @@ class BuildContext:
 
             with self.log.step(f"convert ONNX ({self.source.layout}) to a TensorFlow SavedModel with onnx2tf "
                                "(its log goes to build.log)"):
-                self._saved, result = onnx_to_saved_model(self.source, self.representative(), self.workdir,
+                self._saved, result = onnx_to_saved_model(self.source, self.representative().head(20), self.workdir,
                                                           self.log)
                 self.converted_outputs = result["outputs"]
         elif self._saved is None:
@@ -87,27 +107,31 @@ class BuildContext:
                 self._saved = self.source.export_static(self.workdir / "saved_model")
         return self._saved
 
-    def representative(self) -> np.ndarray:
-        """Float NHWC tensors of the calibration images, for int8 conversion."""
-        return self.calib.tensors(self._nhwc)
+    def representative(self) -> TensorStream:
+        """Float NHWC tensors of the calibration images, for int8 conversion: a sized stream,
+        decoded a chunk at a time each time it is walked."""
+        return self.converter_calib.stream(self._nhwc, self.chunk)
 
     def verify(self, variant: str, run: Callable[[np.ndarray], np.ndarray], spec: InputSpec) -> dict:
         """Run a converted variant on the eval and held-back images and compare every output with the original.
 
         ``run`` maps a batch of input tensors (for ``spec``) to float outputs: one array per
-        source output, in the source's order, one row per image.
+        source output, in the source's order, one row per image. It is called once per chunk
+        of images (:attr:`chunk` of them at most).
         """
         prep = Preprocessor(spec)
         out: dict[str, Any] = {}
-        names = self.source.output_names
         with self.log.step(f"verify {variant}"):
             for dataset, images in (("eval", self.evalset), ("holdout", self.holdout)):
-                if images is None or not images.images:
+                if images is None or not len(images):
                     continue
                 labelled = dataset == "eval" and self.class_output is not None
-                res = compare(self.reference[dataset], run(images.tensors(prep)),
-                              images.labels if labelled else None, images.class_names if labelled else None,
-                              names=names, class_output=self.class_output)
+                comparison = Comparison(self.source.output_names, self.class_output)
+                references = [spool.chunks(self.chunk) for spool in self.reference[dataset]]
+                for batch in images.batches(prep, self.chunk):
+                    comparison.add([next(r) for r in references], run(batch))
+                res = comparison.result(images.labels if labelled else None,
+                                        images.class_names if labelled else None)
                 if labelled:
                     res["passed"] = res.get("ratio") is not None and res["ratio"] >= self.min_ratio
                 elif self.task == "raw":

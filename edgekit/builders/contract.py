@@ -94,6 +94,8 @@ class BuildRequest:
     task: str | None = None
     input_size: tuple[int, int] | None = None
     min_cosine: float = 0.98
+    calib_steps: int | None = 300
+    memory_check: bool = True
 
     def __post_init__(self) -> None:
         # Frozen: normalise through object.__setattr__, once, so every reader sees one shape.
@@ -123,6 +125,9 @@ class BuildRequest:
         if self.calib_count is not None and self.calib_count < 1:
             raise UsageError(f"--calib-count {self.calib_count}: need at least one calibration image",
                              "use e.g. 500")
+        if self.calib_steps is not None and self.calib_steps < 1:
+            raise UsageError(f"--calib-steps {self.calib_steps}: the int8 converter needs at least one image",
+                             "use e.g. 300")
         if not 0 <= self.holdout_fraction < 1:
             raise UsageError(f"holdout fraction {self.holdout_fraction} must be in [0, 1)")
         if not 0 < self.min_cosine <= 1:

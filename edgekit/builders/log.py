@@ -52,7 +52,11 @@ class BuildLog:
 
     @contextmanager
     def step(self, name: str) -> Iterator[dict]:
-        """Time a step: ``with log.step("convert fp32") as s: ...``; ``s["seconds"]`` afterwards."""
+        """Time a step: ``with log.step("convert fp32") as s: ...``; ``s["seconds"]`` afterwards,
+        and ``s["peak_rss"]``, the process's peak resident memory so far (bytes), which the
+        log line shows too."""
+        from edgekit.builders.resources import GB, peak_rss
+
         info: dict = {}
         self.check()
         t = time.perf_counter()
@@ -61,8 +65,9 @@ class BuildLog:
             yield info
         finally:
             info["seconds"] = round(time.perf_counter() - t, 3)
+            info["peak_rss"] = peak_rss()
         self.check()
-        self.info(f"{name}: done in {info['seconds']:.2f}s")
+        self.info(f"{name}: done in {info['seconds']:.2f}s (peak RSS so far {info['peak_rss'] / GB:.2f} GB)")
 
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"

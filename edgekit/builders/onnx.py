@@ -89,6 +89,7 @@ def _verified(ctx: BuildContext, variant: str, path: Path, seconds: float, names
 
     ``names``: the ONNX output names of the source's outputs, in the source's order.
     """
+    from edgekit.builders.verify import OnnxRunner
     from edgekit.image import InputSpec
     from edgekit.runtime.onnxrt import OnnxRuntime
 
@@ -106,16 +107,13 @@ def _verified(ctx: BuildContext, variant: str, path: Path, seconds: float, names
     # tf2onnx keeps a Keras model's NHWC; an ONNX source keeps its own layout
     d.update(shape=list(spec.shape), dtype=spec.dtype, name=spec.name, layout=ctx.source.layout)
     spec = InputSpec.from_dict(d)
+    with OnnxRunner(path, names) as runner:
+        verification = ctx.verify(variant, runner, spec)
     return BuiltModel(
         name=variant, file=path.name, format="onnx", precision="float16" if variant == "fp16" else "float32",
         input=spec, outputs=outs, convert_seconds=seconds, bytes=path.stat().st_size,
-        verification=ctx.verify(variant, lambda t: _run(path, t, names), spec),
+        verification=verification,
         runtime_options={"precision": "fp16" if variant == "fp16" else "fp32"},
         extra={"tensorrt": {"engine": "built on the device from this file (edgekit/runtime/trt_engine.py)"}, **extra},
     )
 
-
-def _run(path: Path, tensors, names: list[str]):
-    from edgekit.builders.verify import run_onnx
-
-    return run_onnx(path, tensors, names)

@@ -16,6 +16,7 @@ from typing import Any
 
 from edgekit.builders.context import BuildContext
 from edgekit.builders.contract import BuilderOutput, TargetBuild
+from edgekit.builders.resources import peak_rss
 from edgekit.bundle import BundleWriter, sha256_file
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.plugins import resolve
@@ -128,13 +129,15 @@ def _provenance(ctx: BuildContext, seconds: float, t_start: float) -> dict[str, 
         "source_model": model.name,
         "source_sha256": sha256_file(model) if model.is_file() else None,
         "versions": _versions(),
-        "calibration": {"sha256": calib.sha256, "images": len(ctx.calib.images),
-                        "held_back": len(ctx.holdout.images), "sources": calib.sources,
+        "calibration": {"sha256": calib.sha256, "images": len(ctx.calib),
+                        "held_back": len(ctx.holdout), "converter_images": len(ctx.converter_calib),
+                        "sources": calib.sources,
                         "skipped": calib.skipped},
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "host": platform.platform(),
         "build_seconds": seconds,
         "total_seconds_so_far": round(time.perf_counter() - t_start, 2),
+        "peak_rss_bytes_so_far": peak_rss(),
     }
 
 
@@ -162,12 +165,12 @@ def verification_summary(per_variant: dict, default: str, ctx: BuildContext) -> 
     has_eval = ctx.evalset is not None
     raw = ctx.task == "raw"
     dataset = "eval" if has_eval else "holdout"
-    gated = (has_eval or bool(ctx.holdout.images)) if raw else has_eval
+    gated = (has_eval or bool(len(ctx.holdout))) if raw else has_eval
     summary: dict[str, Any] = {
         "metric": "cosine_worst_output" if raw else "top1" if has_eval else "top1_agreement_heldback",
-        "dataset": {"eval_images": len(ctx.evalset.images) if has_eval else 0,
+        "dataset": {"eval_images": len(ctx.evalset) if has_eval else 0,
                     "eval_sha256": ctx.evalset.sha256 if has_eval else None,
-                    "heldback_images": len(ctx.holdout.images)},
+                    "heldback_images": len(ctx.holdout)},
         "min_ratio": ctx.min_ratio,
         "gated": gated,
         "models": per_variant,

@@ -9,6 +9,7 @@ NaN without any error.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,9 +30,15 @@ VARIANTS = tuple(PRECISION)
 """What this builder makes; ``edgekit build`` refuses any other variant before it starts."""
 
 
-def convert(saved_model: Path, variant: str, representative: np.ndarray | None = None,
+def convert(saved_model: Path, variant: str, representative: Iterable[np.ndarray] | None = None,
             io_dtype: str = "uint8") -> bytes:
-    """Convert a static-shape SavedModel to a TFLite flatbuffer of the given variant."""
+    """Convert a static-shape SavedModel to a TFLite flatbuffer of the given variant.
+
+    ``representative``: the int8 calibration tensors, one image each (no batch axis); an
+    array, or a sized re-iterable such as :class:`~edgekit.builders.calibration.TensorStream`
+    that decodes them lazily. TensorFlow's calibrator keeps running min/max statistics, so
+    feeding it one image at a time keeps its memory flat in the number of images.
+    """
     import tensorflow as tf
 
     conv = tf.lite.TFLiteConverter.from_saved_model(str(saved_model))
@@ -44,8 +51,8 @@ def convert(saved_model: Path, variant: str, representative: np.ndarray | None =
         conv.optimizations = [tf.lite.Optimize.DEFAULT]
 
         def rep():
-            for x in progress(representative, "int8 calibration"):
-                yield [x[None].astype(np.float32)]
+            for x in progress(representative, "int8 calibration", total=len(representative)):
+                yield [np.asarray(x, np.float32)[None]]
 
         conv.representative_dataset = rep
         conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
@@ -80,6 +87,7 @@ def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
 def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, variant: str,
              io_dtype: str) -> tuple[BuiltModel, dict]:
     """Convert one variant, write it, map and read its outputs and XNNPACK coverage, verify it."""
+    from edgekit.builders.verify import LiteRTRunner
     from edgekit.runtime.litert import LiteRTRuntime, spec_from_details
 
     with ctx.log.step(f"[{target.name}] convert {variant}") as step:
@@ -99,7 +107,8 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
         spec = InputSpec.from_dict({**spec.to_dict(), "layout": "NHWC", "shape": list(spec.shape)})
     coverage = {k: desc[k] for k in ("total_nodes", "delegated_nodes", "cpu_nodes")}
     coverage["delegate"] = "XNNPACK"
-    verification = ctx.verify(variant, lambda tensors: _run_checked(path, tensors, order), spec)
+    with LiteRTRunner(path, order) as runner:
+        verification = ctx.verify(variant, lambda tensors: _checked(path, runner(tensors)), spec)
     model = BuiltModel(name=variant, file=path.name, format="tflite", precision=PRECISION[variant], input=spec,
                        outputs=outputs, convert_seconds=step["seconds"], bytes=len(blob), verification=verification,
                        extra=task_extra(ctx.class_output, order))
@@ -175,10 +184,8 @@ def _edgetpu(ctx: BuildContext, out_dir: Path, models: list[BuiltModel], options
     return BuilderOutput((*models, compiled), "int8_edgetpu", edgetpu=report)
 
 
-def _run_checked(path: Path, tensors: np.ndarray, order: list[int]) -> list[np.ndarray]:
-    from edgekit.builders.verify import run_litert
-
-    out = run_litert(path, tensors, order)
+def _checked(path: Path, out: list[np.ndarray]) -> list[np.ndarray]:
+    """``out`` as it is, or ModelError when any value is NaN/Inf (a broken conversion)."""
     if not all(np.all(np.isfinite(o)) for o in out):
         raise ModelError(f"{path.name} produces NaN/Inf outputs: the conversion is broken",
                          "report it with build.log; try another TensorFlow version")

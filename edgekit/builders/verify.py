@@ -15,36 +15,75 @@ import numpy as np
 from edgekit.results import dequantize
 
 
-def run_litert(path, tensors: np.ndarray, order: Sequence[int] | None = None,
-               delegate: str = "xnnpack") -> list[np.ndarray]:
-    """Float outputs of a .tflite for a batch of input tensors, one inference each.
+class LiteRTRunner:
+    """Float outputs of a .tflite for batches of input tensors, one inference each; the
+    interpreter is opened once for every chunk of a verification (``with`` closes it).
 
     ``order[j]`` is the interpreter output holding the original model's output ``j``
     (converters may reorder outputs); default: the interpreter's order.
     """
-    from edgekit.runtime.litert import LiteRTRuntime
 
-    with LiteRTRuntime(path, delegate=delegate) as rt:
-        quant = [q or (None, None) for q in rt.output_quantization]
+    def __init__(self, path, order: Sequence[int] | None = None, delegate: str = "xnnpack"):
+        from edgekit.runtime.litert import LiteRTRuntime
+
+        self._rt = LiteRTRuntime(path, delegate=delegate)
+        # (scale, zero_point) per output, None when float: the device decodes the same way
+        self._quant = [q or (None, None) for q in self._rt.output_quantization]
+        self._order = list(order) if order is not None else list(range(len(self._quant)))
+
+    def __call__(self, tensors: np.ndarray) -> list[np.ndarray]:
         rows = []
         for t in tensors:
-            outs = rt.infer(t[None])
-            # (scale, zero_point) per output, None when float: the device decodes the same way
-            rows.append([dequantize(o, *quant[i])[0] for i, o in enumerate(outs)])
-    order = list(order) if order is not None else list(range(len(rows[0]) if rows else 0))
-    return [np.stack([r[i] for r in rows]) for i in order]
+            outs = self._rt.infer(t[None])
+            rows.append([dequantize(o, *self._quant[i])[0] for i, o in enumerate(outs)])
+        return [np.stack([r[i] for r in rows]) for i in self._order]
+
+    def close(self) -> None:
+        self._rt.close()
+
+    def __enter__(self) -> LiteRTRunner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def run_litert(path, tensors: np.ndarray, order: Sequence[int] | None = None,
+               delegate: str = "xnnpack") -> list[np.ndarray]:
+    """Float outputs of a .tflite for one batch of input tensors (see :class:`LiteRTRunner`)."""
+    with LiteRTRunner(path, order, delegate) as run:
+        return run(tensors)
+
+
+class OnnxRunner:
+    """Float outputs of an .onnx on the CPU provider, one inference each (batch 1, as deployed),
+    in the order of ``names`` (default: the model's); the session is opened once."""
+
+    def __init__(self, path, names: Sequence[str] | None = None):
+        from edgekit.runtime.onnxrt import OnnxRuntime
+
+        self._rt = OnnxRuntime(path, providers=["cpu"])
+        have = [o["name"] for o in self._rt.output_details()]
+        self._order = [have.index(n) for n in names] if names else list(range(len(have)))
+
+    def __call__(self, tensors: np.ndarray) -> list[np.ndarray]:
+        rows = [self._rt.infer(t[None]) for t in tensors]
+        return [np.stack([r[i][0] for r in rows]).astype(np.float32) for i in self._order]
+
+    def close(self) -> None:
+        self._rt.close()
+
+    def __enter__(self) -> OnnxRunner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def run_onnx(path, tensors: np.ndarray, names: Sequence[str] | None = None) -> list[np.ndarray]:
-    """Float outputs of an .onnx on the CPU provider, one inference each (batch 1, as deployed),
-    in the order of ``names`` (default: the model's)."""
-    from edgekit.runtime.onnxrt import OnnxRuntime
-
-    with OnnxRuntime(path, providers=["cpu"]) as rt:
-        have = [o["name"] for o in rt.output_details()]
-        order = [have.index(n) for n in names] if names else list(range(len(have)))
-        rows = [rt.infer(t[None]) for t in tensors]
-    return [np.stack([r[i][0] for r in rows]).astype(np.float32) for i in order]
+    """Float outputs of an .onnx for one batch of input tensors (see :class:`OnnxRunner`)."""
+    with OnnxRunner(path, names) as run:
+        return run(tensors)
 
 
 def align(reference: np.ndarray, converted: np.ndarray) -> np.ndarray:
@@ -59,22 +98,83 @@ def align(reference: np.ndarray, converted: np.ndarray) -> np.ndarray:
     return reference
 
 
+class OutputStats:
+    """Cosine similarity, SQNR and max abs difference of one output, summed chunk by chunk
+    (float64 sums: the same figures as over all images at once, without holding them)."""
+
+    def __init__(self) -> None:
+        self.dot = self.ref2 = self.conv2 = self.noise = self.max_abs = 0.0
+        self.size = 0
+        self.error: str | None = None
+
+    def add(self, reference: np.ndarray, converted: np.ndarray) -> None:
+        """Add one chunk (batch first) of the original's and the converted model's outputs."""
+        ref = align(reference, converted).astype(np.float64).reshape(-1)
+        conv = np.asarray(converted, np.float64).reshape(-1)
+        if ref.shape != conv.shape:
+            self.error = f"shape {list(converted.shape)} does not match the original {list(reference.shape)}"
+            return
+        diff = ref - conv
+        self.dot += float(ref @ conv)
+        self.ref2 += float(ref @ ref)
+        self.conv2 += float(conv @ conv)
+        self.noise += float(diff @ diff)
+        self.max_abs = max(self.max_abs, float(np.max(np.abs(diff)))) if diff.size else self.max_abs
+        self.size += ref.size
+
+    def result(self) -> dict:
+        if self.error:
+            return {"cosine": None, "sqnr_db": None, "max_abs_diff": None, "error": self.error}
+        norms = float(np.sqrt(self.ref2) * np.sqrt(self.conv2))
+        cosine = self.dot / norms if norms > 0 else (1.0 if self.noise == 0 else 0.0)
+        return {
+            "cosine": round(cosine, 6),
+            "sqnr_db": round(10 * np.log10(self.ref2 / self.noise), 2) if self.noise > 0 and self.ref2 > 0 else None,
+            "max_abs_diff": round(self.max_abs, 6),
+        }
+
+
 def output_metrics(reference: np.ndarray, converted: np.ndarray) -> dict:
     """Cosine similarity, SQNR (dB) and max abs difference of one output over all images."""
-    ref = align(reference, converted).astype(np.float64).reshape(-1)
-    conv = np.asarray(converted, np.float64).reshape(-1)
-    if ref.shape != conv.shape:
-        return {"cosine": None, "sqnr_db": None, "max_abs_diff": None,
-                "error": f"shape {list(converted.shape)} does not match the original {list(reference.shape)}"}
-    noise = float(np.sum((ref - conv) ** 2))
-    signal = float(np.sum(ref**2))
-    norms = float(np.linalg.norm(ref) * np.linalg.norm(conv))
-    cosine = float(ref @ conv / norms) if norms > 0 else (1.0 if noise == 0 else 0.0)
-    return {
-        "cosine": round(cosine, 6),
-        "sqnr_db": round(10 * np.log10(signal / noise), 2) if noise > 0 and signal > 0 else None,
-        "max_abs_diff": round(float(np.max(np.abs(ref - conv))), 6) if ref.size else 0.0,
-    }
+    stats = OutputStats()
+    stats.add(reference, converted)
+    return stats.result()
+
+
+class Comparison:
+    """What :func:`compare` reports, accumulated one chunk of images at a time: per output the
+    sums behind cosine/SQNR, and for the class output each image's top-1 (one integer each)."""
+
+    def __init__(self, names: Sequence[str], class_output: int | None = 0):
+        self.names = list(names)
+        self.class_output = class_output
+        self.stats = [OutputStats() for _ in self.names]
+        self.n = 0
+        self._top1: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
+
+    def add(self, reference: np.ndarray | list[np.ndarray], converted: np.ndarray | list[np.ndarray]) -> None:
+        """Add one chunk: one array per output (or a single array), batch first."""
+        refs = reference if isinstance(reference, list) else [reference]
+        convs = converted if isinstance(converted, list) else [converted]
+        for stats, r, c in zip(self.stats, refs, convs):
+            stats.add(r, c)
+        self.n += len(refs[0])
+        if self.class_output is not None:
+            for top1, out in zip(self._top1, (refs[self.class_output], convs[self.class_output])):
+                top1.append(np.asarray(out).reshape(len(out), -1).argmax(axis=1))
+
+    def result(self, labels: np.ndarray | None = None, class_names: list[str] | None = None) -> dict:
+        """Per output metrics, the worst output, and with a class output its top-1 figures."""
+        per_output = {n: s.result() for n, s in zip(self.names, self.stats)}
+        worst = min(per_output,
+                    key=lambda n: -1.0 if per_output[n]["cosine"] is None else per_output[n]["cosine"])
+        main = per_output[self.names[self.class_output]] if self.class_output is not None else per_output[worst]
+        result = {"n": self.n, "outputs": per_output, "worst_output": worst, "cosine": per_output[worst]["cosine"],
+                  "sqnr_db": main["sqnr_db"], "max_abs_diff": main["max_abs_diff"]}
+        if self.class_output is not None:
+            ref_top1, conv_top1 = (np.concatenate(t) if t else np.zeros(0, np.int64) for t in self._top1)
+            result.update(_top1(ref_top1, conv_top1, labels, class_names))
+        return result
 
 
 def compare(reference: np.ndarray | list[np.ndarray], converted: np.ndarray | list[np.ndarray],
@@ -84,25 +184,17 @@ def compare(reference: np.ndarray | list[np.ndarray], converted: np.ndarray | li
 
     ``reference``/``converted``: one array per output (or a single array), batch first.
     ``class_output``: the index of the class scores (None: no task metric, ``raw``).
+    :class:`Comparison` gives the same result chunk by chunk.
     """
-    refs = reference if isinstance(reference, list) else [reference]
-    convs = converted if isinstance(converted, list) else [converted]
-    names = list(names) if names else [f"output_{i}" for i in range(len(refs))]
-    per_output = {n: output_metrics(r, c) for n, r, c in zip(names, refs, convs)}
-    worst = min(per_output, key=lambda n: -1.0 if per_output[n]["cosine"] is None else per_output[n]["cosine"])
-    main = per_output[names[class_output]] if class_output is not None else per_output[worst]
-    result = {"n": int(len(refs[0])), "outputs": per_output, "worst_output": worst,
-              "cosine": per_output[worst]["cosine"], "sqnr_db": main["sqnr_db"], "max_abs_diff": main["max_abs_diff"]}
-    if class_output is not None:
-        result.update(_top1(refs[class_output], convs[class_output], labels, class_names))
-    return result
+    n_out = len(reference) if isinstance(reference, list) else 1
+    comparison = Comparison(list(names) if names else [f"output_{i}" for i in range(n_out)], class_output)
+    comparison.add(reference, converted)
+    return comparison.result(labels, class_names)
 
 
-def _top1(reference: np.ndarray, converted: np.ndarray, labels: np.ndarray | None,
+def _top1(ref_top1: np.ndarray, conv_top1: np.ndarray, labels: np.ndarray | None,
           class_names: list[str] | None) -> dict:
-    """Top-1 agreement, and with labels the accuracy of both and per class."""
-    ref_top1 = reference.reshape(len(reference), -1).argmax(axis=1)
-    conv_top1 = converted.reshape(len(converted), -1).argmax(axis=1)
+    """Top-1 agreement of the two models' top-1 classes, and with labels the accuracy of both and per class."""
     result: dict = {"agreement": round(float(np.mean(ref_top1 == conv_top1)), 4) if len(ref_top1) else None}
     if labels is None:
         return result

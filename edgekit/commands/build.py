@@ -22,6 +22,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="fail when converted/original top-1 is below this (default 0.99, the MLPerf bar)")
     p.add_argument("--calib-count", type=int, default=500, help="calibration images to draw (default 500)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--calib-steps", type=int, default=300,
+                   help="images the int8 converter calibrates on, at most (default 300; ~0.1 s each at 224x224)")
+    p.add_argument("--no-memory-check", action="store_true",
+                   help="build even when the estimated memory or temporary disk exceeds what is available")
     p.add_argument("--variants", help="override the target's variants, e.g. fp32,int8")
     p.add_argument("--io-dtype", choices=["uint8", "int8"], help="int8 model input/output type (default uint8)")
     p.add_argument("--colour", choices=["gray", "rgb", "bgr"], help="override the model's input colour")
@@ -81,7 +85,8 @@ def main(args: argparse.Namespace) -> int:
                         seed=args.seed, quiet=args.quiet, variants=args.variants, io_dtype=args.io_dtype,
                         compiler=args.compiler, min_runtime_version=args.min_runtime_version,
                         min_tpu_ops=args.min_tpu_ops, strict_tpu_ops=args.strict_tpu_ops,
-                        task=args.task, input_size=args.input_size, min_cosine=args.min_cosine)
+                        task=args.task, input_size=args.input_size, min_cosine=args.min_cosine,
+                        calib_steps=args.calib_steps, memory_check=not args.no_memory_check)
     except VerificationFailed as exc:
         # The report matters most when the gate failed: JSON on stdout too, then the one-line error.
         if args.json:

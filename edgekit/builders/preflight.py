@@ -1,0 +1,59 @@
+"""Before a build reads any image: will it fit this machine? After it: what did it use?
+
+The estimate and the limits are in :mod:`edgekit.builders.resources`; this module applies
+them to a request and writes the figures to the build log.
+"""
+
+from __future__ import annotations
+
+import resource
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from edgekit.builders.resources import GB, check_disk, check_memory, estimate_memory, path_bytes, peak_rss
+
+if TYPE_CHECKING:
+    from edgekit.builders.contract import BuildRequest
+    from edgekit.builders.log import BuildLog
+    from edgekit.builders.source_model import SourceModel
+
+
+def _files_under(folder: Path | None) -> int:
+    """Files under ``folder`` (0 when it is not a folder): an upper bound on its images."""
+    if folder is None or not Path(folder).is_dir():
+        return 0
+    return sum(1 for p in Path(folder).rglob("*") if p.is_file())
+
+
+def check_resources(request: BuildRequest, source: SourceModel, log: BuildLog) -> None:
+    """Before any image is read: refuse a build whose estimated peak memory (or spooled images)
+    will not fit this machine, with the flag that overrides; log the estimate either way."""
+    from edgekit.builders.spool import chunk_size
+
+    h, w, c = source.input_hwc
+    given = sum(_files_under(Path(s)) if Path(s).is_dir() else 100 for s in request.calib)
+    n_calib = min(given, request.calib_count) if request.calib_count else given
+    n_eval = _files_under(request.eval_dir)
+    chunk = chunk_size(h, w)
+    estimate = estimate_memory(h, w, chunk, n_calib + n_eval, path_bytes(request.model))
+    spool = (n_calib + n_eval) * h * w * c
+    log.info(f"memory: this build should peak near {estimate / GB:.1f} GB ({h}x{w} input, {chunk} image(s) "
+             f"per chunk, up to {n_calib} calibration + {n_eval} evaluation images; "
+             f"{spool / GB:.2f} GB spooled to {tempfile.gettempdir()})")
+    what = f"building a {h}x{w} model with {n_calib + n_eval} images"
+    check_memory(estimate, what, not request.memory_check)
+    check_disk(spool, not request.memory_check)
+
+
+def log_peak_memory(log: BuildLog, t_start: float, onnx2tf: bool = False) -> None:
+    """The build's time and peak resident memory; with ``onnx2tf`` also its conversion process's.
+
+    (Any child's figure counts the parent's pages at fork, so children are reported only when
+    one did real work.)
+    """
+    import time
+
+    child = peak_rss(resource.RUSAGE_CHILDREN) if onnx2tf else 0
+    log.info(f"build: {time.perf_counter() - t_start:.1f}s, peak RSS {peak_rss() / GB:.2f} GB"
+             + (f" (onnx2tf process {child / GB:.2f} GB)" if child else ""))
