@@ -137,8 +137,8 @@ def load_bundle(path: str | Path, check_hashes: bool = True, allow_rejected: boo
         raise BundleError(f"{path} is not an edgekit bundle (no {MANIFEST})", "build one with: edgekit build ...")
     try:
         manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BundleError(f"{mpath} is corrupt: {exc}", "rebuild the bundle") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # "[" * 100000: RecursionError
+        raise BundleError(f"{mpath} is corrupt: {exc}"[:300], "rebuild the bundle") from exc
     if not isinstance(manifest, dict) or "format_version" not in manifest:
         raise BundleError(f"{mpath} is not an edgekit manifest (no format_version)", "rebuild the bundle")
     version = manifest["format_version"]
@@ -152,6 +152,9 @@ def load_bundle(path: str | Path, check_hashes: bool = True, allow_rejected: boo
             raise BundleError(f"{mpath}: {key!r} is missing or not a {kind.__name__}", "rebuild the bundle")
     if not isinstance(manifest.get("runtime", {}), dict):
         raise BundleError(f"{mpath}: 'runtime' is not an object", "rebuild the bundle")
+    for key, kind in (("task", str), ("verification", dict), ("default_model", str)):
+        if manifest.get(key) is not None and not isinstance(manifest[key], kind):  # optional, but typed
+            raise BundleError(f"{mpath}: {key!r} is not a {kind.__name__}", "rebuild the bundle")
     _check_files(path, manifest, check_hashes)
     try:
         bundle = Bundle(path=path, manifest=manifest)

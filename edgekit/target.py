@@ -8,6 +8,7 @@ installed edgekit knows them; ``--target path/to/file.toml`` loads a custom one.
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import sys
 from collections.abc import Iterable, Mapping
@@ -138,10 +139,15 @@ def _target_from(raw: dict[str, Any], path: Path) -> Target:
     for key in ("builder", "adapter"):
         if ":" not in get(key, str):
             raise TargetError(f"target file {path}: {key} {raw[key]!r} is not 'package.module:name'", _TARGET_FIX)
+    requires = {key: tuple(get(key, list, [])) for key in ("build_requires", "run_requires")}
+    for key, names in requires.items():
+        bad = [n for n in names if not _MODULE.fullmatch(n)]
+        if bad:
+            raise TargetError(f"target file {path}: {key} names {bad[0]!r}, not a Python module", _TARGET_FIX)
     return Target(
         name=name, summary=summary, builder=get("builder", str),
-        adapter=get("adapter", str), build_requires=tuple(get("build_requires", list, [])),
-        run_requires=tuple(get("run_requires", list, [])),
+        adapter=get("adapter", str), build_requires=requires["build_requires"],
+        run_requires=requires["run_requires"],
         build_hint=get("build_hint", str, "pip install 'edgekit-vision[build]'"),
         run_hint=get("run_hint", str, "pip install 'edgekit-vision[litert]'"),
         build=dict(get("build", dict, {})), runtime_options=dict(options), source=str(path),
@@ -149,4 +155,5 @@ def _target_from(raw: dict[str, Any], path: Path) -> Target:
 
 
 _TARGET_FIX = "compare with a shipped target file (edgekit/targets/cpu.toml)"
+_MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 _KINDS = {str: "a string", list: "a list of strings", dict: "a table"}

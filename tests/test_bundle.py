@@ -115,7 +115,7 @@ def test_open_model_hashes_every_bundle_file_once(tmp_path, model, monkeypatch):
 
     with BundleWriter(tmp_path / "b") as w:
         shutil.copy(model("small_float"), w.dir / "m.tflite")
-        (w.dir / "labels.txt").write_text("a\nb\n")
+        (w.dir / "labels.txt").write_text("a\nb\nc\nd\ne\n")  # one per class: a mismatch is refused at open
         w.commit(dict(_manifest(), labels="labels.txt", runtime={"adapter": "edgekit.runtime.litert:LiteRTRuntime"},
                       models=[dict(_manifest()["models"][0], input=InputSpec(shape=(1, 32, 32, 1)).to_dict())]))
     hashed = collections.Counter()
@@ -127,7 +127,7 @@ def test_open_model_hashes_every_bundle_file_once(tmp_path, model, monkeypatch):
 
     monkeypatch.setattr(edgekit.bundle, "sha256_file", counting)
     with open_model(tmp_path / "b") as m:
-        assert m.labels == ["a", "b"]
+        assert m.labels == ["a", "b", "c", "d", "e"]
     assert sorted(hashed.values()) == [1, 1] and len(hashed) == 2  # m.tflite and labels.txt, once each
 
 

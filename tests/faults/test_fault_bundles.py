@@ -19,8 +19,6 @@ import pytest
 
 from tests.faults.helpers import assert_nothing_left, assert_refused, edgekit, snapshot
 
-BUNDLE_OWNER = "edgekit/bundle.py is issue 18's: a traceback escapes load_bundle here"
-
 
 def _rehash(b: Path, m: dict) -> None:
     """Recompute every listed file's sha256, as a careful attacker would."""
@@ -193,7 +191,7 @@ CASES: dict[str, tuple[Callable[[Path, dict], None], str]] = {
     "default_model-unknown": (_set("default_model", "nope"), "nope"),
     "default_model-number": (_set("default_model", 5), "model"),
     "verification-failed": (_set("verification.passed", False), "accuracy"),
-    "verification-string": (_set("verification", "passed"), "verification"),  # xfail: KNOWN_BUNDLE
+    "verification-string": (_set("verification", "passed"), "verification"),
     "task-unknown": (_set("task", "detect"), "task"),
     "task-number": (_set("task", 5), "task"),
     "task_options-index-out": (_set(f"{M}.task_options", {"output_index": 7}), "task_options"),
@@ -288,10 +286,6 @@ LABEL_PATH_CASES: dict[str, tuple[Callable[[Path, dict], None], str]] = {
 }
 
 
-# Found by these cases, left to bundle.py's owner: an AttributeError and a RecursionError escape.
-KNOWN_BUNDLE = {"verification-string", "[" * 100000}
-
-
 def _tampered(cpu_bundle: Path, tmp_path: Path, change) -> Path:
     b = tmp_path / "bundle" / "demo-cpu"
     shutil.copytree(cpu_bundle, b)
@@ -306,10 +300,8 @@ def _run(capsys, b: Path, *extra: str):
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_tampered_bundle_is_refused(tmp_path, capsys, cpu_bundle, case, request):
+def test_tampered_bundle_is_refused(tmp_path, capsys, cpu_bundle, case):
     change, needle = CASES[case]
-    if case in KNOWN_BUNDLE:
-        request.applymarker(pytest.mark.xfail(reason=BUNDLE_OWNER, strict=False))
     b = _tampered(cpu_bundle, tmp_path, change)
     before = snapshot(tmp_path)
     assert_refused(_run(capsys, b), needle)
@@ -327,9 +319,7 @@ def test_bundle_labels_outside_or_unhashed_is_refused(tmp_path, capsys, cpu_bund
 
 @pytest.mark.parametrize("text", ["", "{ not json", "[1, 2]", "null", '"edgekit"', "\xff\xfe", "[" * 100000,
                                   '{"format_version": 1e400}', '{"format_version": 1, "target": "cpu"}'])
-def test_corrupt_manifest_text(tmp_path, capsys, cpu_bundle, text, request):
-    if text in KNOWN_BUNDLE:
-        request.applymarker(pytest.mark.xfail(reason=BUNDLE_OWNER, strict=False))
+def test_corrupt_manifest_text(tmp_path, capsys, cpu_bundle, text):
     b = tmp_path / "b"
     shutil.copytree(cpu_bundle, b)
     (b / "edgekit.json").write_bytes(text.encode("utf-8", "surrogateescape") if text != "\xff\xfe" else b"\xff\xfe")
