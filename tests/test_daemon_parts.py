@@ -164,3 +164,64 @@ def test_capture_reconnects_after_a_lost_camera(tmp_path):
     snap = counters.snapshot()
     assert snap["reconnects"]["camera"] >= 2 and snap["errors"]["camera"] >= 2 and "unplugged" in capture.error
     assert all(s.closed for s in sessions)
+
+
+def test_supervisor_streak_resets_on_success_and_backoff_restarts_after_a_good_reopen(tmp_path, caplog):
+    config = make_config(tmp_path, model={"reopen_after_errors": 2},
+                         camera={"reconnect_min_s": 0.5, "reconnect_max_s": 8.0})
+    plan = iter([None, "unplugged", "unplugged", None, "unplugged", None])  # what each open does
+
+    def factory():  # fault injection: the factory fails on cue, else opens a stand-in
+        if next(plan):
+            raise CameraError("Edge TPU not found")
+        return fake_runtime()
+
+    counters = Counters()
+    model = ModelSupervisor(config, factory, ["cat", "dog", "bird"], PipelineMetrics(warmup=0), counters,
+                            clock=lambda: 0)
+    caplog.set_level("INFO", logger="edgekit.serve")
+    model.open()
+    model.failed(RuntimeError("USB transfer error"))
+    model.succeeded()  # one good inference ends the streak: the next failure is the first again
+    assert model.ok and model.error == ""
+    model.failed(RuntimeError("USB transfer error"))
+    assert model.pipeline is not None and not model.ok  # 1 in a row, not 2
+    model.failed(RuntimeError("USB transfer error"))
+    assert model.pipeline is None
+    assert model.retry(0.0) and model.retry(0.5) and model.retry(1.5) and model.ok  # waits 0.5 s, then 1 s
+    model.failed(RuntimeError("again"))
+    model.failed(RuntimeError("again"))
+    # after a good reopen the backoff starts again at reconnect_min_s, not where it left off
+    assert model.retry(10.0) and model.retry(10.4) is False and model.retry(10.5) and model.ok
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "inference failed (2 in a row): RuntimeError: USB transfer error" in warnings
+    assert "reopening the model after 2 failures" in warnings
+    assert "cannot reopen the model: Edge TPU not found; retrying in 0.5 s" in warnings
+    assert "cannot reopen the model: Edge TPU not found; retrying in 1.0 s" in warnings
+    assert [r.getMessage() for r in caplog.records if r.levelname == "INFO"].count("model reopened") == 2
+    assert counters.snapshot()["reconnects"]["model"] == 2
+
+
+class _CloseFails:
+    """A runtime whose close() raises (a wedged driver): fault injection the real adapters cannot do on cue."""
+
+    input_spec = fake_runtime().input_spec
+
+    def infer(self, tensor):
+        return fake_runtime().infer(tensor)
+
+    def describe(self):
+        return {"backend": "wedged"}
+
+    def close(self):
+        raise OSError("device busy")
+
+
+def test_supervisor_close_logs_a_failing_close_and_goes_on(tmp_path, caplog):
+    model = ModelSupervisor(make_config(tmp_path), _CloseFails, [], PipelineMetrics(warmup=0), Counters(),
+                            clock=lambda: 0)
+    model.open()
+    caplog.set_level("WARNING", logger="edgekit.serve")
+    model.close()
+    assert model.pipeline is None
+    assert [r.getMessage() for r in caplog.records] == ["closing the runtime failed: device busy"]
