@@ -35,7 +35,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from edgekit.camera import Frame, open_camera
+from edgekit.camera import Frame, OpenCVSource, open_camera
 from edgekit.metrics import machine_context, summarize
 from edgekit.pipeline import Pipeline
 from edgekit.runtime import open_runtime
@@ -153,6 +153,43 @@ class BlockingReadSource:
         self.close()
 
 
+class LoopingCapture:
+    """``cv2.VideoCapture`` on a clip that starts again at its end: a camera that never stops,
+    for :class:`edgekit.camera.OpenCVSource` (which takes any capture-like object)."""
+
+    def __init__(self, path: Path):
+        self.cap = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
+
+    def read(self) -> tuple[bool, np.ndarray | None]:
+        ok, array = self.cap.read()
+        if not ok:
+            self.cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
+            ok, array = self.cap.read()
+        return ok, array
+
+    def __getattr__(self, name: str):
+        return getattr(self.cap, name)
+
+
+def opencv_camera(clip: Path, decode_size: int | None):
+    """A camera factory: the clip through OpenCVSource's grabber thread, decoded by VideoCapture
+    (``decode_size`` None) or read as MJPEG packets and decoded at reduced scale."""
+
+    def camera(uri: str, options: dict) -> OpenCVSource:
+        size = (decode_size, decode_size) if decode_size else None
+        return OpenCVSource(LoopingCapture(clip), name=uri, decode_size=size)
+
+    return camera
+
+
+def grab_cost_ms(camera, seconds: float = 1.5) -> float:
+    """Time per frame of an unpaced OpenCVSource's grabber thread (1 / its capture rate)."""
+    with camera("bench", {}) as cam:
+        next(cam)
+        time.sleep(seconds)
+        return 1000 / cam.stats()["capture_fps"]
+
+
 def decoded_frames(clip: Path, n: int = 30) -> list[np.ndarray]:
     with open_camera(f"file:{clip}", pace=False) as cam:
         return [frame.array for _, frame in zip(range(n), cam)]
@@ -171,9 +208,11 @@ def capture_cost_ms(clip: Path, n: int = 120) -> float:
     return statistics.median(times[10:]) / 1e6
 
 
-def stage_cost_ms(model: Path, clip: Path, threads: int, n: int = 120) -> dict:
-    """The inference stage as the daemon runs it (preprocess + infer + decode), per frame."""
-    with open_runtime(model, num_threads=threads) as rt, open_camera(f"file:{clip}", pace=False, loop=True) as cam:
+def stage_cost_ms(model: Path, clip: Path, threads: int, n: int = 120, camera=None) -> dict:
+    """The inference stage as the daemon runs it (preprocess + infer + decode), per frame;
+    ``camera`` (a factory) for frames of another size than the clip's."""
+    opened = camera("bench", {}) if camera else open_camera(f"file:{clip}", pace=False, loop=True)
+    with open_runtime(model, num_threads=threads) as rt, opened as cam:
         pipe = Pipeline(rt, top_k=3, warmup=10)
         for _ in pipe.run(cam, max_frames=n):
             pass
@@ -274,54 +313,87 @@ def balanced(models: list[Path], threads: int, workdir: Path, seconds: float, re
              clip_size: tuple[int, int]) -> dict:
     """Capture and inference of similar cost: pipelined daemon vs sequential loop, A/B/A/B.
 
-    ``cpu``: the model whose inference stage is closest to the clip's decode time. ``io``: the
-    same model, and a blocking read as long as its inference stage. The machine's parallel
-    capacity is measured before each round: ``cpu`` cannot overlap beyond it.
+    ``cpu``: the model whose inference stage is closest to the clip's decode time (file: source,
+    FFmpeg decode). ``cpu_opencv``: the same through OpenCVSource's grabber thread, and
+    ``cpu_reduced``: the same with ``decode_size=`` the model's input (MJPEG packets decoded by
+    cv2.imdecode at 1/2-1/8 scale): before and after, same model. ``cpu_reduced_balanced``:
+    reduced decode with the model whose stage is closest to the reduced capture (balanced
+    again, the hardest case for overlap). ``io``: the ``cpu`` model, and a blocking read as
+    long as its inference stage. The machine's parallel capacity is measured before each round:
+    the ``cpu`` modes cannot overlap beyond it. Each round's ideal is 1 / the slowest stage, its
+    capture and stage costs measured just before it (a reduced frame also makes preprocessing
+    cheaper); the ratios are medians of the per-round ratios.
     """
     width, height = clip_size
     clip = write_clip(workdir / f"clip-{width}x{height}.avi", width, height)
     t_capture = capture_cost_ms(clip)
     costs = {m: stage_cost_ms(m, clip, threads)["stage_ms"] for m in models}
     model = min(costs, key=lambda m: abs(costs[m] - t_capture))
-    t_stage = costs[model]
     arrays = decoded_frames(clip)
+    stage_ms = costs[model]
 
     def blocking_camera(uri: str, options: dict) -> BlockingReadSource:
-        return BlockingReadSource(arrays, t_stage / 1000)
+        return BlockingReadSource(arrays, stage_ms / 1000)
 
-    clip_options = {"pace": False, "loop": True}
-    modes = {"cpu": (clip_camera, f"file:{clip}", clip_options), "io": (blocking_camera, "bench", {})}
-    runs: dict[str, tuple[list, list]] = {mode: ([], []) for mode in modes}
+    def reduced(m: Path):
+        return opencv_camera(clip, input_side(m, threads))
+
+    reduced_costs = {m: stage_cost_ms(m, clip, threads, camera=reduced(m))["stage_ms"] for m in models}
+    t_reduced = grab_cost_ms(reduced(model))
+    model_b = min(reduced_costs, key=lambda m: abs(reduced_costs[m] - t_reduced))
+    # mode: (model, camera factory, uri, options, capture cost ms, stage cost ms) -> measured twice
+    modes = {
+        "cpu": (model, clip_camera, f"file:{clip}", {"pace": False, "loop": True},
+                lambda: capture_cost_ms(clip), lambda: stage_cost_ms(model, clip, threads)["stage_ms"]),
+        "cpu_opencv": (model, opencv_camera(clip, None), "bench", {}, lambda: grab_cost_ms(opencv_camera(clip, None)),
+                       lambda: stage_cost_ms(model, clip, threads)["stage_ms"]),
+        "cpu_reduced": (model, reduced(model), "bench", {}, lambda: grab_cost_ms(reduced(model)),
+                        lambda: stage_cost_ms(model, clip, threads, camera=reduced(model))["stage_ms"]),
+        "cpu_reduced_balanced": (model_b, reduced(model_b), "bench", {}, lambda: grab_cost_ms(reduced(model_b)),
+                                 lambda: stage_cost_ms(model_b, clip, threads, camera=reduced(model_b))["stage_ms"]),
+        "io": (model, blocking_camera, "bench", {}, lambda: stage_ms,
+               lambda: stage_cost_ms(model, clip, threads)["stage_ms"]),
+    }
+    if model_b == model:  # no model is as cheap as the reduced capture: nothing new to measure
+        del modes["cpu_reduced_balanced"]
+    runs: dict[str, dict[str, list]] = {mode: {k: [] for k in ("p", "s", "c", "t")} for mode in modes}
     capacity = []
     for _ in range(repeats):
         capacity.append(parallel_capacity())
-        for mode, (camera, uri, options) in modes.items():
-            runs[mode][0].append(run_daemon(model, threads, camera, seconds, options, uri)["fps"])
-            runs[mode][1].append(run_sequential(model, threads, camera, seconds, options, uri)["fps"])
-    # Stage costs measured again after the runs: the machine's load drifts.
-    t_capture = statistics.mean([t_capture, capture_cost_ms(clip)])
-    t_stage_after = statistics.mean([t_stage, stage_cost_ms(model, clip, threads)["stage_ms"]])
+        for mode, (m, camera, uri, options, capture_fn, stage_fn) in modes.items():
+            # Each round's costs next to its runs: on a shared machine the load drifts by the minute.
+            run = runs[mode]
+            run["c"].append(capture_fn())
+            run["t"].append(stage_fn())
+            run["p"].append(run_daemon(m, threads, camera, seconds, options, uri)["fps"])
+            run["s"].append(run_sequential(m, threads, camera, seconds, options, uri)["fps"])
     report = {
         "clip": f"{width}x{height} MJPEG",
         "model": model.name,
-        "inference_stage_ms": round(t_stage_after, 3),
         "parallel_capacity": [round(c, 2) for c in capacity],
         "load_average": [round(v, 2) for v in os.getloadavg()],
     }
-    for mode, capture_ms in (("cpu", t_capture), ("io", t_stage)):
-        pipelined, sequential = runs[mode]
-        slowest = max(capture_ms, t_stage_after)
-        p, s = statistics.median(pipelined), statistics.median(sequential)
+    for mode, (m, *_rest) in modes.items():
+        run = runs[mode]
+        ideal = [1000 / max(c, t) for c, t in zip(run["c"], run["t"])]
         report[mode] = {
-            "capture_ms": round(capture_ms, 3),
-            "ideal_fps": round(1000 / slowest, 2),
-            "sequential_ideal_fps": round(1000 / (capture_ms + t_stage_after), 2),
-            "pipelined_fps": [round(v, 2) for v in pipelined],
-            "sequential_fps": [round(v, 2) for v in sequential],
-            "pipelined_over_ideal": round(p / (1000 / slowest), 3),
-            "pipelined_over_sequential": round(p / s, 3),
+            "model": m.name,
+            "capture_ms": [round(v, 3) for v in run["c"]],
+            "stage_ms": [round(v, 3) for v in run["t"]],
+            "ideal_fps": [round(v, 2) for v in ideal],
+            "pipelined_fps": [round(v, 2) for v in run["p"]],
+            "sequential_fps": [round(v, 2) for v in run["s"]],
+            # median of the per-round ratios: each round against its own costs
+            "pipelined_over_ideal": round(statistics.median(p / i for p, i in zip(run["p"], ideal)), 3),
+            "pipelined_over_sequential": round(statistics.median(p / q for p, q in zip(run["p"], run["s"])), 3),
         }
     return report
+
+
+def input_side(model: Path, threads: int) -> int:
+    """The model's larger input side (what ``decode_size=`` asks for)."""
+    with open_runtime(model, num_threads=threads) as rt:
+        return max(rt.input_spec.height, rt.input_spec.width)
 
 
 def outrun(model: Path, threads: int, workdir: Path, seconds: float, camera_fps: float) -> dict:
@@ -390,13 +462,18 @@ def main() -> int:
         slowest = max(models, key=lambda m: m.stat().st_size if args.model else int(m.stem[3:]))
         report["outrun"] = outrun(slowest, args.threads, workdir, args.seconds, args.outrun_fps)
     b, o = report["balanced"], report["outrun"]
-    print(f"balanced: model {b['model']}, inference stage {b['inference_stage_ms']} ms; parallel capacity "
-          f"{b['parallel_capacity']} (2.0 = two idle cores); load average {b['load_average']}")
-    for mode, what in (("cpu", f"MJPEG decode {b['clip']}"), ("io", "blocking read")):
+    print(f"balanced: parallel capacity {b['parallel_capacity']} (2.0 = two idle cores); "
+          f"load average {b['load_average']}")
+    whats = {"cpu": "file: source, FFmpeg decode", "cpu_opencv": "OpenCVSource, VideoCapture decode",
+             "cpu_reduced": "OpenCVSource, decode_size= input, same model",
+             "cpu_reduced_balanced": "OpenCVSource, decode_size= input, balanced model", "io": "blocking read"}
+    for mode, what in whats.items():
+        if mode not in b:
+            print(f"  {mode}: the same model as cpu_reduced (none is as cheap as the reduced capture)")
+            continue
         m = b[mode]
-        print(f"  {mode}: capture {m['capture_ms']} ms ({what})")
-        print(f"    pipelined fps {m['pipelined_fps']}  sequential fps {m['sequential_fps']}  ideal "
-              f"{m['ideal_fps']} (sequential ideal {m['sequential_ideal_fps']})")
+        print(f"  {mode}: {m['model']}, capture {m['capture_ms']} ms ({what} of {b['clip']}), stage {m['stage_ms']} ms")
+        print(f"    pipelined fps {m['pipelined_fps']}  sequential fps {m['sequential_fps']}  ideal {m['ideal_fps']}")
         print(f"    pipelined / ideal = {m['pipelined_over_ideal']} (goal >= 0.9); pipelined / sequential = "
               f"{m['pipelined_over_sequential']} (goal >= 1.3)")
     print(f"outrun: {o['model']}, camera {o['camera_fps']} fps ({o['frame_interval_ms']} ms), inference p99 "
