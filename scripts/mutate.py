@@ -51,9 +51,9 @@ MODULES: dict[str, Module] = {
                    ("edgekit.builders.publish.x_verification_summary*", "edgekit.builders.publish.x__why*")),
     # the tests that convert a model (the `model` fixture) are left out by name
     "compiler_report": Module("edgekit/builders/edgetpu_report.py", (
-        "tests/test_edgetpu_compiler.py", "-k", "not (find_compiler or absent_compiler or all_mapped or partly_mapped "
-        "or zero_ops or compiler_failure or exit_0_without or timeout_kills or bad_min_runtime or threshold_validates "
-        "or build_step or real_compiler_maps)")),
+        "tests/test_edgetpu_compiler.py", "-k", "not (test_find_compiler or test_absent_compiler or test_all_mapped "
+        "or test_partly_mapped or test_zero_ops or test_compiler_failure or test_exit_0_without or test_timeout_kills "
+        "or test_bad_min_runtime or test_threshold_validates or test_build_step or test_real_compiler_maps)")),
     # the daemon's fault paths: failure streak, reopen with backoff, close (opening a bundle is test_daemon's)
     "supervisor": Module("edgekit/serve/supervisor.py", (
         "tests/test_daemon_parts.py", "-k", "supervisor and not configured"), tuple(

@@ -189,6 +189,9 @@ def test_supervisor_streak_resets_on_success_and_backoff_restarts_after_a_good_r
     model.failed(RuntimeError("USB transfer error"))
     assert model.pipeline is None
     assert model.retry(0.0) and model.retry(0.5) and model.retry(1.5) and model.ok  # waits 0.5 s, then 1 s
+    assert model.error == ""  # the reopen's success clears the last failure from /healthz
+    frame = Frame(np.zeros((16, 16, 3), np.uint8), 0, 0)
+    assert model.pipeline.step(frame).classification.top.label == "dog"  # the labels survive a reopen
     model.failed(RuntimeError("again"))
     model.failed(RuntimeError("again"))
     # after a good reopen the backoff starts again at reconnect_min_s, not where it left off

@@ -398,3 +398,8 @@ def test_table_rows_need_the_header_and_end_at_the_first_other_line():
     text = header + rows + "Compilation child process completed within timeout period.\n" + rows
     assert [r["op"] for r in parse_operation_table(text)] == ["CONV_2D"]
     assert [r["count"] for r in parse_operation_table(header + rows + "\n" + rows)] == [2, 2]  # blank lines inside
+
+
+def test_counts_without_a_total_leave_the_cpu_share_unknown():
+    r = parse_compiler_output("Number of operations that will run on Edge TPU: 11\n")
+    assert (r["total_ops"], r["tpu_ops"], r["cpu_ops"], r["all_mapped"]) == (None, 11, None, False)
