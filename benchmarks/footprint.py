@@ -28,11 +28,10 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from precision import DEMO, build_variants
+from precision import DEMO, build_variants, work_dir
 
 TF_KERAS = """
 import os, sys
@@ -126,8 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, help="keep converted models here (shared with benchmarks/precision.py)")
     ap.add_argument("--prepare-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="edgekit-footprint-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = work_dir(args.workdir, "edgekit-footprint-")
     if args.prepare_only:
         build_variants("demo", workdir)
         return 0

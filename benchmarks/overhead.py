@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from precision import Bare, build_variants, random_input
+from precision import Bare, build_variants, random_input, work_dir
 
 
 def overhead(path: Path, threads: int, count: int) -> tuple[float, float]:
@@ -48,8 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=int, default=3000, help="calls per implementation (default 3000)")
     ap.add_argument("--workdir", type=Path, help="keep converted models here (shared with benchmarks/precision.py)")
     args = ap.parse_args(argv)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="edgekit-overhead-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = work_dir(args.workdir, "edgekit-overhead-")
     print(f"{'model':<12}{'variant':>8}{'threads':>8}{'n':>7}{'Runtime.infer p50':>19}{'bare p50':>11}{'ratio':>9}")
     for name in args.models.split(","):
         paths = build_variants(name, workdir)

@@ -47,6 +47,23 @@ def keras_model(name: str):
     raise SystemExit(f"unknown model {name!r}: use demo or mobilenetv2")
 
 
+def work_dir(given: Path | None, prefix: str) -> Path:
+    """``given`` (kept), or a temporary directory removed when the script ends: normally, on an
+    error, on Ctrl-C or on SIGTERM (turned into SystemExit so the atexit hook runs)."""
+    import atexit
+    import shutil
+    import signal
+
+    if given is not None:
+        given.mkdir(parents=True, exist_ok=True)
+        return given
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, True)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    return path
+
+
 def build_variants(name: str, workdir: Path, variants=VARIANTS, calib: int = 16) -> dict[str, Path]:
     """Convert model ``name`` with edgekit's builder (``edgekit.builders.tflite.convert``), cached in ``workdir``."""
     paths = {v: workdir / f"{name}_{v}.tflite" for v in variants}
@@ -139,8 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-round", type=int, default=20)
     ap.add_argument("--workdir", type=Path, help="keep converted models here (default: a temporary directory)")
     args = ap.parse_args(argv)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="edgekit-precision-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = work_dir(args.workdir, "edgekit-precision-")
 
     from edgekit.metrics import machine_context
 

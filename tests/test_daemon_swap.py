@@ -132,7 +132,7 @@ def _bad_bundles(tmp_path: Path, bundles: dict) -> dict[str, tuple[Path, str]]:
     garbage.mkdir()
     (garbage / MANIFEST).write_text("{not json")
     return {"corrupt": (corrupt, "sha256"), "rejected": (rejected, "accuracy check"),
-            "other target": (other, "target 'rpi'"), "labels": (mislabelled, "5 classes for 3 labels"),
+            "other target": (other, "target 'rpi'"), "labels": (mislabelled, "3 labels for a model with 5 classes"),
             "garbage": (garbage, "corrupt")}
 
 

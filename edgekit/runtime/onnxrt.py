@@ -8,6 +8,7 @@ refuse the fallback unless ``allow_fallback`` is set.
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import time
 from collections import defaultdict
@@ -120,11 +121,15 @@ class OnnxRuntime:
                 "install onnxruntime-gpu for CUDA/TensorRT, or pass --providers cpu",
             )
         opts = session_options(ort, num_threads, profile)
+        # the trace's temporary directory goes with the runtime (close), even if it never opens
+        self._profile_dir = Path(opts.profile_file_prefix).parent if profile else None
         t0 = time.perf_counter_ns()
         try:
             self._session = ort.InferenceSession(str(self.model_path), sess_options=opts, providers=usable)
         except Exception as exc:  # onnxruntime raises its own untyped exceptions for bad files
-            raise ModelError(f"ONNX Runtime cannot load {self.model_path}: {exc}".splitlines()[0]) from exc
+            self.close()
+            raise ModelError(f"ONNX Runtime cannot load {self.model_path}: {exc}".splitlines()[0][:300],
+                             "copy or export the model again: the file is corrupt or not an ONNX model") from exc
         self.init_ms = (time.perf_counter_ns() - t0) / 1e6
         self.providers_used = self._session.get_providers()
         check_providers(self.providers_requested, self.providers_used, allow_fallback)
@@ -202,7 +207,12 @@ class OnnxRuntime:
         }
 
     def close(self) -> None:
+        """Release the session; a profile trace not collected by then is removed with its directory."""
         self._session = None
+        profile_dir = getattr(self, "_profile_dir", None)
+        if profile_dir is not None:
+            shutil.rmtree(profile_dir, ignore_errors=True)
+            self._profile_dir = None
 
     def __enter__(self) -> OnnxRuntime:
         return self
