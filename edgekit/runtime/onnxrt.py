@@ -185,9 +185,14 @@ class OnnxRuntime:
         return [{"name": o.name, "shape": list(o.shape), "type": o.type} for o in self._session.get_outputs()]
 
     def end_profiling(self) -> str | None:
-        """Stop profiling and return the path of ONNX Runtime's JSON trace (or None)."""
+        """Stop profiling and return the path of ONNX Runtime's JSON trace (or None).
+
+        The caller owns the trace (and its temporary directory) from then on; a trace never
+        collected is removed by :meth:`close`.
+        """
         if not self._session:
             return None
+        self._profile_dir = None
         return self._session.end_profiling() or None
 
     def describe(self) -> dict[str, Any]:
