@@ -160,6 +160,8 @@ def open_camera(uri: str | int, **options: Any) -> FrameSource:
         BackendUnavailable: picamera2 or the Vector SDK is not installed.
     """
     text = str(uri).strip()
+    if not text:  # an empty string would otherwise name the current directory as a folder of frames
+        raise CameraError("no camera given (empty URI)", f"use one of: {URI_FORMS}")
     scheme, target = _locate(text)
     checked = check_options(scheme, options, redact_uri(text))
     opener = resolve(scheme.opener, scheme.install_hint)

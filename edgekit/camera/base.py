@@ -49,6 +49,10 @@ class FrameSource(Protocol):
     def close(self) -> None: ...
 
 
+MAX_SIDE = 16384
+"""The largest frame side a source is asked for (the same cap as a model input's)."""
+
+
 def parse_size(size: Any) -> tuple[int, int] | None:
     """``(w, h)``, ``[w, h]`` or ``"WxH"`` -> ``(w, h)``; None stays None.
 
@@ -67,6 +71,9 @@ def parse_size(size: Any) -> tuple[int, int] | None:
         raise CameraError(f"bad size {size!r}", "give (width, height)") from exc
     if width <= 0 or height <= 0:
         raise CameraError(f"bad size {size!r}", "width and height must be positive")
+    if width > MAX_SIDE or height > MAX_SIDE:
+        # A typo like 100000x100000 would ask numpy for ~28 GiB per frame and die of MemoryError.
+        raise CameraError(f"size {width}x{height} is too large", f"each side at most {MAX_SIDE} pixels")
     return width, height
 
 

@@ -108,4 +108,7 @@ def open_synthetic(spec: str, **options: Any) -> SyntheticSource:
         options.setdefault("size", (int(m.group(1)), int(m.group(2))))
     if m.group(3):
         options.setdefault("fps", float(m.group(3)))
-    return SyntheticSource(**options)
+    try:
+        return SyntheticSource(**options)
+    except CameraError as exc:  # name the camera: the size may have come from the URI
+        raise CameraError(f"synthetic:{spec}: {exc.message}", exc.hint) from exc

@@ -13,7 +13,7 @@ from tests.faults.helpers import assert_refused, edgekit
 # Found by these cases, left to edgekit/camera/'s owner (the packaging helper is editing it):
 # a MemoryError traceback for a huge synthetic size, and "" taken as the current directory.
 CAMERA_OWNER = "edgekit/camera/ is being edited by another helper: reported, not fixed here"
-KNOWN_CAMERA = {"synthetic:100000x100000", "size=100000x100000", "", "   "}
+KNOWN_CAMERA: set[str] = set()  # every case once reported here is fixed
 
 
 def _run(capsys, bundle, uri: str, *options: str):
