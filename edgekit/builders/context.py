@@ -83,6 +83,12 @@ class BuildContext:
         return spools
 
     @property
+    def nhwc_spec(self) -> InputSpec:
+        """The float input spec as a converted TFLite model takes it: channels-last, whatever
+        the original's layout (onnx2tf turns NCHW into NHWC)."""
+        return self._nhwc.spec
+
+    @property
     def min_ratio(self) -> float:
         """Converted/original top-1 below this fails a variant."""
         return self.request.min_accuracy_ratio

@@ -19,7 +19,6 @@ import numpy as np
 from edgekit.builders.contract import BuilderOutput, BuiltModel, task_extra
 from edgekit.builders.log import progress
 from edgekit.errors import ModelError
-from edgekit.image import InputSpec
 
 if TYPE_CHECKING:
     from edgekit.builders.context import BuildContext
@@ -98,13 +97,11 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
     order = output_order(path, [o.key for o in ctx.source.outputs])
     names = {pos: ctx.source.outputs[j].name for j, pos in enumerate(order)}
     with LiteRTRuntime(path, delegate="xnnpack") as rt:
-        spec = spec_from_details(rt.input_details()[0], ctx.float_spec)
+        spec = spec_from_details(rt.input_details()[0], ctx.nhwc_spec)
         outputs = tuple(dict(_output_dict(d), name=names[i], tensor=d["name"])
                         for i, d in enumerate(rt.output_details()))
         desc = rt.describe()
     check_shapes(ctx, [outputs[pos] for pos in order], path.name)
-    if ctx.source.layout != "NHWC":
-        spec = InputSpec.from_dict({**spec.to_dict(), "layout": "NHWC", "shape": list(spec.shape)})
     coverage = {k: desc[k] for k in ("total_nodes", "delegated_nodes", "cpu_nodes")}
     coverage["delegate"] = "XNNPACK"
     with LiteRTRunner(path, order) as runner:
