@@ -306,7 +306,8 @@ def test_broker_restart_results_still_logged_then_reconnects(tmp_path, broker):
 def test_default_model_path_opens_a_real_bundle_with_its_labels(tmp_path, tiny_tflite):
     from edgekit.bundle import BundleWriter
 
-    spec = InputSpec(shape=(1, 32, 32, 3), dtype="uint8", colour="rgb")
+    # edgekit build writes the input's quantisation; a uint8 input without a scale is refused at load.
+    spec = InputSpec(shape=(1, 32, 32, 3), dtype="uint8", colour="rgb", scale=1 / 255, zero_point=0)
     with BundleWriter(tmp_path / "tiny-cpu") as w:
         shutil.copy(tiny_tflite, w.dir / "tiny_int8.tflite")
         (w.dir / "labels.txt").write_text("red\ngreen\nblue\n")
@@ -437,9 +438,8 @@ def test_fleet_scrape_config_and_documented_alert_rules_are_valid(tmp_path):
     proc = subprocess.run([PROMTOOL, "check", "config", str(ROOT / "deploy" / "prometheus.yml")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "SUCCESS" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
-    doc = (ROOT / "docs" / "serve.md").read_text()
-    [rules] = [b for b in re.findall(r"```yaml\n(.*?)```", doc, flags=re.S) if "groups:" in b]
-    (tmp_path / "rules.yml").write_text(rules)
-    proc = subprocess.run([PROMTOOL, "check", "rules", str(tmp_path / "rules.yml")],
+    # The alert rules ship beside the scrape config (docs/serve.md links them; `edgekit deploy` writes both).
+    proc = subprocess.run([PROMTOOL, "check", "rules", str(ROOT / "deploy" / "alerts.yml")],
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0 and "5 rules found" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "9 rules found" in proc.stdout, proc.stdout + proc.stderr
+    assert "deploy/alerts.yml" in (ROOT / "docs" / "serve.md").read_text()
