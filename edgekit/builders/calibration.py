@@ -41,6 +41,7 @@ class ImageSet:
     sources: dict[str, int] = field(default_factory=dict)
     labels: np.ndarray | None = None
     class_names: list[str] | None = None
+    undersized: dict[str, int] = field(default_factory=dict)  # "tiny" / "under_crop": images counted
 
     def __len__(self) -> int:
         return len(self.index)
@@ -147,6 +148,7 @@ def load_calibration(
                  f"{skipped_names} not images")
     if len(drawn) < MIN_RECOMMENDED:
         log.warn(f"only {len(drawn)} calibration images; {MIN_RECOMMENDED}+ are recommended for int8")
+    _warn_undersized(drawn, prep.spec.crop, log)
     mix = ", ".join(f"{Path(k).name}: {v}" for k, v in drawn.sources.items())
     log.info(f"calibration set: {len(drawn)} images ({mix}), sha256 {drawn.sha256[:12]}")
     return ImageSet(drawn.spool, drawn.index, drawn.sha256, len(entries), skipped, drawn.sources)
@@ -186,6 +188,7 @@ def _draw(prep: Preprocessor, chosen: list[_Entry], count: int | None, video_fra
     rows: list[int] = []
     per_source: dict[str, int] = {}
     unreadable = 0
+    undersized: dict[str, int] = {}
     videos: dict[Path, dict[int, tuple[int, bytes]]] = {}
     for src, path, frame_no in progress(chosen, "calibration images"):
         if count is not None and len(rows) >= count:
@@ -198,6 +201,7 @@ def _draw(prep: Preprocessor, chosen: list[_Entry], count: int | None, video_fra
                 continue
             digest.update(path.name.encode())
             digest.update(path.read_bytes())
+            _count_undersized(img, prep.spec.crop, undersized)
             rows.append(spool.append(prep.shaped(img)))
         else:
             if path not in videos:
@@ -209,7 +213,33 @@ def _draw(prep: Preprocessor, chosen: list[_Entry], count: int | None, video_fra
             digest.update(frame_digest)
             rows.append(row)
         per_source[src] = per_source.get(src, 0) + 1
-    return ImageSet(spool, np.asarray(rows, dtype=np.int64), digest.hexdigest(), len(chosen), unreadable, per_source)
+    return ImageSet(spool, np.asarray(rows, dtype=np.int64), digest.hexdigest(), len(chosen), unreadable, per_source,
+                    undersized=undersized)
+
+
+TINY_SIDE = 8
+"""An image side below this many pixels carries next to nothing for calibration."""
+
+
+def _count_undersized(img: np.ndarray, crop: object, counts: dict[str, int]) -> None:
+    """Count an image that is tiny, or smaller than a crop given in pixels (the crop then cannot fill)."""
+    h, w = img.shape[:2]
+    if min(h, w) < TINY_SIDE:
+        counts["tiny"] = counts.get("tiny", 0) + 1
+    if isinstance(crop, (list, tuple)) and (h < crop[0] or w < crop[1]):
+        counts["under_crop"] = counts.get("under_crop", 0) + 1
+
+
+def _warn_undersized(drawn: ImageSet, crop: object, log: BuildLog) -> None:
+    """Say when the images cannot stand for what the camera will show (they still build)."""
+    n = len(drawn)
+    if drawn.undersized.get("tiny"):
+        log.warn(f"{drawn.undersized['tiny']} of {n} calibration images are under {TINY_SIDE} pixels on a side: "
+                 "int8 ranges from them will not match camera frames; calibrate on full-size frames")
+    if drawn.undersized.get("under_crop"):
+        log.warn(f"{drawn.undersized['under_crop']} of {n} calibration images are smaller than the crop "
+                 f"{crop[0]}x{crop[1]} (height x width), so it never fills: "
+                 "give camera-sized images or a smaller --crop")
 
 
 def load_eval(root: str | Path, prep: Preprocessor, class_names: list[str] | None, log: BuildLog) -> ImageSet:

@@ -257,10 +257,6 @@ def _tiny_images(tmp_path: Path, h: int, w: int) -> Path:
     return d
 
 
-CALIBRATION_OWNER = "edgekit/builders/calibration.py (issue 19's rework) does not warn yet"
-
-
-@pytest.mark.xfail(reason=CALIBRATION_OWNER, strict=False)
 def test_one_pixel_calibration_images_warn(tmp_path, capsys):
     """1x1 images calibrate nothing useful: the build must say so (or refuse them)."""
     argv = [a for a in build_argv(tmp_path, calib=_tiny_images(tmp_path, 1, 1), extra=("--variants", "fp32"))
@@ -270,7 +266,6 @@ def test_one_pixel_calibration_images_warn(tmp_path, capsys):
     assert result.code != 0 or _warnings(result.err), result.err
 
 
-@pytest.mark.xfail(reason=CALIBRATION_OWNER, strict=False)
 def test_crop_larger_than_every_calibration_image_warns(tmp_path, capsys):
     """The demo crops 200x200: 40x40 images never fill it, which the build must say."""
     argv = [a for a in build_argv(tmp_path, calib=_tiny_images(tmp_path, 40, 40), extra=("--variants", "fp32"))
