@@ -144,6 +144,28 @@ def query_prometheus(port: int, path: str, **params) -> dict:
         return json.loads(resp.read())
 
 
+def start_prometheus(directory: Path, targets: list[int], labels: dict[str, str]) -> tuple[subprocess.Popen, int]:
+    """A real Prometheus scraping ``127.0.0.1:<port>`` of each target every second; returns it and its web port."""
+    web = free_port()
+    config = directory / "prometheus.yml"
+    config.write_text(textwrap.dedent(f"""\
+        global:
+          scrape_interval: 1s
+          scrape_timeout: 900ms
+        scrape_configs:
+          - job_name: edgekit
+            static_configs:
+              - targets: {json.dumps([f"127.0.0.1:{p}" for p in targets])}
+                labels: {json.dumps(labels)}
+        """))
+    proc = subprocess.Popen(
+        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={directory / 'data'}",
+         f"--web.listen-address=127.0.0.1:{web}"],
+        stdout=subprocess.DEVNULL, stderr=(directory / "prometheus.log").open("wb"),
+    )
+    return proc, web
+
+
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory):
     """A Prometheus server scraping 127.0.0.1:<daemon_port> every second.
@@ -155,23 +177,8 @@ def prometheus(tmp_path_factory):
         yield None
         return
     directory = tmp_path_factory.mktemp("prometheus")
-    daemon_port, web_port = free_port(), free_port()
-    config = directory / "prometheus.yml"
-    config.write_text(textwrap.dedent(f"""\
-        global:
-          scrape_interval: 1s
-          scrape_timeout: 900ms
-        scrape_configs:
-          - job_name: edgekit
-            static_configs:
-              - targets: ["127.0.0.1:{daemon_port}"]
-                labels: {{board: test}}
-        """))
-    proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={directory / 'data'}",
-         f"--web.listen-address=127.0.0.1:{web_port}"],
-        stdout=subprocess.DEVNULL, stderr=(directory / "prometheus.log").open("wb"),
-    )
+    daemon_port = free_port()
+    proc, web_port = start_prometheus(directory, [daemon_port], {"board": "test"})
     yield {"web_port": web_port, "daemon_port": daemon_port, "log": directory / "prometheus.log", "proc": proc}
     proc.terminate()
     proc.wait(10)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import re
 import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from tests.test_daemon_mqtt_prometheus import (
     Subscriber,
     free_port,
     query_prometheus,
+    start_prometheus,
     wait_until,
 )
 from tests.test_runtime import write_bundle
@@ -53,27 +53,6 @@ def doc_queries() -> list[tuple[str, str]]:
     return queries
 
 
-def start_prometheus(directory: Path, targets: list[int]) -> tuple[subprocess.Popen, int]:
-    web = free_port()
-    config = directory / "prometheus.yml"
-    config.write_text(textwrap.dedent(f"""\
-        global:
-          scrape_interval: 1s
-          scrape_timeout: 900ms
-        scrape_configs:
-          - job_name: edgekit
-            static_configs:
-              - targets: {[f"127.0.0.1:{p}" for p in targets]}
-                labels: {{site: test}}
-        """))
-    proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={directory / 'data'}",
-         f"--web.listen-address=127.0.0.1:{web}"],
-        stdout=subprocess.DEVNULL, stderr=(directory / "prometheus.log").open("wb"),
-    )
-    return proc, web
-
-
 def device_config(tmp_path: Path, bundle: Path, device: str, http_port: int, broker_port: int) -> ServeConfig:
     config = ServeConfig()
     tables = {
@@ -99,7 +78,7 @@ def test_three_daemons_one_prometheus_one_broker(tmp_path):
 
     bundle = write_bundle(tmp_path / "bundle", {"fp32": tflite_models.model_path("small_float")})
     ports = [free_port() for _ in DEVICES]
-    proc, web = start_prometheus(tmp_path, ports)  # first: it applies its targets ~5 s after boot
+    proc, web = start_prometheus(tmp_path, ports, {"site": "test"})  # first: it applies its targets ~5 s after boot
     broker = Broker(tmp_path).start()
     sub = Subscriber(broker.port, "edgekit/+/availability")
     daemons = [Daemon(device_config(tmp_path, bundle, d, p, broker.port)) for d, p in zip(DEVICES, ports)]
