@@ -166,16 +166,26 @@ def _spec_problem(s: InputSpec) -> str | None:
     return None
 
 
+def crop_window(height: int, width: int, crop: Any) -> tuple[int, int, int, int]:
+    """``(top, left, crop_height, crop_width)`` of the centred crop of a ``height x width`` frame.
+
+    The one place the crop is worked out: :func:`crop_center` cuts it, and detection maps
+    boxes back through it (:mod:`edgekit.detect.boxes`).
+    """
+    if crop is None or crop == "none":
+        return 0, 0, height, width
+    if crop == "square":
+        ch = cw = min(height, width)
+    else:
+        ch, cw = min(int(crop[0]), height), min(int(crop[1]), width)
+    return (height - ch) // 2, (width - cw) // 2, ch, cw
+
+
 def crop_center(frame: np.ndarray, crop: Any) -> np.ndarray:
     """Return a centred view of ``frame`` (no copy). See :class:`InputSpec` for ``crop``."""
-    h, w = frame.shape[:2]
     if crop is None or crop == "none":
         return frame
-    if crop == "square":
-        ch = cw = min(h, w)
-    else:
-        ch, cw = min(int(crop[0]), h), min(int(crop[1]), w)
-    top, left = (h - ch) // 2, (w - cw) // 2
+    top, left, ch, cw = crop_window(frame.shape[0], frame.shape[1], crop)
     return frame[top : top + ch, left : left + cw]
 
 
@@ -212,13 +222,19 @@ def resize(frame: np.ndarray, height: int, width: int, mode: str = "stretch", in
         return frame
     if mode == "stretch":
         return _resize(frame, height, width, interpolation)
-    scale = min(height / h, width / w)
-    nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
+    top, left, nh, nw = letterbox_window(h, w, height, width)
     inner = _resize(frame, nh, nw, interpolation)
     out = np.zeros((height, width) + frame.shape[2:], dtype=frame.dtype)
-    top, left = (height - nh) // 2, (width - nw) // 2
     out[top : top + nh, left : left + nw] = inner
     return out
+
+
+def letterbox_window(h: int, w: int, height: int, width: int) -> tuple[int, int, int, int]:
+    """``(top, left, inner_height, inner_width)``: where an ``h x w`` image lands when letterboxed
+    into ``height x width`` (aspect ratio kept, centred, the rest padded)."""
+    scale = min(height / h, width / w)
+    nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
+    return (height - nh) // 2, (width - nw) // 2, nh, nw
 
 
 def _resize(frame: np.ndarray, height: int, width: int, interpolation: str) -> np.ndarray:

@@ -143,6 +143,7 @@ class Pipeline:
         self.runtime = runtime
         self.preprocess = Preprocessor(runtime.input_spec)
         self.decode = decoder or _decoder(task, labels, runtime, top_k, task_options)
+        self._maps_boxes = bool(getattr(self.decode, "maps_boxes", False))
         self.metrics = metrics if metrics is not None else PipelineMetrics(warmup=warmup, window=window)
         self.metrics.init_ms = getattr(runtime, "init_ms", None)
         self.max_corrupt = max_corrupt
@@ -170,13 +171,15 @@ class Pipeline:
         t_pre = clock.lap()
         outputs = self.runtime.infer(tensor)
         t_infer = clock.lap()
-        decoded = self.decode(outputs)
+        # a detector maps its boxes to the frame's pixels, so it is told the frame's shape
+        decoded = self.decode(outputs, frame_shape=frame.array.shape) if self._maps_boxes else self.decode(outputs)
         t_post = clock.lap()
         timings = {
             "capture_wait": capture_wait_ns,
             "preprocess": t_pre,
             "inference": t_infer,
             "postprocess": t_post,
+            **(getattr(self.decode, "stage_ns", None) or {}),  # detect: decode and nms within postprocess
             "end_to_end": clock.last - frame.t_capture_ns,
         }
         metrics.record(timings, clock.last)

@@ -204,9 +204,15 @@ TASK_HEADS: dict[str, TaskHead] = {
         ("names", "tensors"),
         "every output's name, shape, dtype and min/max/mean/std (tensors=True: the values too)",
     ),
-    # "detect": the detection issue adds its row here, e.g.
-    #   TaskHead("edgekit.detect:detector", ("score_threshold", "iou_threshold", "max_detections"),
-    #            "boxes, classes and scores after NMS"),
+    "detect": TaskHead(
+        "edgekit.detect.head:detector",
+        ("layout", "score_threshold", "iou_threshold", "max_detections", "max_candidates", "class_agnostic",
+         "box_format", "box_units", "anchors", "ssd_anchors", "box_coder_scales", "background_class", "outputs",
+         "score_activation"),
+        "boxes, labels and scores after class-aware NMS, in source-frame pixels "
+        "(YOLO, SSD with anchors, or NMS in the graph)",
+        "pip install opencv-python-headless (NMS)",
+    ),
 }
 """Task name -> :class:`TaskHead`. Add a task by adding a row and a factory module."""
 

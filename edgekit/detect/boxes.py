@@ -1,0 +1,109 @@
+"""Detections as results, and the map from model-input pixels back to the source frame.
+
+A detector sees the frame after :class:`~edgekit.image.Preprocessor` cropped, letterboxed or
+stretched it; its boxes are in that input's pixels. :func:`box_map` undoes exactly those
+steps (it uses the same :func:`~edgekit.image.crop_window` and
+:func:`~edgekit.image.letterbox_window` the preprocessor cuts with), so a box lands on the
+frame where the object is, clipped to the part of the frame the model saw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edgekit.image import InputSpec, crop_window, letterbox_window
+
+
+@dataclass(frozen=True)
+class Detection:
+    """One object: class index and label, score, and box ``(x1, y1, x2, y2)`` in pixels."""
+
+    index: int
+    label: str
+    score: float
+    box: tuple[float, float, float, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "label": self.label, "score": round(self.score, 6),
+                "box": [round(v, 2) for v in self.box]}
+
+
+@dataclass(frozen=True)
+class Detections:
+    """What the ``detect`` head returns for one frame: objects best first.
+
+    ``size`` is ``(width, height)`` of the image the boxes are in: the source frame when the
+    decoder was given its shape, else the model input.
+    """
+
+    detections: tuple[Detection, ...]
+    size: tuple[int, int] | None = None
+
+    @property
+    def top(self) -> Detection | None:
+        """The highest-scoring object, or None when nothing was detected."""
+        return self.detections[0] if self.detections else None
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The labels present, each once, sorted (what an event compares between frames)."""
+        return tuple(sorted({d.label for d in self.detections}))
+
+    def __len__(self) -> int:
+        return len(self.detections)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"detections": [x.to_dict() for x in self.detections], "count": len(self.detections)}
+        if self.size is not None:
+            d["image_size"] = list(self.size)
+        return d
+
+    def __str__(self) -> str:
+        if not self.detections:
+            return "nothing detected"
+        return "  ".join(f"{d.label} {d.score:.2f} [{', '.join(f'{v:.0f}' for v in d.box)}]"
+                         for d in self.detections)
+
+
+@dataclass(frozen=True)
+class BoxMap:
+    """An affine map ``frame = input * scale + offset`` per axis, then a clip to ``bounds``
+    (``x1, y1, x2, y2`` of the frame region the model saw)."""
+
+    scale: tuple[float, float]
+    offset: tuple[float, float]
+    bounds: tuple[float, float, float, float]
+    size: tuple[int, int]
+
+    def __call__(self, boxes: np.ndarray) -> np.ndarray:
+        """Map ``[M, 4]`` xyxy boxes (input pixels) to frame pixels."""
+        b = np.asarray(boxes, np.float32).reshape(-1, 4)
+        mul = np.array([self.scale[0], self.scale[1]] * 2, np.float32)
+        add = np.array([self.offset[0], self.offset[1]] * 2, np.float32)
+        out = b * mul + add
+        x1, y1, x2, y2 = self.bounds
+        np.clip(out[:, 0::2], x1, x2, out=out[:, 0::2])
+        np.clip(out[:, 1::2], y1, y2, out=out[:, 1::2])
+        return out
+
+
+def box_map(spec: InputSpec, frame_shape: tuple[int, ...]) -> BoxMap:
+    """The map from ``spec``'s input pixels to the pixels of a frame of ``frame_shape`` (H, W, ...)."""
+    h, w = int(frame_shape[0]), int(frame_shape[1])
+    top, left, ch, cw = crop_window(h, w, spec.crop)
+    if spec.resize == "letterbox":
+        pad_top, pad_left, nh, nw = letterbox_window(ch, cw, spec.height, spec.width)
+    else:
+        pad_top, pad_left, nh, nw = 0, 0, spec.height, spec.width
+    sx, sy = cw / nw, ch / nh
+    return BoxMap(scale=(sx, sy), offset=(left - pad_left * sx, top - pad_top * sy),
+                  bounds=(float(left), float(top), float(left + cw), float(top + ch)), size=(w, h))
+
+
+def identity_map(spec: InputSpec) -> BoxMap:
+    """Boxes left in input pixels (clipped to the input): for callers without a frame."""
+    return BoxMap((1.0, 1.0), (0.0, 0.0), (0.0, 0.0, float(spec.width), float(spec.height)),
+                  (spec.width, spec.height))

@@ -1,0 +1,234 @@
+"""The ``detect`` task head: pick the output layout, decode candidates, NMS, map boxes to the frame.
+
+Output layouts are a table, :data:`LAYOUTS` (one row per layout: a module with ``fits`` and
+``candidates``), tried in order when the model does not name one. A layout module turns the
+model's dequantised outputs into candidate boxes (xyxy, model-input pixels), scores and
+class ids, already cut by the score threshold; the head does the rest once for all of them:
+class-aware NMS (:mod:`edgekit.detect.nms`), ``max_detections``, and the map back to the
+source frame through the preprocessing's crop and letterbox (:mod:`edgekit.detect.boxes`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edgekit.detect.boxes import BoxMap, Detection, Detections, box_map, identity_map
+from edgekit.detect.nms import nms
+from edgekit.errors import ModelError, UsageError
+from edgekit.image import InputSpec
+from edgekit.plugins import resolve
+from edgekit.results import dequantize, label_for
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One row of :data:`LAYOUTS`: ``module`` defines ``fits(shapes, num_classes) -> bool`` and
+    ``candidates(outputs, config) -> Candidates``; ``describe`` is shown when nothing fits."""
+
+    module: str
+    describe: str
+
+
+LAYOUTS: dict[str, Layout] = {
+    "postprocess": Layout("edgekit.detect.postprocess",
+                          "NMS in the graph (TFLite_Detection_PostProcess): boxes [1,N,4], classes [1,N], "
+                          "scores [1,N], count [1]"),
+    "ssd": Layout("edgekit.detect.ssd", "SSD: box regressors [1,N,4] + class scores [1,N,C] with anchors"),
+    "yolo_objectness": Layout("edgekit.detect.yolo:objectness",
+                              "YOLOv5-style [1,N,5+nc] (box, objectness, class scores)"),
+    "yolo": Layout("edgekit.detect.yolo", "YOLOv8-style anchor-free [1,4+nc,N] or [1,N,4+nc]"),
+}
+"""Layout name -> :class:`Layout`, in the order ``layout=auto`` tries them."""
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Boxes before NMS: ``boxes`` ``[M, 4]`` xyxy in model-input pixels, ``scores`` ``[M]``,
+    ``classes`` ``[M]``; ``final`` when the model did NMS itself."""
+
+    boxes: np.ndarray
+    scores: np.ndarray
+    classes: np.ndarray
+    final: bool = False
+
+
+@dataclass(frozen=True)
+class DetectConfig:
+    """What a layout's ``candidates`` needs to know (the head's options, checked)."""
+
+    input_size: tuple[int, int]  # (width, height) of the model input
+    num_classes: int | None
+    score_threshold: float = 0.25
+    iou_threshold: float = 0.45
+    max_detections: int = 100
+    max_candidates: int = 3000
+    class_agnostic: bool = False
+    box_format: str = "auto"  # auto (the layout's usual), cxcywh, xyxy
+    box_units: str = "auto"  # auto (normalised when every coordinate <= 1.5), pixels, normalized
+    anchors: Any = None  # SSD: [N, 4] (cy, cx, h, w) normalised, or a path to a .npy
+    ssd_anchors: dict[str, Any] = field(default_factory=dict)  # SSD: anchor generation options
+    box_coder_scales: tuple[float, float, float, float] = (10.0, 10.0, 5.0, 5.0)
+    background_class: int | None = None  # a score column that is "no object" (SSD: often 0)
+    outputs: tuple[int, ...] | None = None  # runtime output index per layout output
+    score_activation: str = "auto"  # SSD scores: auto (sigmoid unless in [0, 1]), none, sigmoid, softmax
+
+
+OPTIONS = ("layout", "score_threshold", "iou_threshold", "max_detections", "max_candidates", "class_agnostic",
+           "box_format", "box_units", "anchors", "ssd_anchors", "box_coder_scales", "background_class", "outputs",
+           "score_activation")
+"""The ``detect`` head's options (``TASK_HEADS['detect'].options``)."""
+
+
+class Detector:
+    """The ``detect`` decoder: ``decoder(outputs, frame_shape=None) -> Detections``.
+
+    With ``frame_shape`` (the source frame's ``(H, W, ...)``) boxes are in that frame's pixels,
+    else in model-input pixels. ``stage_ns`` holds the last call's ``decode`` and ``nms`` times.
+    """
+
+    maps_boxes = True  # the pipeline passes frame_shape
+
+    def __init__(self, config: DetectConfig, layout: str, labels: Sequence[str] = (), spec: InputSpec | None = None,
+                 quantization: Sequence[Any] = ()):
+        self.config = config
+        self.layout = layout
+        self.labels = list(labels)
+        self.spec = spec
+        self.quantization = list(quantization)
+        self._candidates = _layout_function(layout)
+        self._maps: dict[tuple[int, int], BoxMap] = {}
+        self.stage_ns: dict[str, int] = {}
+
+    def __call__(self, outputs: Sequence[np.ndarray], frame_shape: tuple[int, ...] | None = None) -> Detections:
+        t0 = time.perf_counter_ns()
+        real = [dequantize(np.asarray(o), *(self._quant(i))) for i, o in enumerate(outputs)]
+        cand = self._candidates(real, self.config)
+        t1 = time.perf_counter_ns()
+        if cand.final:
+            keep = np.argsort(-cand.scores, kind="stable")[: self.config.max_detections]
+        else:
+            keep = nms(cand.boxes, cand.scores, cand.classes, self.config.iou_threshold,
+                       self.config.max_detections, self.config.class_agnostic)
+        mapping = self._map(frame_shape)
+        boxes = mapping(cand.boxes[keep]) if len(keep) else np.zeros((0, 4), np.float32)
+        found = tuple(Detection(int(c), label_for(int(c), self.labels), float(s), tuple(float(v) for v in b))
+                      for b, s, c in zip(boxes, cand.scores[keep], cand.classes[keep]))
+        self.stage_ns = {"decode": t1 - t0, "nms": time.perf_counter_ns() - t1}
+        return Detections(found, mapping.size)
+
+    def _quant(self, index: int) -> tuple[Any, Any]:
+        q = self.quantization[index] if index < len(self.quantization) else None
+        return q or (None, None)
+
+    def _map(self, frame_shape: tuple[int, ...] | None) -> BoxMap:
+        if self.spec is None:
+            w, h = self.config.input_size
+            return BoxMap((1.0, 1.0), (0.0, 0.0), (0.0, 0.0, float(w), float(h)), (w, h))
+        if frame_shape is None:
+            return identity_map(self.spec)
+        key = (int(frame_shape[0]), int(frame_shape[1]))
+        if key not in self._maps:
+            self._maps[key] = box_map(self.spec, key)
+        return self._maps[key]
+
+
+def _layout_function(layout: str):
+    row = LAYOUTS[layout]
+    module, _, attr = row.module.partition(":")
+    return resolve(f"{module}:{attr or 'candidates'}")
+
+
+def _fits(layout: str, shapes: list[tuple[int, ...]], num_classes: int | None) -> bool:
+    module, _, attr = LAYOUTS[layout].module.partition(":")
+    fits = resolve(f"{module}:fits" if not attr else f"{module}:fits_{attr}")
+    return bool(fits(shapes, num_classes))
+
+
+def choose_layout(layout: str, shapes: list[tuple[int, ...]], num_classes: int | None) -> str:
+    """The layout named, checked against the output shapes, or the first of :data:`LAYOUTS` that fits.
+
+    Raises ModelError naming every layout tried and the shapes seen when none fits.
+    """
+    seen = ", ".join(str(list(s)) for s in shapes) or "none"
+    if layout != "auto":
+        if layout not in LAYOUTS:
+            raise UsageError(f"detect layout {layout!r} is unknown", f"use auto or one of {', '.join(LAYOUTS)}")
+        if not _fits(layout, shapes, num_classes):
+            raise ModelError(f"the model's outputs ({seen}) do not fit the {layout} layout: "
+                             f"{LAYOUTS[layout].describe}", "choose another layout, or layout=auto")
+        return layout
+    for name in LAYOUTS:
+        if _fits(name, shapes, num_classes):
+            return name
+    tried = "; ".join(f"{n}: {row.describe}" for n, row in LAYOUTS.items())
+    classes = f" with {num_classes} classes" if num_classes else ""
+    raise ModelError(f"the model's outputs ({seen}) match no detection layout{classes} (tried {tried})",
+                     "export the model with one of these layouts, or use --task raw")
+
+
+def _number(name: str, value: Any, lo: float, hi: float, whole: bool = False) -> Any:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and lo <= value <= hi
+    if ok and whole and int(value) != value:
+        ok = False
+    if not ok:
+        kind = "a whole number" if whole else "a number"
+        raise UsageError(f"detect {name} must be {kind} from {lo:g} to {hi:g}, not {value!r}")
+    return int(value) if whole else float(value)
+
+
+def detect_config(spec: InputSpec | None, num_classes: int | None, options: dict[str, Any]) -> DetectConfig:
+    """Check the head's options (untrusted: they may come from a bundle) into a :class:`DetectConfig`."""
+    o = dict(options)
+    kw: dict[str, Any] = {}
+    for name, lo, hi, whole in (("score_threshold", 0.0, 1.0, False), ("iou_threshold", 0.0, 1.0, False),
+                                ("max_detections", 1, 10000, True), ("max_candidates", 1, 1_000_000, True)):
+        if name in o:
+            kw[name] = _number(name, o.pop(name), lo, hi, whole)
+    for name, choices in (("box_format", ("auto", "cxcywh", "xyxy")), ("box_units", ("auto", "pixels", "normalized")),
+                          ("score_activation", ("auto", "none", "sigmoid", "softmax"))):
+        if name in o:
+            if o[name] not in choices:
+                raise UsageError(f"detect {name} must be one of {', '.join(choices)}, not {o[name]!r}")
+            kw[name] = o.pop(name)
+    if "class_agnostic" in o:
+        if not isinstance(o["class_agnostic"], bool):
+            raise UsageError(f"detect class_agnostic must be true or false, not {o['class_agnostic']!r}")
+        kw["class_agnostic"] = o.pop("class_agnostic")
+    if o.get("background_class") is not None:
+        kw["background_class"] = _number("background_class", o.pop("background_class"), 0, 100000, True)
+    if o.get("box_coder_scales") is not None:
+        scales = o.pop("box_coder_scales")
+        if not (isinstance(scales, (list, tuple)) and len(scales) == 4):
+            raise UsageError(f"detect box_coder_scales must be 4 numbers (y, x, h, w), not {scales!r}")
+        kw["box_coder_scales"] = tuple(_number("box_coder_scales", v, 1e-6, 1e6) for v in scales)
+    if o.get("outputs") is not None:
+        outs = o.pop("outputs")
+        if not (isinstance(outs, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 64
+                                                         for i in outs)):
+            raise UsageError(f"detect outputs must be a list of output indices, not {outs!r}")
+        kw["outputs"] = tuple(outs)
+    if o.get("ssd_anchors") is not None:
+        if not isinstance(o["ssd_anchors"], dict):
+            raise UsageError(f"detect ssd_anchors must be a table of anchor options, not {o['ssd_anchors']!r}")
+        kw["ssd_anchors"] = dict(o.pop("ssd_anchors"))
+    kw["anchors"] = o.pop("anchors", None)
+    size = (spec.width, spec.height) if spec is not None else (1, 1)
+    return DetectConfig(input_size=size, num_classes=num_classes, **kw)
+
+
+def detector(labels: Sequence[str] = (), runtime: Any = None, layout: str = "auto", **options: Any) -> Detector:
+    """The ``detect`` head's factory (:data:`edgekit.results.TASK_HEADS`): a :class:`Detector` for
+    ``runtime``'s outputs, its layout chosen from their shapes unless ``layout`` names one."""
+    spec = getattr(runtime, "input_spec", None)
+    details = getattr(runtime, "output_details", None)
+    shapes = [tuple(int(v) for v in d.get("shape", ())) for d in details()] if callable(details) else []
+    num_classes = len(labels) or None
+    config = detect_config(spec, num_classes, options)
+    chosen = choose_layout(layout, shapes, num_classes)
+    quant = list(getattr(runtime, "output_quantization", None) or [])
+    return Detector(config, chosen, labels, spec, quant)
