@@ -1,7 +1,11 @@
-"""Accuracy mode of ``edgekit bench``: top-1 of every variant on the same ImageFolder,
-through the same pipeline the device runs, with the agreement between variants.
+"""Accuracy mode of ``edgekit bench``: every variant on the same images, through the same
+pipeline the device runs, beside its inference latency.
+
+Classifiers: top-1 on an ImageFolder, with the agreement between variants. Detectors (bundle
+task ``detect``): mAP@[.5:.95] and mAP@.5 (pycocotools) on a COCO or YOLO detection set.
 
     edgekit bench dist/demo-cpu --variants all --eval data/eval
+    edgekit bench dist/detector-cpu --variants all --eval eval/detect
 """
 
 from __future__ import annotations
@@ -62,7 +66,8 @@ def eval_items(directory: str | Path, labels: Sequence[str]) -> tuple[list[tuple
 
 @dataclass
 class EvalResult:
-    """Top-1 accuracy of one variant on an ImageFolder."""
+    """Accuracy of one variant: top-1 on an ImageFolder, or mAP on a detection set
+    (``metric`` says which ``accuracy`` is; ``map50`` is mAP@.5 for detectors)."""
 
     name: str
     images: int
@@ -72,6 +77,9 @@ class EvalResult:
     predictions: list[int]
     runtime: dict[str, Any]
     agreement: float | None = None
+    metric: str = "top-1"
+    map50: float | None = None
+    inference_p50_ms: float | None = None
 
 
 def evaluate(
@@ -92,6 +100,9 @@ def evaluate(
     out: list[EvalResult] = []
     for path, variant in expand_variants(models, variants):
         with open_model(path, variant, labels, **(runtime_options or {})) as m:
+            if m.task == "detect":
+                out.append(evaluate_detector(m, directory))
+                continue
             items, _ = eval_items(directory, m.labels)
             pipeline = Pipeline(m.runtime, m.labels, top_k=1, warmup=0)
             preds, truth, unreadable = [], [], 0
@@ -114,29 +125,68 @@ def evaluate(
             per_class = {names.get(int(c), str(c)): float((p[t == c] == c).mean()) for c in np.unique(t)}
             out.append(
                 EvalResult(
-                    m.name, len(preds), unreadable, float((p == t).mean()), per_class, preds, m.runtime.describe()
+                    m.name, len(preds), unreadable, float((p == t).mean()), per_class, preds, m.runtime.describe(),
+                    inference_p50_ms=pipeline.metrics.stages["inference"].summary().p50_ms,
                 )
             )
     ref = out[0].predictions
     for r in out:
-        if len(r.predictions) == len(ref):
+        if r.metric == "top-1" and len(r.predictions) == len(ref):
             r.agreement = float(np.mean(np.array(r.predictions) == np.array(ref)))
     return out
 
 
+def evaluate_detector(m: Any, directory: str | Path) -> EvalResult:
+    """mAP@[.5:.95] and mAP@.5 of one open detector on a detection set (COCO or YOLO labels),
+    its boxes in each image's own pixels, as the device would report them."""
+    from edgekit.camera import Frame
+    from edgekit.detect.dataset import load_detection_set
+    from edgekit.detect.evaluate import coco_map
+    from edgekit.image import ImageReadError, read_image
+
+    dataset = load_detection_set(directory, m.labels)
+    pipeline = Pipeline(m.runtime, m.labels, warmup=0, task="detect", task_options=m.task_options)
+    found, unreadable = {}, 0
+    for i, entry in enumerate(dataset.images):
+        try:
+            result = pipeline.step(Frame(read_image(entry.path), time.perf_counter_ns(), i))
+        except ImageReadError:
+            result = None
+        if result is None:
+            unreadable += 1
+            continue
+        found[entry.id] = result.result
+    if not found:
+        raise CalibrationError(f"no readable image in {directory}", "check the image files")
+    scores = coco_map(dataset, found)
+    return EvalResult(m.name, len(found), unreadable, float(scores["map"]),
+                      {k: float(v) for k, v in (scores.get("per_class") or {}).items()
+                       if isinstance(v, (int, float))},
+                      [], m.runtime.describe(), metric="mAP", map50=float(scores["map50"]),
+                      inference_p50_ms=pipeline.metrics.stages["inference"].summary().p50_ms)
+
+
 def format_eval(results: list[EvalResult]) -> str:
-    """Accuracy table with the ratio to the first variant."""
-    head = f"{'variant':<28}{'runtime':<34}{'images':>8}{'top-1':>8}{'ratio':>8}{'agree':>8}"
+    """Accuracy table, one row per variant: the metric, its ratio to the first variant's, and
+    the inference p50 measured during the evaluation (one table, as ``yolo benchmark`` prints)."""
+    detect = results[0].metric == "mAP"
+    metric = f"{'mAP':>8}{'mAP50':>8}" if detect else f"{'top-1':>8}"
+    head = f"{'variant':<28}{'runtime':<34}{'images':>8}{metric}{'ratio':>8}{'agree':>8}{'p50 ms':>9}"
     lines = [head, "-" * len(head)]
     ref = results[0].accuracy
     for r in results:
         ratio = r.accuracy / ref if ref else float("nan")
         agree = f"{r.agreement:.1%}" if r.agreement is not None else "n/a"
-        lines.append(
-            f"{r.name[:27]:<28}{short_runtime(r.runtime)[:33]:<34}{r.images:>8}{r.accuracy:>8.1%}"
-            f"{ratio:>8.3f}{agree:>8}"
-        )
+        value = f"{r.accuracy:>8.4f}{r.map50 if r.map50 is not None else float('nan'):>8.4f}" if detect \
+            else f"{r.accuracy:>8.1%}"
+        p50 = f"{r.inference_p50_ms:>9.3f}" if r.inference_p50_ms is not None else f"{'n/a':>9}"
+        lines.append(f"{r.name[:27]:<28}{short_runtime(r.runtime)[:33]:<34}{r.images:>8}{value}{ratio:>8.3f}{agree:>8}{p50}")
         if r.unreadable:
             lines.append(f"  ({r.unreadable} unreadable image(s) skipped)")
-    lines.append("ratio = top-1 / first variant's top-1; agree = same top-1 as the first variant")
+    if detect:
+        lines.append("mAP = COCO mAP@[.5:.95], mAP50 = mAP@.5 (pycocotools); ratio = mAP / first variant's; "
+                     "p50 = inference p50 during the evaluation")
+    else:
+        lines.append("ratio = top-1 / first variant's top-1; agree = same top-1 as the first variant; "
+                     "p50 = inference p50 during the evaluation")
     return "\n".join(lines)

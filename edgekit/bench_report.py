@@ -57,6 +57,11 @@ class VariantResult:
         """Every repeat reached both minimums (and there was at least one)."""
         return bool(self.runs) and all(r.valid for r in self.runs)
 
+    def stage_p50s(self) -> dict[str, float]:
+        """p50 (ms) of every stage recorded, repeats pooled, in pipeline order."""
+        names = self.runs[0].samples_ms if self.runs else {}
+        return {name: round(self.pooled(name).p50_ms, 4) for name in names if self.samples(name)}
+
     def samples(self, stage: str = "inference") -> list[float]:
         """All kept samples of a stage (ms) across repeats, in run order."""
         return [v for r in self.runs for v in r.samples_ms[stage]]
@@ -144,6 +149,7 @@ class BenchReport:
                     "inference": v.pooled().to_dict(),
                     "end_to_end": v.pooled("end_to_end").to_dict(),
                     "preprocess": v.pooled("preprocess").to_dict(),
+                    "stages_p50_ms": v.stage_p50s(),
                     "fps": v.fps(),
                     "ratio_p50": self.ratio(v),
                     "ratio_p90": self.ratio(v, "p90_ms"),

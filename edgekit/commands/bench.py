@@ -65,7 +65,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--csv", metavar="FILE", help="one row per variant and repeat")
     o.add_argument("--plot", metavar="PNG", help="box plot here and a latency-over-time plot beside it")
     o.add_argument("--profile", action="store_true", help="per-op profile (ONNX Runtime: measured; LiteRT: static)")
-    o.add_argument("--eval", metavar="DIR", help="accuracy mode: ImageFolder with one subfolder per class")
+    o.add_argument("--eval", metavar="DIR", help="accuracy mode: ImageFolder with one subfolder per class; "
+                   "for a detector, a COCO (annotations.json) or YOLO (images/ + labels/) set: mAP per variant")
     o.add_argument(
         "--skip-unavailable",
         action="store_true",
@@ -167,7 +168,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         results += evaluate(args.models, args.eval, args.variants, chosen, args.labels)
     ref = results[0].predictions
     for r in results:  # agreement with the first row over all backends, not only within one pass
-        same = len(r.predictions) == len(ref)
+        same = r.metric == "top-1" and len(r.predictions) == len(ref) > 0  # detectors: mAP, no top-1 to agree on
         r.agreement = sum(a == b for a, b in zip(r.predictions, ref)) / len(ref) if same else None
     print(format_eval(results), file=sys.stderr if args.json else sys.stdout)
     report = {"machine": machine_context(), "eval": [r.__dict__ for r in results]}
@@ -196,6 +197,9 @@ def _print_report(report, args: argparse.Namespace) -> None:
         print(f"  {v.name}: {describe_runtime(v.runtime)}, first inference {v.first_inference_ms or 0:.2f} ms",
               file=out)
     print(report.table(), file=out)
+    for v in report.variants:  # where the time goes: a detector's decode and NMS are stages of their own
+        stages = v.stage_p50s()
+        print(f"  {v.name} stage p50 ms: " + ", ".join(f"{k} {ms:.3f}" for k, ms in stages.items()), file=out)
     if args.profile:
         for v in report.variants:
             print(format_profile(v), file=out)
