@@ -79,13 +79,31 @@ def open_model(
     ``options`` override the bundle's runtime options (``num_threads``, ``delegate``,
     ``device``, ``providers``, ``allow_fallback``, ``profile``); options left None are not
     passed. ``labels`` names a labels file for a bare model (a bundle carries its own).
+    ``task`` and ``task_options`` override the task head (a bare YOLO ``.onnx`` is a detector
+    only when told); the options are laid over the bundle's.
     """
+    options = {k: v for k, v in options.items() if v is not None}
+    task = options.pop("task", None)
+    extra = dict(options.pop("task_options", None) or {})
+    opened = _open(spec, variant, labels, options)
+    if task is not None or extra:
+        from edgekit.results import TASK_HEADS
+
+        if task is not None and task not in TASK_HEADS:
+            opened.close()
+            raise ModelError(f"unknown task {task!r}", f"known tasks: {', '.join(TASK_HEADS)}")
+        same = task is None or task == opened.task
+        opened.task_options = {**(opened.task_options if same else {}), **extra}
+        opened.task = task or opened.task
+    return opened
+
+
+def _open(spec: str | Path, variant: str | None, labels: str | Path | None, options: dict[str, Any]) -> OpenModel:
     from edgekit.bundle import load_bundle
     from edgekit.runtime import open_runtime
 
     path, from_spec = split_model_spec(spec)
     variant = variant or from_spec
-    options = {k: v for k, v in options.items() if v is not None}
     if path.is_dir():
         allow_rejected = bool(options.pop("allow_rejected", False))
         bundle = load_bundle(path, allow_rejected=allow_rejected)

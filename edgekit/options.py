@@ -24,6 +24,8 @@ RUNTIME_FLAGS: dict[str, str] = {
     "allow_fallback": "allow_fallback",
     "allow_rejected": "allow_rejected",
     "input_size": "input_size",
+    "task": "task",
+    "task_option": "task_options",
 }
 DELEGATES = ("xnnpack", "none", "edgetpu")
 
@@ -115,6 +117,12 @@ def add_bundle_options(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--input-size", metavar="HxW",
                    help="image size for a bare ONNX model whose input height/width are symbolic (refused without)")
+    g.add_argument("--task", metavar="TASK",
+                   help="task head that decodes the outputs: classify, detect or raw (default: the bundle's; "
+                        "a bare model: classify for one vector output, raw otherwise)")
+    g.add_argument("-T", "--task-option", dest="task_option", action="append", type=key_value, metavar="KEY=VALUE",
+                   help="an option of the task head, e.g. -T score_threshold=0.4 -T layout=yolo (values are JSON: "
+                        "numbers, true/false, lists); repeatable, laid over the bundle's")
 
 
 class _DeprecatedAlias(argparse.Action):
@@ -184,7 +192,20 @@ def runtime_options(args: argparse.Namespace) -> dict[str, Any]:
     A flag the user did not give (None) is left out, so the bundle's own option stands.
     """
     given = {keyword: getattr(args, dest, None) for dest, keyword in RUNTIME_FLAGS.items()}
+    if given.get("task_options") is not None:
+        given["task_options"] = {key: option_value(value) for key, value in given["task_options"]}
     return {k: v for k, v in given.items() if v is not None}
+
+
+def option_value(text: str) -> Any:
+    """A ``KEY=VALUE`` value as JSON when it parses (``0.4``, ``true``, ``[1, 2]``), else the text
+    itself (``yolo``): the task head checks the type and range of every option."""
+    import json
+
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def config_values(options: dict[str, Any]) -> dict[str, Any]:

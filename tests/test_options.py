@@ -114,3 +114,40 @@ def test_camera_help_lists_the_camera_packages_uri_forms(monkeypatch):
     assert "synthetic[:WxH[@fps]]" in build_parser("run")._subparsers._group_actions[0].choices["run"].format_help()
     monkeypatch.delattr(edgekit.camera, "camera_uri_forms")
     assert camera_help("file:clip.mp4") == "camera URI: file:clip.mp4"  # an older camera package
+
+
+@pytest.mark.parametrize("verb", ["run", "bench"])
+def test_task_and_task_options_reach_open_model(verb):
+    camera = ["--camera", "synthetic"] if verb == "run" else []
+    args = parse(verb, "m.onnx", *camera, "--task", "detect", "-T", "score_threshold=0.4", "-T", "layout=yolo",
+                 "--task-option", "outputs=[0]", "-T", "class_agnostic=true")
+    assert runtime_options(args) == {"task": "detect", "task_options": {
+        "score_threshold": 0.4, "layout": "yolo", "outputs": [0], "class_agnostic": True}}
+
+
+def test_a_bare_model_becomes_a_detector_when_told(tmp_path):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    from edgekit.errors import ModelError
+    from edgekit.model import open_model
+
+    # a YOLOv8-layout output [1, 4 + 2, 3] that a bare model's default (raw) would not decode
+    graph = helper.make_graph(
+        [helper.make_node("ReduceMean", ["x"], ["m"], keepdims=1, axes=[1, 2, 3]),
+         helper.make_node("Reshape", ["m", "shape"], ["m3"]),
+         helper.make_node("Add", ["m3", "boxes"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 3])],
+        [helper.make_tensor("shape", TensorProto.INT64, [3], [1, 1, 1]),
+         helper.make_tensor("boxes", TensorProto.FLOAT, [1, 6, 3], np.zeros(18, np.float32).tolist())])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    path = tmp_path / "det.onnx"
+    onnx.save(model, path)
+    with open_model(path) as plain:
+        assert plain.task == "raw"
+    with open_model(path, task="detect", task_options={"score_threshold": 0.3}) as m:
+        assert (m.task, m.task_options) == ("detect", {"score_threshold": 0.3})
+    with pytest.raises(ModelError, match="unknown task 'boxes'"):
+        open_model(path, task="boxes")
