@@ -38,6 +38,19 @@ def convert(saved_model: Path, variant: str, representative: Iterable[np.ndarray
     that decodes them lazily. TensorFlow's calibrator keeps running min/max statistics, so
     feeding it one image at a time keeps its memory flat in the number of images.
     """
+    conv = converter(saved_model, variant, representative, io_dtype)
+    try:
+        return conv.convert()
+    except Exception as exc:  # the converter raises ConverterError and friends
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"TFLite conversion ({variant}) failed: {first}",
+                         "the model uses ops TFLite cannot convert; see build.log with --debug") from exc
+
+
+def converter(saved_model: Path, variant: str, representative: Iterable[np.ndarray] | None = None,
+              io_dtype: str = "uint8"):
+    """The ``TFLiteConverter`` :func:`convert` runs, set up for ``variant`` (the quantisation
+    report's debugger calibrates with the very same settings)."""
     import tensorflow as tf
 
     conv = tf.lite.TFLiteConverter.from_saved_model(str(saved_model))
@@ -59,12 +72,7 @@ def convert(saved_model: Path, variant: str, representative: Iterable[np.ndarray
         conv.inference_output_type = conv.inference_input_type
     elif variant != "fp32":
         raise ModelError(f"unknown TFLite variant {variant!r}", "use fp32, fp16 or int8")
-    try:
-        return conv.convert()
-    except Exception as exc:  # the converter raises ConverterError and friends
-        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"TFLite conversion ({variant}) failed: {first}",
-                         "the model uses ops TFLite cannot convert; see build.log with --debug") from exc
+    return conv
 
 
 def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
@@ -75,7 +83,8 @@ def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
     saved = ctx.saved_model()
     models, coverage = [], {}
     for variant in variants:
-        model, coverage[variant] = _variant(ctx, target, saved, out_dir, variant, io_dtype)
+        model, coverage[variant] = _variant(ctx, target, saved, out_dir, variant, io_dtype,
+                                            bool(options.get("quant_report")))
         models.append(model)
     default = options.get("default") if options.get("default") in variants else variants[0]
     if options.get("compile") and "int8" in variants:
@@ -84,8 +93,12 @@ def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
 
 
 def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, variant: str,
-             io_dtype: str) -> tuple[BuiltModel, dict]:
-    """Convert one variant, write it, map and read its outputs and XNNPACK coverage, verify it."""
+             io_dtype: str, quant_report: bool = False) -> tuple[BuiltModel, dict]:
+    """Convert one variant, write it, map and read its outputs and XNNPACK coverage, verify it.
+
+    An int8 model that misses the gate (or any int8 model with ``quant_report``, the target's
+    ``[build]`` option) gets the per-layer quantisation report (builders/quant_report.py).
+    """
     from edgekit.builders.verify import LiteRTRunner
     from edgekit.runtime.litert import LiteRTRuntime, spec_from_details
 
@@ -106,6 +119,10 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
     coverage["delegate"] = "XNNPACK"
     with LiteRTRunner(path, order) as runner:
         verification = ctx.verify(variant, lambda tensors: _checked(path, runner(tensors)), spec)
+    missed = any(isinstance(r, dict) and r.get("passed") is False for r in verification.values())
+    if variant == "int8" and (missed or quant_report):
+        tensors = {o["tensor"]: o["name"] for o in outputs}
+        verification["quantization"] = _quant_report(ctx, target, saved, io_dtype, missed, tensors)
     model = BuiltModel(name=variant, file=path.name, format="tflite", precision=PRECISION[variant], input=spec,
                        outputs=outputs, convert_seconds=step["seconds"], bytes=len(blob), verification=verification,
                        extra=task_extra(ctx.class_output, order))
@@ -179,6 +196,19 @@ def _edgetpu(ctx: BuildContext, out_dir: Path, models: list[BuiltModel], options
         verification=dict(int8.verification, note="verified through the plain int8 model"),
     )
     return BuilderOutput((*models, compiled), "int8_edgetpu", edgetpu=report)
+
+
+def _quant_report(ctx: BuildContext, target: Target, saved: Path, io_dtype: str, missed: bool,
+                  tensors: dict[str, str]) -> dict:
+    """Per-layer quantisation error and the mixed-range hints, logged line by line."""
+    from edgekit.builders.quant_report import quantization_report, report_lines
+
+    why = "int8 missed the gate" if missed else "int8"
+    with ctx.log.step(f"[{target.name}] {why}: per-layer quantisation error"):
+        report = quantization_report(ctx, saved, io_dtype, tensors)
+    for line in report_lines(report):
+        (ctx.log.warn if line.startswith(("hint:", "QuantizationDebugger")) else ctx.log.info)(line)
+    return report
 
 
 def _checked(path: Path, out: list[np.ndarray]) -> list[np.ndarray]:

@@ -1,0 +1,260 @@
+"""Where an int8 model loses accuracy: per-layer quantisation error, and the mixed-range hint.
+
+Run when an int8 variant misses the accuracy gate (or on every int8 build when the target's
+``[build]`` table sets ``quant_report = true``), the report lands in the model's verification
+as ``verification["quantization"]``:
+
+``worst_layers``
+    TensorFlow's ``tf.lite.experimental.QuantizationDebugger`` re-calibrates the SavedModel on
+    the same images as the built int8 model (so the ranges are the built model's), then runs
+    an instrumented model on the first :data:`REPORT_IMAGES` of them: after every quantised op
+    a ``NumericVerify`` op compares its dequantised int8 output with the float op's result.
+    Per tensor, ``rmse_over_scale`` is that difference's root mean square divided by the
+    tensor's quantisation step (its scale): the error in units of one int8 step. Rounding to
+    a uniform grid alone gives 1/sqrt(12) ~= 0.29 (:data:`IDEAL_RMSE_OVER_SCALE`); well above
+    it, the layer loses more than rounding does (saturated range, outliers, an op that
+    quantises badly). The :data:`WORST` largest are kept, worst first.
+    See https://www.tensorflow.org/lite/performance/quantization_debugger.
+``mixed_ranges`` / ``hints``
+    A small step error can still be a large error for part of a tensor: one output that
+    concatenates box coordinates in pixels ([0, 640]) with class scores in [0, 1] gets one
+    scale of ~2.5 per step, and every score rounds to 0 or 2.5 (ultralytics/yolov5#10164).
+    The per-layer metric reads ~0.29 there; :func:`mixed_ranges` finds it from the original
+    model's outputs instead.
+
+The cost is bounded: one calibration pass (as the int8 conversion made), :data:`REPORT_IMAGES`
+instrumented inferences, and :data:`HINT_IMAGES` reference rows per output read back.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import math
+import warnings
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from edgekit.builders.context import BuildContext
+
+REPORT_IMAGES = 32
+"""Calibration images the instrumented model runs on (the debugger's ``debug_dataset``)."""
+WORST = 5
+"""Layers named in the report."""
+IDEAL_RMSE_OVER_SCALE = 1 / math.sqrt(12)
+"""The RMS error of rounding to a uniform grid, in steps: what a well-quantised tensor shows."""
+HINT_IMAGES = 32
+"""Reference rows per output read for the mixed-range check."""
+MIXED_RANGE_RATIO = 16.0
+"""A clean split of an output's channels into a wide and a narrow group fires the hint when
+every wide channel spans at least this many times the widest narrow one: quantised per
+tensor, the narrow group then gets at most 256 / 16 = 16 of int8's 256 levels (4 bits)."""
+MIN_WIDE_SPAN = 2.0
+"""A wide group spanning less than this is in normalised units already (probabilities, boxes
+in [0, 1]): the advice to split or normalise would not apply, so no hint."""
+
+
+def layer_errors(saved_model: Path, representative: Iterable[np.ndarray], debug_images: int = REPORT_IMAGES,
+                 worst: int = WORST, io_dtype: str = "uint8",
+                 outputs: Mapping[str, str] | None = None) -> tuple[list[dict], int]:
+    """The ``worst`` layers by RMSE/scale of the int8 conversion of ``saved_model``, and the
+    number of images the instrumented model ran on.
+
+    ``representative`` is what :func:`edgekit.builders.tflite.convert` calibrates on (one
+    float tensor per image, no batch axis; a sized re-iterable), so the debugger's ranges are
+    the built model's; the first ``debug_images`` of it are run through the instrumented model.
+    ``outputs``: see :func:`worst_layers`.
+    """
+    import tensorflow as tf
+
+    from edgekit.builders.tflite import converter
+
+    conv = converter(saved_model, "int8", representative, io_dtype)
+    seen = [0]
+
+    def debug_dataset():
+        seen[0] = 0
+        for x in itertools.islice(iter(representative), debug_images):
+            seen[0] += 1
+            yield [np.asarray(x, np.float32)[None]]
+
+    options = tf.lite.experimental.QuantizationDebugOptions(
+        layer_debug_metrics={"mean_abs_error": lambda diff: float(np.mean(np.abs(diff)))})
+    with warnings.catch_warnings():  # tf.lite.Interpreter's deprecation notice: the debugger's own use
+        warnings.simplefilter("ignore", UserWarning)
+        debugger = tf.lite.experimental.QuantizationDebugger(converter=conv, debug_dataset=debug_dataset,
+                                                             debug_options=options)
+        debugger.run()
+    dump = io.StringIO()
+    debugger.layer_statistics_dump(dump)
+    dump.seek(0)
+    return worst_layers(csv.DictReader(dump), worst, outputs), seen[0]
+
+
+def worst_layers(rows: Iterable[Mapping[str, Any]], worst: int = WORST,
+                 outputs: Mapping[str, str] | None = None) -> list[dict]:
+    """The ``worst`` rows of a ``layer_statistics_dump`` CSV by RMSE/scale, worst first.
+
+    A row needs ``tensor_name``, ``op_name``, ``mean_squared_error`` and ``scale``; rows with no
+    usable scale (0, missing, NaN) are left out. ``outputs`` maps a model output's tensor name
+    to the output's name: such a layer's entry says ``output``.
+    """
+    layers = []
+    for row in rows:
+        try:
+            mse, scale = float(row["mean_squared_error"]), float(row["scale"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if not (math.isfinite(mse) and math.isfinite(scale) and scale > 0):
+            continue
+        entry = {"tensor": str(row.get("tensor_name", "")), "op": str(row.get("op_name", "")),
+                 "rmse_over_scale": round(math.sqrt(max(mse, 0.0)) / scale, 4), "scale": float(scale)}
+        for key in ("mean_abs_error", "max_abs_error", "mean_error"):
+            value = _number(row.get(key))
+            if value is not None:
+                entry[key] = value
+        if outputs and entry["tensor"] in outputs:
+            entry["output"] = outputs[entry["tensor"]]
+        layers.append(entry)
+    layers.sort(key=lambda e: e["rmse_over_scale"], reverse=True)
+    return layers[:worst]
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return float(f"{number:.6g}") if math.isfinite(number) else None
+
+
+def mixed_ranges(outputs: Mapping[str, np.ndarray], ratio: float = MIXED_RANGE_RATIO) -> list[dict]:
+    """Outputs whose channels fall into a wide-range and a narrow-range group, one finding each.
+
+    ``outputs``: per output name, its values on some images (batch first). Every other axis
+    is tried as the channel axis (``[1, 4+nc, N]`` and ``[1, N, 4+nc]`` alike): each channel's
+    [min, max] over the images and the other axes, then every split into a leading and a
+    trailing block of channels; the split where every channel of one block spans at least
+    ``ratio`` times the widest of the other is a finding (:data:`MIXED_RANGE_RATIO`).
+    Returns, per output found, the axis (batch is axis 0), both groups' channel ranges
+    ``[first, end)`` and value ranges, the span ratio and the int8 levels the narrow group gets.
+    """
+    found = []
+    for name, values in outputs.items():
+        a = np.asarray(values, dtype=np.float32)
+        if a.ndim < 2 or a.size == 0 or not np.all(np.isfinite(a)):
+            continue
+        best = max((f for axis in range(1, a.ndim) if (f := _split(a, axis)) is not None),
+                   key=lambda f: f["ratio"], default=None)
+        if best is not None and best["ratio"] >= ratio:
+            found.append({"output": name, **best})
+    return found
+
+
+def _split(a: np.ndarray, axis: int) -> dict | None:
+    """The best wide/narrow split of ``a``'s channels along ``axis``, or None (one channel)."""
+    k = a.shape[axis]
+    if k < 2:
+        return None
+    others = tuple(i for i in range(a.ndim) if i != axis)
+    lo, hi = a.min(axis=others).astype(np.float64), a.max(axis=others).astype(np.float64)
+    span = hi - lo
+    # for split s (1..k-1): head = channels [0, s), tail = [s, k)
+    head_min, head_max = np.minimum.accumulate(span)[:-1], np.maximum.accumulate(span)[:-1]
+    tail_min = np.minimum.accumulate(span[::-1])[::-1][1:]
+    tail_max = np.maximum.accumulate(span[::-1])[::-1][1:]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # the narrow side must vary at all: a constant channel carries nothing to lose
+        head_wide = np.where(tail_max > 0, head_min / tail_max, 0.0)
+        tail_wide = np.where(head_max > 0, tail_min / head_max, 0.0)
+    ratios = np.maximum(head_wide, tail_wide)
+    s = int(np.argmax(ratios)) + 1
+    wide, narrow = ((0, s), (s, k)) if head_wide[s - 1] >= tail_wide[s - 1] else ((s, k), (0, s))
+    wide_span = float(span[wide[0]:wide[1]].min())
+    if wide_span < MIN_WIDE_SPAN:
+        return None
+    # TensorFlow's activation range always holds 0: [min(lo, 0), max(hi, 0)] over the tensor
+    step = (max(float(hi.max()), 0.0) - min(float(lo.min()), 0.0)) / 255
+    narrow_lo, narrow_hi = float(lo[narrow[0]:narrow[1]].min()), float(hi[narrow[0]:narrow[1]].max())
+
+    def group(c):
+        return {"channels": list(c), "min": _round(lo[c[0]:c[1]].min()), "max": _round(hi[c[0]:c[1]].max())}
+
+    return {"axis": axis, "wide": group(wide), "narrow": group(narrow), "ratio": _round(ratios[s - 1]),
+            "int8_step": _round(step), "narrow_levels": _round((narrow_hi - narrow_lo) / step) if step > 0 else 0.0}
+
+
+def _round(x: float) -> float:
+    return float(f"{float(x):.4g}")
+
+
+def hint_text(finding: dict) -> str:
+    """The user's line for one :func:`mixed_ranges` finding: what is mixed, what to do."""
+    w, n = finding["wide"], finding["narrow"]
+    return (f"output {finding['output']} mixes ranges on axis {finding['axis']}: channels "
+            f"{w['channels'][0]}-{w['channels'][1] - 1} span [{w['min']:g}, {w['max']:g}] but channels "
+            f"{n['channels'][0]}-{n['channels'][1] - 1} only [{n['min']:g}, {n['max']:g}]; quantised per tensor "
+            f"(one int8 step = {finding['int8_step']:g}) they keep about {finding['narrow_levels']:.2g} of its "
+            "256 levels: split the outputs before quantisation, or normalise the boxes to [0, 1] "
+            "(ultralytics/yolov5#10164)")
+
+
+def reference_sample(ctx: BuildContext, rows: int = HINT_IMAGES) -> Iterable[tuple[str, np.ndarray]]:
+    """The original model's outputs on the first ``rows`` eval (else held-back) images, one
+    output at a time; a classifier's class output is left out (its scores are meant to differ)."""
+    spools = ctx.reference.get("eval") or ctx.reference.get("holdout") or []
+    skip = ctx.class_output if ctx.task == "classify" else None
+    for i, (name, spool) in enumerate(zip(ctx.source.output_names, spools)):
+        if i != skip and len(spool):
+            yield name, spool.read(np.arange(min(rows, len(spool))))
+
+
+def quantization_report(ctx: BuildContext, saved: Path, io_dtype: str = "uint8",
+                        outputs: Mapping[str, str] | None = None) -> dict:
+    """The report for ``ctx``'s int8 conversion of ``saved``: worst layers, mixed-range findings, hints.
+
+    ``outputs`` maps the int8 model's output tensor names to the outputs' names.
+    A debugger failure (the API is experimental) is recorded as ``error`` and the hints are
+    still given: the report explains a gate failure, it never causes one.
+    """
+    report: dict[str, Any] = {"metric": "rmse_over_scale", "ideal": round(IDEAL_RMSE_OVER_SCALE, 4)}
+    try:
+        report["worst_layers"], report["images"] = layer_errors(saved, ctx.representative(), io_dtype=io_dtype,
+                                                                 outputs=outputs)
+    except Exception as exc:  # noqa: BLE001 - TensorFlow raises anything; a diagnosis must not end the build
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        report.update(worst_layers=[], images=0, error=f"QuantizationDebugger failed: {first}")
+    mixed = [f for name, values in reference_sample(ctx) for f in mixed_ranges({name: values})]
+    report["mixed_ranges"] = mixed
+    report["hints"] = [hint_text(f) for f in mixed]
+    return report
+
+
+def report_lines(report: dict) -> list[str]:
+    """The report as log lines: one per worst layer, then the error and hints."""
+    lines = [f"  {i}. {layer['op']} {layer['tensor']}"
+             + (f" (output {layer['output']})" if layer.get("output") else "")
+             + f": RMSE/scale {layer['rmse_over_scale']:.2f}"
+             for i, layer in enumerate(report.get("worst_layers", []), 1)]
+    if lines:
+        lines.insert(0, f"worst layers on {report.get('images')} calibration images, RMSE in int8 steps "
+                        f"(rounding alone gives {IDEAL_RMSE_OVER_SCALE:.2f}):")
+    if report.get("error"):
+        lines.append(report["error"])
+    lines += [f"hint: {h}" for h in report.get("hints", [])]
+    return lines
+
+
+def summary(report: dict, layers: int = 3) -> str:
+    """One short clause for a gate failure's reason: the worst layers, and the first hint."""
+    worst = report.get("worst_layers") or []
+    text = ", ".join(f"{w['tensor'].split(';')[0]} ({w['op']}) {w['rmse_over_scale']:.2f}" for w in worst[:layers])
+    parts = [f"worst int8 layers by RMSE/scale: {text}"] if text else []
+    if report.get("hints"):
+        parts.append(report["hints"][0])
+    return "; ".join(parts)
