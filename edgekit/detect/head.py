@@ -12,23 +12,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from edgekit.detect.anchors import anchors_for, check_anchors, check_ssd_anchors
 from edgekit.detect.boxes import BoxMap, Detection, Detections, box_map, identity_map
 from edgekit.detect.nms import nms
 from edgekit.errors import ModelError, UsageError
 from edgekit.image import InputSpec
 from edgekit.plugins import resolve
-from edgekit.results import dequantize, label_for
+from edgekit.results import label_for
 
 
 @dataclass(frozen=True)
 class Layout:
-    """One row of :data:`LAYOUTS`: ``module`` defines ``fits(shapes, num_classes) -> bool`` and
-    ``candidates(outputs, config) -> Candidates``; ``describe`` is shown when nothing fits."""
+    """One row of :data:`LAYOUTS`: ``module`` defines ``fits(shapes, config) -> bool`` (the output
+    shapes and the :class:`DetectConfig`: class count, anchors) and ``candidates(outputs, config,
+    quant) -> Candidates`` (the runtime's outputs as they came, quantised or not, and each one's
+    ``(scale, zero_point)`` or None); ``describe`` is shown when nothing fits."""
 
     module: str
     describe: str
@@ -38,7 +41,9 @@ LAYOUTS: dict[str, Layout] = {
     "postprocess": Layout("edgekit.detect.postprocess",
                           "NMS in the graph (TFLite_Detection_PostProcess): boxes [1,N,4], classes [1,N], "
                           "scores [1,N], count [1]"),
-    "ssd": Layout("edgekit.detect.ssd", "SSD: box regressors [1,N,4] + class scores [1,N,C] with anchors"),
+    "ssd": Layout("edgekit.detect.ssd", "SSD: box regressors [1,N,4] + class scores [1,N,C] "
+                  "(only with anchors or ssd_anchors set)"),
+    "decoded": Layout("edgekit.detect.decoded", "decoded boxes [1,N,4] (xyxy or cxcywh) + class scores [1,N,C]"),
     "yolo_objectness": Layout("edgekit.detect.yolo:objectness",
                               "YOLOv5-style [1,N,5+nc] (box, objectness, class scores)"),
     "yolo": Layout("edgekit.detect.yolo", "YOLOv8-style anchor-free [1,4+nc,N] or [1,N,4+nc]"),
@@ -70,8 +75,8 @@ class DetectConfig:
     class_agnostic: bool = False
     box_format: str = "auto"  # auto (the layout's usual), cxcywh, xyxy
     box_units: str = "auto"  # auto (normalised when every coordinate <= 1.5), pixels, normalized
-    anchors: Any = None  # SSD: [N, 4] (cy, cx, h, w) normalised, or a path to a .npy
-    ssd_anchors: dict[str, Any] = field(default_factory=dict)  # SSD: anchor generation options
+    anchors: np.ndarray | None = None  # SSD: [N, 4] (cy, cx, h, w) normalised (edgekit.detect.anchors)
+    ssd_anchors: tuple[tuple[str, Any], ...] = ()  # SSD: anchor generation options, checked (sorted items)
     box_coder_scales: tuple[float, float, float, float] = (10.0, 10.0, 5.0, 5.0)
     background_class: int | None = None  # a score column that is "no object" (SSD: often 0)
     outputs: tuple[int, ...] | None = None  # runtime output index per layout output
@@ -106,8 +111,8 @@ class Detector:
 
     def __call__(self, outputs: Sequence[np.ndarray], frame_shape: tuple[int, ...] | None = None) -> Detections:
         t0 = time.perf_counter_ns()
-        real = [dequantize(np.asarray(o), *(self._quant(i))) for i, o in enumerate(outputs)]
-        cand = self._candidates(real, self.config)
+        # raw outputs: a layout dequantises only what passes the score threshold (detect.scores)
+        cand = self._candidates([np.asarray(o) for o in outputs], self.config, self.quantization)
         t1 = time.perf_counter_ns()
         if cand.final:
             keep = np.argsort(-cand.scores, kind="stable")[: self.config.max_detections]
@@ -120,10 +125,6 @@ class Detector:
                       for b, s, c in zip(boxes, cand.scores[keep], cand.classes[keep]))
         self.stage_ns = {"decode": t1 - t0, "nms": time.perf_counter_ns() - t1}
         return Detections(found, mapping.size)
-
-    def _quant(self, index: int) -> tuple[Any, Any]:
-        q = self.quantization[index] if index < len(self.quantization) else None
-        return q or (None, None)
 
     def _map(self, frame_shape: tuple[int, ...] | None) -> BoxMap:
         if self.spec is None:
@@ -143,13 +144,13 @@ def _layout_function(layout: str):
     return resolve(f"{module}:{attr or 'candidates'}")
 
 
-def _fits(layout: str, shapes: list[tuple[int, ...]], num_classes: int | None) -> bool:
+def _fits(layout: str, shapes: list[tuple[int, ...]], config: DetectConfig) -> bool:
     module, _, attr = LAYOUTS[layout].module.partition(":")
     fits = resolve(f"{module}:fits" if not attr else f"{module}:fits_{attr}")
-    return bool(fits(shapes, num_classes))
+    return bool(fits(shapes, config))
 
 
-def choose_layout(layout: str, shapes: list[tuple[int, ...]], num_classes: int | None) -> str:
+def choose_layout(layout: str, shapes: list[tuple[int, ...]], config: DetectConfig) -> str:
     """The layout named, checked against the output shapes, or the first of :data:`LAYOUTS` that fits.
 
     Raises ModelError naming every layout tried and the shapes seen when none fits.
@@ -158,15 +159,15 @@ def choose_layout(layout: str, shapes: list[tuple[int, ...]], num_classes: int |
     if layout != "auto":
         if layout not in LAYOUTS:
             raise UsageError(f"detect layout {layout!r} is unknown", f"use auto or one of {', '.join(LAYOUTS)}")
-        if not _fits(layout, shapes, num_classes):
+        if not _fits(layout, shapes, config):
             raise ModelError(f"the model's outputs ({seen}) do not fit the {layout} layout: "
                              f"{LAYOUTS[layout].describe}", "choose another layout, or layout=auto")
         return layout
     for name in LAYOUTS:
-        if _fits(name, shapes, num_classes):
+        if _fits(name, shapes, config):
             return name
     tried = "; ".join(f"{n}: {row.describe}" for n, row in LAYOUTS.items())
-    classes = f" with {num_classes} classes" if num_classes else ""
+    classes = f" with {config.num_classes} classes" if config.num_classes else ""
     raise ModelError(f"the model's outputs ({seen}) match no detection layout{classes} (tried {tried})",
                      "export the model with one of these layouts, or use --task raw")
 
@@ -213,12 +214,18 @@ def detect_config(spec: InputSpec | None, num_classes: int | None, options: dict
             raise UsageError(f"detect outputs must be a list of output indices, not {outs!r}")
         kw["outputs"] = tuple(outs)
     if o.get("ssd_anchors") is not None:
-        if not isinstance(o["ssd_anchors"], dict):
-            raise UsageError(f"detect ssd_anchors must be a table of anchor options, not {o['ssd_anchors']!r}")
-        kw["ssd_anchors"] = dict(o.pop("ssd_anchors"))
-    kw["anchors"] = o.pop("anchors", None)
+        kw["ssd_anchors"] = check_ssd_anchors(o.pop("ssd_anchors"))
+    kw["anchors"] = check_anchors(o.pop("anchors", None))
     size = (spec.width, spec.height) if spec is not None else (1, 1)
     return DetectConfig(input_size=size, num_classes=num_classes, **kw)
+
+
+def _shape(dims: Sequence[Any]) -> tuple[int, ...]:
+    """An output's shape with symbolic dimensions (ONNX ``batch``, ``N``) as -1, a symbolic batch as 1."""
+    shape = [int(v) if isinstance(v, (int, np.integer)) and v >= 0 else -1 for v in dims]
+    if len(shape) >= 2 and shape[0] == -1:
+        shape[0] = 1  # edgekit runs one frame at a time
+    return tuple(shape)
 
 
 def detector(labels: Sequence[str] = (), runtime: Any = None, layout: str = "auto", **options: Any) -> Detector:
@@ -226,9 +233,11 @@ def detector(labels: Sequence[str] = (), runtime: Any = None, layout: str = "aut
     ``runtime``'s outputs, its layout chosen from their shapes unless ``layout`` names one."""
     spec = getattr(runtime, "input_spec", None)
     details = getattr(runtime, "output_details", None)
-    shapes = [tuple(int(v) for v in d.get("shape", ())) for d in details()] if callable(details) else []
+    shapes = [_shape(d.get("shape", ())) for d in details()] if callable(details) else []
     num_classes = len(labels) or None
     config = detect_config(spec, num_classes, options)
-    chosen = choose_layout(layout, shapes, num_classes)
+    chosen = choose_layout(layout, shapes, config)
+    if chosen == "ssd" and shapes[0][1] > 0:  # a wrong anchor count fails when the model opens
+        anchors_for(config, shapes[0][1])
     quant = list(getattr(runtime, "output_quantization", None) or [])
     return Detector(config, chosen, labels, spec, quant)

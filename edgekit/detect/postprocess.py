@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from edgekit.detect.head import Candidates, DetectConfig
+from edgekit.detect.scores import Quant, real
+from edgekit.errors import ModelError
 
 
 def _roles(shapes: list[tuple[int, ...]]) -> tuple[int, int, int, int] | None:
@@ -32,25 +34,39 @@ def _roles(shapes: list[tuple[int, ...]]) -> tuple[int, int, int, int] | None:
     return boxes[0], rows[0], rows[1], count[0]
 
 
-def fits(shapes: list[tuple[int, ...]], num_classes: int | None) -> bool:
+def fits(shapes: list[tuple[int, ...]], config: DetectConfig) -> bool:
     """Four outputs shaped like the op's: ``[1, N, 4]``, ``[1, N]``, ``[1, N]``, ``[1]``."""
     return _roles(shapes) is not None
 
 
-def candidates(outputs: list[np.ndarray], config: DetectConfig) -> Candidates:
+def _classes_first(classes: np.ndarray, scores: np.ndarray) -> bool:
+    """Whether the two ``[1, N]`` outputs are in the op's order (classes, scores).
+
+    The converter may list the outputs in another order (the TF2 converter gives classes,
+    count, boxes, scores); class ids are whole numbers, scores mostly not.
+    """
+    whole = [bool(np.all(v == np.round(v))) for v in (classes, scores)]
+    return not (whole[1] and not whole[0])
+
+
+def candidates(outputs: list[np.ndarray], config: DetectConfig, quant: list[Quant]) -> Candidates:
     """The first ``count`` rows above the score threshold, boxes in input pixels (xyxy)."""
+    real_outputs = [real(np.asarray(o), quant[i] if i < len(quant) else None) for i, o in enumerate(outputs)]
     if config.outputs is not None:
         b, c, s, n = config.outputs
     else:
-        roles = _roles([np.asarray(o).shape for o in outputs])
-        if roles is None:
-            raise ValueError("the outputs are not TFLite_Detection_PostProcess's four")
-        b, c, s, n = roles
-    count = int(np.clip(np.asarray(outputs[n]).reshape(-1)[0], 0, np.asarray(outputs[s]).shape[-1]))
-    scores = np.asarray(outputs[s], np.float32).reshape(-1)[:count]
+        found = _roles([o.shape for o in real_outputs])
+        if found is None:
+            raise ModelError("the outputs are not TFLite_Detection_PostProcess's four",
+                             "choose another layout, or layout=auto")
+        b, c, s, n = found
+    count = int(np.clip(real_outputs[n].reshape(-1)[0], 0, real_outputs[s].shape[-1]))
+    scores = real_outputs[s].reshape(-1)[:count]
+    classes = real_outputs[c].reshape(-1)[:count]
+    if config.outputs is None and not _classes_first(classes, scores):
+        classes, scores = scores, classes
     keep = np.flatnonzero(scores > config.score_threshold)
-    yx = np.asarray(outputs[b], np.float32).reshape(-1, 4)[keep]
+    yx = real_outputs[b].reshape(-1, 4)[keep]
     w, h = config.input_size
     boxes = np.stack([yx[:, 1] * w, yx[:, 0] * h, yx[:, 3] * w, yx[:, 2] * h], axis=1)
-    classes = np.asarray(outputs[c]).reshape(-1)[keep].round().astype(np.int64)
-    return Candidates(boxes.astype(np.float32), scores[keep], classes, final=True)
+    return Candidates(boxes.astype(np.float32), scores[keep], classes[keep].round().astype(np.int64), final=True)

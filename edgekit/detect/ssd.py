@@ -5,18 +5,28 @@ Boxes are decoded with the TF Object Detection API's ``FasterRcnnBoxCoder`` conv
 ``box_coder_scales`` y, x, h, w, default 10, 10, 5, 5), as MediaPipe's TensorsToDetections
 does. Anchors come from the ``anchors`` option (an ``[N, 4]`` list or a ``.npy`` path) or are
 generated from the ``ssd_anchors`` options (:mod:`edgekit.detect.anchors`).
+
+Two outputs of these shapes are also what a model with *decoded* boxes gives
+(:mod:`edgekit.detect.decoded`): SSD is chosen only when anchors are configured.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
+from edgekit.detect.anchors import anchors_for
 from edgekit.detect.head import Candidates, DetectConfig
-from edgekit.detect.nms import top_candidates
+from edgekit.detect.scores import Quant, best_class, real
+from edgekit.results import softmax
 
 
-def _roles(shapes: list[tuple[int, ...]], num_classes: int | None) -> tuple[int, int] | None:
-    """``(boxes, scores)`` output indices from the shapes, or None."""
+def roles(shapes: list[tuple[int, ...]], num_classes: int | None) -> tuple[int, int] | None:
+    """``(boxes, scores)`` output indices of two outputs ``[1, N, 4]`` + ``[1, N, C]``, or None.
+
+    C is nc, or nc + 1 with a background column, when the class count is known.
+    """
     if len(shapes) != 2 or not all(len(s) == 3 and s[0] == 1 for s in shapes):
         return None
     if shapes[0][1] != shapes[1][1]:
@@ -32,20 +42,41 @@ def _roles(shapes: list[tuple[int, ...]], num_classes: int | None) -> tuple[int,
     return b, s
 
 
-def fits(shapes: list[tuple[int, ...]], num_classes: int | None) -> bool:
-    """Two outputs ``[1, N, 4]`` and ``[1, N, C]`` (C = nc, or nc + 1 with a background column)."""
-    return _roles(shapes, num_classes) is not None
+def fits(shapes: list[tuple[int, ...]], config: DetectConfig) -> bool:
+    """Two outputs ``[1, N, 4]`` and ``[1, N, C]``, and anchors configured (``anchors`` or ``ssd_anchors``)."""
+    configured = config.anchors is not None or bool(config.ssd_anchors)
+    return configured and roles(shapes, config.num_classes) is not None
 
 
-def _activate(scores: np.ndarray, how: str) -> np.ndarray:
-    if how == "auto":
-        how = "none" if scores.size == 0 or (scores.min() >= 0.0 and scores.max() <= 1.0) else "sigmoid"
-    if how == "sigmoid":
-        return 1.0 / (1.0 + np.exp(-scores))
-    if how == "softmax":
-        z = np.exp(scores - scores.max(axis=1, keepdims=True))
-        return z / z.sum(axis=1, keepdims=True)
-    return scores
+def pick(outputs: list[np.ndarray], config: DetectConfig, quant: list[Quant]):
+    """``(boxes raw [N, 4], its quant, scores raw [N, C], its quant)`` of the two outputs."""
+    b, s = config.outputs or roles([np.asarray(o).shape for o in outputs], config.num_classes) or (0, 1)
+    box, score = np.asarray(outputs[b]), np.asarray(outputs[s])
+    box = box.reshape(-1, 4)
+    q = [quant[i] if i < len(quant) else None for i in (b, s)]
+    return box, q[0], score.reshape(box.shape[0], -1), q[1]
+
+
+def class_candidates(scores: np.ndarray, quant: Quant, config: DetectConfig) -> tuple[np.ndarray, ...]:
+    """``(box indices, scores, classes)`` of ``[N, C]`` raw scores: the background column
+    (``background_class``, or column 0 when there are nc + 1 columns, as the TF Object
+    Detection API puts "no object" first) left out, activated, cut by the threshold."""
+    background = config.background_class
+    if background is None and config.num_classes and scores.shape[1] == config.num_classes + 1:
+        background = 0
+    if config.score_activation == "softmax":  # over every column, background included, then dropped
+        scores, quant = softmax(real(scores, quant)), None
+        config = replace(config, score_activation="none")
+    if background is not None and background < scores.shape[1]:
+        # the remaining columns are the labels in order (labels.txt has no background line)
+        if background == 0:
+            scores = scores[:, 1:]  # a view: no copy of the whole tensor
+        elif background == scores.shape[1] - 1:
+            scores = scores[:, :-1]
+        else:
+            scores = np.delete(scores, background, axis=1)
+    idx, top, classes = best_class(scores, quant, config, axis=1, how=config.score_activation)
+    return idx, top, classes
 
 
 def decode_boxes(rel: np.ndarray, anchors: np.ndarray, scales: tuple[float, float, float, float]) -> np.ndarray:
@@ -59,23 +90,12 @@ def decode_boxes(rel: np.ndarray, anchors: np.ndarray, scales: tuple[float, floa
     return np.stack([cy - h / 2, cx - w / 2, cy + h / 2, cx + w / 2], axis=1)
 
 
-def candidates(outputs: list[np.ndarray], config: DetectConfig) -> Candidates:
+def candidates(outputs: list[np.ndarray], config: DetectConfig, quant: list[Quant]) -> Candidates:
     """Scores (activated, background column dropped) cut by threshold, then boxes decoded."""
-    from edgekit.detect.anchors import anchors_for
-
-    b, s = config.outputs or _roles([np.asarray(o).shape for o in outputs], config.num_classes) or (0, 1)
-    rel = np.asarray(outputs[b], np.float32).reshape(-1, 4)
-    scores = _activate(np.asarray(outputs[s], np.float32).reshape(rel.shape[0], -1), config.score_activation)
-    background = config.background_class
-    if background is None and config.num_classes and scores.shape[1] == config.num_classes + 1:
-        background = 0  # the TF Object Detection API puts "no object" first
-    if background is not None:
-        scores = np.delete(scores, background, axis=1)
-    classes = scores.argmax(axis=1)
-    best = scores[np.arange(len(classes)), classes]
-    keep = top_candidates(best, config.score_threshold, config.max_candidates)
-    anchors = anchors_for(config, rel.shape[0])
-    yx = decode_boxes(rel[keep], anchors[keep], config.box_coder_scales)
+    box, qb, score, qs = pick(outputs, config, quant)
+    anchors = anchors_for(config, box.shape[0])
+    idx, top, classes = class_candidates(score, qs, config)
+    yx = decode_boxes(real(box[idx], qb), anchors[idx], config.box_coder_scales)
     w, h = config.input_size
     boxes = np.stack([yx[:, 1] * w, yx[:, 0] * h, yx[:, 3] * w, yx[:, 2] * h], axis=1).astype(np.float32)
-    return Candidates(boxes, best[keep].astype(np.float32), classes[keep].astype(np.int64))
+    return Candidates(boxes, top, classes)

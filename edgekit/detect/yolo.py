@@ -3,16 +3,19 @@ exports) and ``[1, N, 5+nc]`` with objectness (YOLOv5).
 
 Boxes are ``cx, cy, w, h`` (``box_format=xyxy`` for exports that decode corners), in input
 pixels or normalised to [0, 1] (TFLite exports normalise: see :mod:`edgekit.detect.head`,
-``box_units``). Everything is vectorised over the N anchors; only those above the score
-threshold are turned into boxes.
+``box_units``). Everything is vectorised over the N anchors and works on the raw output (no
+transpose, no full dequantisation: :mod:`edgekit.detect.scores`); only the boxes above the
+score threshold are dequantised and turned into boxes.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from edgekit.detect.head import Candidates, DetectConfig
-from edgekit.detect.nms import top_candidates
+from edgekit.detect.scores import Quant, above, best_class, real
 
 NORMALISED_LIMIT = 1.5
 """``box_units=auto``: boxes whose coordinates are all <= this are taken as normalised to [0, 1]."""
@@ -39,19 +42,19 @@ def _fits(shapes: list[tuple[int, ...]], num_classes: int | None, extra: int) ->
     return min(dims) > extra and max(dims) > min(dims)
 
 
-def fits(shapes: list[tuple[int, ...]], num_classes: int | None) -> bool:
+def fits(shapes: list[tuple[int, ...]], config: DetectConfig) -> bool:
     """One output with a dimension of ``4 + nc`` (any ``>= 5`` when the classes are unknown)."""
-    return _fits(shapes, num_classes, 4)
+    return _fits(shapes, config.num_classes, 4)
 
 
-def fits_objectness(shapes: list[tuple[int, ...]], num_classes: int | None) -> bool:
+def fits_objectness(shapes: list[tuple[int, ...]], config: DetectConfig) -> bool:
     """One output with a dimension of ``5 + nc``; the class count must be known (labels), since
     ``[N, 85]`` is also an anchor-free model with 81 classes."""
-    return bool(num_classes) and _fits(shapes, num_classes, 5)
+    return bool(config.num_classes) and _fits(shapes, config.num_classes, 5)
 
 
 def channels_first(output: np.ndarray, width: int | None) -> np.ndarray:
-    """The output as ``[K, N]`` (a view where possible): K box+score values per anchor.
+    """The output as ``[K, N]`` (a view, never a copy): K box+score values per anchor.
 
     ``width`` is K when known (from the labels); otherwise the smaller dimension is K, since
     exports have far more anchors than values per anchor.
@@ -80,24 +83,34 @@ def to_xyxy(raw: np.ndarray, config: DetectConfig, fmt: str = "cxcywh") -> np.nd
     return boxes
 
 
-def _decode(output: np.ndarray, config: DetectConfig, extra: int) -> Candidates:
+def _rows(outputs: list[np.ndarray], config: DetectConfig, quant: list[Quant], extra: int) -> tuple[Any, Quant]:
+    index = config.outputs[0] if config.outputs else 0
     width = extra + config.num_classes if config.num_classes else None
-    rows = channels_first(output, width)  # [K, N]
-    class_scores = rows[extra:]
-    if extra == 5:
-        class_scores = class_scores * rows[4]  # YOLOv5: confidence = objectness x class probability
-    classes = class_scores.argmax(axis=0)
-    scores = np.take_along_axis(class_scores, classes[None], axis=0)[0]
-    keep = top_candidates(scores, config.score_threshold, config.max_candidates)
-    boxes = to_xyxy(rows[:4, keep].T, config)
-    return Candidates(boxes, scores[keep].astype(np.float32), classes[keep].astype(np.int64))
+    return channels_first(outputs[index], width), (quant[index] if index < len(quant) else None)
 
 
-def candidates(outputs: list[np.ndarray], config: DetectConfig) -> Candidates:
+def candidates(outputs: list[np.ndarray], config: DetectConfig, quant: list[Quant]) -> Candidates:
     """Anchor-free YOLO (v8/v11): per anchor ``cx, cy, w, h`` then one score per class."""
-    return _decode(outputs[0], config, 4)
+    rows, q = _rows(outputs, config, quant, 4)  # [4 + nc, N]
+    idx, scores, classes = best_class(rows[4:], q, config, axis=0, how=config.score_activation)
+    boxes = to_xyxy(real(rows[:4, idx], q).T, config)
+    return Candidates(boxes, scores, classes)
 
 
-def objectness(outputs: list[np.ndarray], config: DetectConfig) -> Candidates:
-    """YOLOv5: per anchor ``cx, cy, w, h, objectness`` then class probabilities."""
-    return _decode(outputs[0], config, 5)
+def objectness(outputs: list[np.ndarray], config: DetectConfig, quant: list[Quant]) -> Candidates:
+    """YOLOv5: per anchor ``cx, cy, w, h, objectness`` then class probabilities; the score is
+    objectness x class probability.
+
+    Class probabilities are at most 1, so a box whose objectness is under the threshold cannot
+    pass: the cut on objectness (in the raw domain) comes first, the products only for the rest.
+    """
+    rows, q = _rows(outputs, config, quant, 5)  # [5 + nc, N]
+    idx = above(rows[4], q, config.score_threshold)
+    products = real(rows[5:, idx], q) * real(rows[4, idx], q)
+    classes = products.argmax(axis=0) if len(idx) else np.zeros(0, np.int64)
+    scores = products[classes, np.arange(len(idx))] if len(idx) else np.zeros(0, np.float32)
+    keep = np.flatnonzero(scores > config.score_threshold)
+    if len(keep) > config.max_candidates:
+        keep = keep[np.argpartition(-scores[keep], config.max_candidates - 1)[: config.max_candidates]]
+    boxes = to_xyxy(real(rows[:4, idx[keep]], q).T, config)
+    return Candidates(boxes, scores[keep].astype(np.float32), classes[keep].astype(np.int64))
