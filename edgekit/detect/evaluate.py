@@ -1,0 +1,154 @@
+"""mAP of detections against ground truth, with pycocotools' COCOeval (no AP of our own).
+
+:func:`coco_map` scores a model's :class:`~edgekit.detect.boxes.Detections` on a
+:class:`~edgekit.detect.dataset.DetectionSet`: mAP@[.5:.95] and mAP@.5 (COCO's ``stats[0]``
+and ``stats[1]``, 101-point interpolated, up to 100 detections per image) and the same per
+class. :func:`agreement_map` scores one model's detections against another's taken as
+ground truth (a converted model against the original, when no annotated set is given).
+
+COCOeval prints its progress with ``print``; it is caught and sent to the DEBUG log, so a
+command's stdout (``--json``) stays clean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from edgekit.detect.boxes import Detections
+from edgekit.errors import BackendUnavailable, CalibrationError
+
+log = logging.getLogger(__name__)
+
+CATEGORY_OFFSET = 1
+"""COCO category id of class index ``i`` is ``i + CATEGORY_OFFSET`` (COCO ids start at 1)."""
+
+
+def categories(labels: Sequence[str]) -> list[dict[str, Any]]:
+    """COCO categories for class names in model order (id = class index + 1)."""
+    return [{"id": i + CATEGORY_OFFSET, "name": str(n)} for i, n in enumerate(labels)]
+
+
+@contextlib.contextmanager
+def _quiet():
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        yield
+    if buf.getvalue().strip():
+        log.debug("pycocotools: %s", buf.getvalue().strip())
+
+
+def _pycocotools():
+    try:
+        from pycocotools.coco import COCO
+        from pycocotools.cocoeval import COCOeval
+    except ImportError as exc:
+        raise BackendUnavailable("mAP needs pycocotools, which is not installed",
+                                 "pip install 'edgekit-vision[eval]' (or pycocotools)") from exc
+    return COCO, COCOeval
+
+
+def coco_object(dataset: dict[str, Any]) -> Any:
+    """A pycocotools ``COCO`` made from a COCO dict (indexed, without printing)."""
+    COCO, _ = _pycocotools()  # noqa: N806
+    coco = COCO()
+    coco.dataset = dataset
+    with _quiet():
+        coco.createIndex()
+    return coco
+
+
+def results(detections_by_image: Mapping[int, Detections], num_classes: int) -> list[dict[str, Any]]:
+    """COCO result entries (``bbox`` x, y, w, h) of every image's detections; classes outside
+    the labels are dropped (they match no ground truth)."""
+    out = []
+    for image_id, found in detections_by_image.items():
+        for d in found.detections:
+            if not 0 <= d.index < num_classes:
+                continue
+            x1, y1, x2, y2 = d.box
+            out.append({"image_id": int(image_id), "category_id": int(d.index) + CATEGORY_OFFSET,
+                        "bbox": [x1, y1, max(0.0, x2 - x1), max(0.0, y2 - y1)], "score": float(d.score)})
+    return out
+
+
+def _evaluate(gt: dict[str, Any], dets: list[dict[str, Any]], labels: Sequence[str]) -> dict[str, Any]:
+    """COCOeval (bbox) of ``dets`` on ``gt``: overall and per-class mAP@[.5:.95] and mAP@.5."""
+    _, COCOeval = _pycocotools()  # noqa: N806
+    coco_gt = coco_object(gt)
+    with _quiet():
+        if dets:
+            coco_dt = coco_gt.loadRes(dets)
+        else:  # loadRes cannot take an empty list: an empty result set scores 0
+            coco_dt = coco_object({"images": gt["images"], "categories": gt["categories"], "annotations": []})
+        ev = COCOeval(coco_gt, coco_dt, "bbox")
+        ev.params.imgIds = sorted(im["id"] for im in gt["images"])
+        ev.evaluate()
+        ev.accumulate()
+        ev.summarize()
+    precision = ev.eval["precision"]  # [iou thresholds, recall, class, area, max dets]
+
+    def mean(p: np.ndarray) -> float | None:
+        # what COCOeval.summarize averages: every cell with ground truth (-1: none)
+        valid = p[p > -1]
+        return round(float(valid.mean()), 6) if valid.size else None
+
+    per_class, per_class50 = {}, {}
+    for k, cat_id in enumerate(ev.params.catIds):
+        name = str(labels[cat_id - CATEGORY_OFFSET])
+        ap = mean(precision[:, :, k, 0, -1])
+        if ap is not None:
+            per_class[name] = ap
+            per_class50[name] = mean(precision[0, :, k, 0, -1])
+    overall, overall50 = (float(v) for v in ev.stats[:2])
+    return {"map": round(max(overall, 0.0), 6), "map50": round(max(overall50, 0.0), 6), "per_class": per_class,
+            "per_class50": per_class50, "images": len(gt["images"]), "detections": len(dets),
+            "objects": sum(1 for a in gt["annotations"] if not a.get("iscrowd"))}
+
+
+def coco_map(dataset: Any, detections_by_image: Mapping[int, Detections]) -> dict[str, Any]:
+    """mAP@[.5:.95] (``map``), mAP@.5 (``map50``) and per class (``per_class``, ``per_class50``;
+    classes with ground truth only) of detections on ``dataset``, with pycocotools.
+
+    ``detections_by_image``: image id -> that image's Detections, boxes in its own pixels.
+    Only the images given are scored (an image skipped as unreadable does not count as
+    missed); ``images`` says how many. Raises CalibrationError when none of them holds an
+    annotated object.
+    """
+    ids = [im.id for im in dataset.images if im.id in detections_by_image]
+    gt = dataset.to_coco(ids)
+    if not gt["annotations"]:
+        raise CalibrationError(f"none of the {len(ids)} images scored holds an annotated object",
+                               "check the annotations and that the images can be read")
+    keep = {i: detections_by_image[i] for i in ids}
+    return _evaluate(gt, results(keep, len(dataset.labels)), dataset.labels)
+
+
+def agreement_map(reference: Sequence[Detections], converted: Sequence[Detections], labels: Sequence[str],
+                  min_score: float = 0.25) -> dict[str, Any] | None:
+    """mAP of ``converted`` taking ``reference``'s detections scoring ``min_score`` or more as
+    ground truth (image ``i`` of each is the same image). The reference scored against itself
+    gives 1.0. None when the reference found nothing to agree on."""
+    num_classes = len(labels) or 1 + max((d.index for r in (*reference, *converted) for d in r.detections),
+                                         default=0)
+    names = list(labels) or [str(i) for i in range(num_classes)]
+    images, anns = [], []
+    for i, found in enumerate(reference, 1):
+        w, h = found.size or (1, 1)
+        images.append({"id": i, "width": int(w), "height": int(h)})
+        for d in found.detections:
+            if d.score >= min_score and 0 <= d.index < num_classes:
+                x1, y1, x2, y2 = d.box
+                bw, bh = max(0.0, x2 - x1), max(0.0, y2 - y1)
+                anns.append({"id": len(anns) + 1, "image_id": i, "category_id": d.index + CATEGORY_OFFSET,
+                             "bbox": [x1, y1, bw, bh], "area": bw * bh, "iscrowd": 0})
+    if not anns:
+        return None
+    gt = {"images": images, "annotations": anns, "categories": categories(names)}
+    dets = results(dict(enumerate(converted, 1)), num_classes)
+    return _evaluate(gt, dets, names)
