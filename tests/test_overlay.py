@@ -1,0 +1,92 @@
+"""edgekit.overlay: boxes and labels land where the detections are, in the class colour; a
+classifier gets a banner; the frame given is never changed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgekit.detect.boxes import Detection, Detections
+from edgekit.overlay import colour_for, draw
+from edgekit.results import Classification, Prediction
+
+
+def _changed(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.abs(a.astype(int) - b.astype(int)).max(axis=-1) > 0
+
+
+def test_a_box_is_drawn_on_its_outline_in_the_class_colour_and_nowhere_else():
+    frame = np.full((240, 320, 3), 40, np.uint8)
+    before = frame.copy()
+    dets = Detections((Detection(3, "cup", 0.91, (100.0, 80.0, 220.0, 200.0)),), size=(320, 240))
+    out = draw(frame, dets)
+    np.testing.assert_array_equal(frame, before)  # pure: the caller's frame is untouched
+    assert out.shape == frame.shape and out.dtype == np.uint8
+    changed = _changed(out, frame)
+    # the outline: left and right edges down the middle of the box, in the class colour
+    assert tuple(out[140, 100]) == colour_for(3) and tuple(out[140, 219]) == colour_for(3)
+    assert changed[150:195, 100].all() and changed[150:195, 219].all()
+    # the inside below the label tab, and everything well outside the box, are untouched
+    assert not changed[120:195, 105:215].any()
+    assert not changed[:, 230:].any() and not changed[205:].any() and not changed[:, :95].any()
+    # the label tab sits above the box, filled in the class colour
+    tab = (out[:80, 100:160] == colour_for(3)).all(axis=-1)
+    assert tab[70:80, :40].mean() > 0.5 and not tab[:60].any()
+
+
+def test_each_class_keeps_its_colour_and_overlapping_boxes_are_all_drawn():
+    frame = np.zeros((480, 640, 3), np.uint8)
+    dets = Detections((Detection(0, "a", 0.9, (50, 50, 300, 300)), Detection(1, "b", 0.8, (200, 200, 500, 400))),
+                      size=(640, 480))
+    out = draw(frame, dets)
+    assert colour_for(0) != colour_for(1)
+    assert tuple(out[150, 50]) == colour_for(0) and tuple(out[350, 499]) == colour_for(1)
+
+
+def test_boxes_in_another_image_size_are_scaled_onto_the_frame():
+    # a decoder not told the frame's shape leaves boxes in model-input pixels (here 100x100)
+    dets = Detections((Detection(0, "a", 0.9, (10, 10, 50, 50)),), size=(100, 100))
+    out = draw(np.zeros((200, 400, 3), np.uint8), dets)
+    assert tuple(out[60, 40]) == colour_for(0)  # x 10 -> 40, y between 20 and 100
+    assert not out[150:, 220:].any()
+
+
+@pytest.mark.parametrize("shape", [(96, 184, 3), (1080, 1920, 3)])
+def test_text_is_readable_on_small_and_large_frames(shape):
+    h, w = shape[:2]
+    dets = Detections((Detection(0, "person", 0.5, (w * 0.3, h * 0.4, w * 0.7, h * 0.9)),), size=(w, h))
+    out = draw(np.zeros(shape, np.uint8), dets)
+    tab = (out == colour_for(0)).all(axis=-1)
+    rows = np.nonzero(tab[: int(h * 0.4), int(w * 0.3):].any(axis=1))[0]
+    height = rows.max() - rows.min() + 1  # the filled tab behind the label
+    assert 9 <= height <= max(16, h // 15)  # legible on Vector's face, not a banner on 1080p
+    assert (out[rows.min():rows.max() + 1] != colour_for(0)).any()  # text drawn in it
+
+
+def test_gray_and_bgra_frames_come_back_bgr():
+    dets = Detections((Detection(0, "a", 0.9, (10, 10, 60, 60)),), size=(100, 100))
+    for frame in (np.zeros((100, 100), np.uint8), np.zeros((100, 100, 4), np.uint8)):
+        out = draw(frame, dets)
+        assert out.shape == (100, 100, 3) and tuple(out[30, 10]) == colour_for(0)
+
+
+def test_a_classification_is_a_banner_with_the_top_label():
+    frame = np.full((240, 320, 3), 200, np.uint8)
+    result = Classification((Prediction(2, "stop", 0.87), Prediction(0, "go", 0.1)))
+    out = draw(frame, result)
+    changed = _changed(out, frame)
+    rows = np.nonzero(changed.any(axis=1))[0]
+    assert rows.min() == 0 and rows.max() < 40  # a strip across the top only
+    assert changed[: rows.max(), 100:].any()  # text, not only the colour bar
+    assert tuple(out[5, 0]) == colour_for(2)
+
+
+def test_nothing_detected_or_an_unknown_result_draws_nothing():
+    frame = np.full((120, 160, 3), 77, np.uint8)
+    np.testing.assert_array_equal(draw(frame, Detections((), size=(160, 120))), frame)
+    np.testing.assert_array_equal(draw(frame, {"whatever": 1}), frame)
+
+
+def test_a_frame_that_is_not_an_image_is_refused():
+    with pytest.raises(ValueError, match="uint8"):
+        draw(np.zeros((10, 10, 3), np.float32), Detections(()))
