@@ -3,21 +3,29 @@
     edgekit run dist/demo-cpu --camera file:clip.mp4
     edgekit run dist/demo-edgetpu --camera v4l2:0 --device usb:0
     edgekit run model.tflite --camera synthetic --max-frames 200 --json
+    edgekit run dist/detector-cpu --camera file:clip.mp4 --save out/      # frames with boxes drawn
 
 Results are printed live (at most every ``--every`` seconds, or one JSON line per frame
 with ``--json``), a stats line every ``--stats-every`` seconds, and a summary at the end.
-Ctrl-C ends the run cleanly: the summary is still printed and the exit code is 0.
+Ctrl-C (or SIGTERM) ends the run cleanly: the summary is still printed and the exit code is 0.
+``--save DIR`` writes every processed frame with its result drawn (boxes and labels for a
+detector, the top label for a classifier) as ``DIR/frame_000001.jpg`` ...; ``--save out.mp4``
+(or ``.avi``) writes them as one video. Either appears only when the run ends (written under a
+temporary name, then renamed); a write failure is one line and a non-zero exit.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any, TextIO
 
-from edgekit.errors import CameraError, UsageError
+from edgekit.errors import CameraError, EdgekitError, UsageError
 from edgekit.options import (
     add_bundle_options,
     add_camera_options,
@@ -28,6 +36,7 @@ from edgekit.options import (
     camera_options,
     runtime_options,
 )
+from edgekit.recording import SaveError
 from edgekit.runtime import describe_runtime
 
 
@@ -62,16 +71,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per frame on stdout, summary last")
     parser.add_argument("--tensors", action="store_true", help="raw task: every output's values in the JSON lines")
+    parser.add_argument("--save", metavar="DIR|FILE.mp4",
+                        help="write the frames with the results drawn: a folder (one JPEG per frame) or a .mp4/.avi "
+                        "video; it appears when the run ends")
 
 
 def main(args: argparse.Namespace) -> int:
     """Run the model on the camera until the source ends, a limit is reached or Ctrl-C."""
+    if args.max_frames is not None and args.max_frames < 1:
+        raise UsageError("--max-frames must be at least 1")
+    recording = None
+    if getattr(args, "save", None):
+        from edgekit.recording import open_recording
+
+        recording = open_recording(args.save)  # before the model loads: a bad --save fails at once
+    try:
+        return _run(args, recording)
+    except BaseException:
+        if recording is not None:
+            recording.abort()  # nothing half-written
+        raise
+
+
+def _run(args: argparse.Namespace, recording: Any) -> int:
     from edgekit.metrics import RUN_WINDOW
     from edgekit.model import open_model
     from edgekit.pipeline import Pipeline
 
-    if args.max_frames is not None and args.max_frames < 1:
-        raise UsageError("--max-frames must be at least 1")
     out: TextIO = sys.stdout
     log: TextIO = sys.stderr if args.json else sys.stdout  # keep stdout pure JSON with --json
     with open_model(args.model, args.variant, args.labels, **runtime_options(args)) as model:
@@ -85,12 +111,15 @@ def main(args: argparse.Namespace) -> int:
         pipeline = Pipeline(model.runtime, model.labels, top_k=args.top_k, warmup=args.warmup, window=RUN_WINDOW,
                             task=model.task, task_options={**model.task_options, **_tensors(args)})
         interrupted = False
-        error: CameraError | None = None
+        error: EdgekitError | None = None
         try:
-            _loop(pipeline, source, args, out, log)
+            if recording is not None and recording.fps is None:
+                recording.fps = _source_stats(source).get("nominal_fps")  # a video plays at the camera's rate
+            with _sigterm_interrupts():
+                _loop(pipeline, source, args, out, log, recording)
         except KeyboardInterrupt:
             interrupted = True
-        except CameraError as exc:
+        except (CameraError, SaveError) as exc:
             error = exc  # print what was measured before reporting the failure
         finally:
             source_stats = _source_stats(source)
@@ -105,14 +134,47 @@ def main(args: argparse.Namespace) -> int:
             raise CameraError(
                 f"camera {args.camera} delivered no usable frames", "check the URI and that the camera/file has frames"
             )
+        _finish(recording, log, args)
     return 0
 
 
-def _loop(pipeline, source, args, out: TextIO, log: TextIO) -> None:
-    """The live loop: results, throttled printing, periodic stats."""
+def _finish(recording: Any, log: TextIO, args: argparse.Namespace) -> None:
+    """Move the recording into place and say where it is."""
+    if recording is None:
+        return
+    path = recording.finish()
+    if not args.quiet:
+        log.write(f"saved {recording.frames} frames to {path}\n")
+        log.flush()
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (systemd, ``timeout``, ``kill``) ends the run as Ctrl-C does: summary printed,
+    recording finished. Only the main thread can set a handler; elsewhere nothing changes."""
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _loop(pipeline, source, args, out: TextIO, log: TextIO, recording: Any = None) -> None:
+    """The live loop: results, throttled printing, periodic stats, frames drawn to ``recording``."""
     now = time.monotonic
     next_print = next_stats = now()
-    for result in pipeline.run(source, max_frames=args.max_frames, duration_s=args.duration):
+    if recording is not None:
+        from edgekit.overlay import draw
+    for frame, result in pipeline.steps(source, max_frames=args.max_frames, duration_s=args.duration):
+        if recording is not None:
+            recording.write(draw(frame.array, result.result), frame.t_capture_ns)
         t = now()
         if args.json:
             out.write(json.dumps(result.to_dict()) + "\n")

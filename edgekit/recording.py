@@ -1,0 +1,235 @@
+"""Where ``edgekit run --save`` puts the frames it drew on: a folder of JPEGs or one video.
+
+Nothing is left half-written. A folder is filled under a temporary name beside it and
+renamed into place when the run ends; a video is written to a temporary file (its extension
+kept, OpenCV picks the container by it) and renamed the same way. :meth:`Recording.abort`
+(a write failed) removes the temporary name, so the target is either the whole recording
+or absent (a folder that held an earlier recording keeps it).
+
+Writes go through Python's file API, so a full disk or a folder that went away is an
+``OSError`` here, never a silent ``False`` from ``cv2.imwrite``. A video's frame rate is
+the source's when it states one, else measured on the first frames, else 10.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgekit.errors import EdgekitError
+from edgekit.quiet import import_cv2
+
+VIDEO_CODECS = {".mp4": "mp4v", ".avi": "MJPG"}  # FourCCs every OpenCV build with FFmpeg writes
+FRAME_PATTERN = "frame_{:06d}.jpg"
+DEFAULT_FPS = 10.0
+_PROBE_FRAMES = 10  # frames held back to measure the rate of a source that states none
+_FIX = "give a folder or a .mp4/.avi path in a writable place with free space"
+
+
+class SaveError(EdgekitError):
+    """The recording could not be written (unwritable place, full disk, codec missing)."""
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message, hint or _FIX)
+
+
+def open_recording(target: str | Path, fps: float | None = None, quality: int = 90) -> Recording:
+    """A :class:`FolderRecording` for a folder, a :class:`VideoRecording` for ``*.mp4``/``*.avi``.
+
+    The place is checked now (before any model runs): SaveError when it cannot be written.
+    ``fps`` is the source's nominal rate (videos; None: measured).
+    """
+    path = Path(target)
+    if path.suffix.lower() in VIDEO_CODECS:
+        return VideoRecording(path, fps)
+    if path.suffix and not path.is_dir():
+        raise SaveError(f"--save {target}: {path.suffix} is not a video format edgekit writes",
+                        "give a folder (one JPEG per frame) or a path ending in .mp4 or .avi")
+    return FolderRecording(path, quality)
+
+
+class Recording:
+    """A recording being written: :meth:`write` per frame, then :meth:`finish` or :meth:`abort`.
+
+    ``fps`` is the frame rate a video is written at (None until known; a folder ignores it).
+    """
+
+    fps: float | None = None
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.frames = 0
+        self.done = False
+
+    def write(self, image: np.ndarray, t_ns: int | None = None) -> None:
+        """Add one BGR frame (``t_ns``: its capture time, used to measure a video's rate)."""
+        raise NotImplementedError
+
+    def finish(self) -> Path:
+        """Complete the recording and move it to its name; returns that path."""
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        """Remove what was written (idempotent)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Recording:
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: object) -> None:
+        if exc_type is not None:
+            self.abort()
+        elif not self.done:
+            self.finish()
+
+
+class FolderRecording(Recording):
+    """One JPEG per frame, ``frame_000001.jpg`` on, filled under a temporary folder."""
+
+    def __init__(self, path: Path, quality: int = 90):
+        super().__init__(path)
+        if path.exists() and not path.is_dir():
+            raise SaveError(f"--save {path}: exists and is not a folder")
+        if path.is_dir() and any(not _is_frame(p) for p in path.iterdir()):
+            raise SaveError(f"--save {path}: the folder holds other files than frames",
+                            "give a new or empty folder (an earlier recording's frames are replaced)")
+        self.quality = int(quality)
+        self._cv2 = import_cv2("--save")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+        except OSError as exc:
+            raise SaveError(f"--save {path}: cannot write there: {exc.strerror or exc}") from exc
+
+    def write(self, image: np.ndarray, t_ns: int | None = None) -> None:
+        ok, data = self._cv2.imencode(".jpg", image, [self._cv2.IMWRITE_JPEG_QUALITY, self.quality])
+        if not ok:
+            raise SaveError(f"--save {self.path}: OpenCV could not encode frame {self.frames + 1} as JPEG")
+        self.frames += 1
+        _write_bytes(self._tmp / FRAME_PATTERN.format(self.frames), data.tobytes(), self.path)
+
+    def finish(self) -> Path:
+        if self.done:
+            return self.path
+        self.done = True
+        old = None
+        try:
+            if self.path.is_dir():
+                # an earlier recording (checked: frames only) steps aside, then goes
+                old = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", suffix=".old", dir=self.path.parent))
+                os.replace(self.path, old / "frames")
+            os.replace(self._tmp, self.path)
+        except OSError as exc:
+            self.abort()
+            raise SaveError(f"--save {self.path}: cannot move the frames into place: {exc.strerror or exc}") from exc
+        finally:
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        return self.path
+
+    def abort(self) -> None:
+        self.done = True
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+class VideoRecording(Recording):
+    """One video file (``.mp4``: MPEG-4 part 2, ``.avi``: Motion JPEG), all frames at the first's size."""
+
+    def __init__(self, path: Path, fps: float | None = None):
+        super().__init__(path)
+        if path.is_dir():
+            raise SaveError(f"--save {path}: is a folder, not a video file")
+        self.fps = float(fps) if fps and 0 < fps < 1000 else None
+        self._cv2 = import_cv2("--save")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".partial{path.suffix}", dir=path.parent)
+            os.close(fd)
+        except OSError as exc:
+            raise SaveError(f"--save {path}: cannot write there: {exc.strerror or exc}") from exc
+        self._tmp = Path(name)
+        self._writer: Any = None
+        self._size: tuple[int, int] | None = None
+        self._held: list[tuple[np.ndarray, int | None]] = []
+
+    def write(self, image: np.ndarray, t_ns: int | None = None) -> None:
+        self.frames += 1
+        if self._writer is None:
+            self._held.append((image, t_ns))
+            if self.fps is None and len(self._held) < _PROBE_FRAMES:
+                return  # measure the rate on a few frames before the writer must be told it
+            self._open()
+            return
+        self._put(image)
+
+    def _open(self) -> None:
+        fps = self.fps or _measured_fps([t for _, t in self._held]) or DEFAULT_FPS
+        h, w = self._held[0][0].shape[:2]
+        self._size = (w, h)
+        cv2 = self._cv2
+        self._writer = cv2.VideoWriter(str(self._tmp), cv2.VideoWriter_fourcc(*VIDEO_CODECS[self.path.suffix.lower()]),
+                                       fps, self._size)
+        if not self._writer.isOpened():
+            raise SaveError(f"--save {self.path}: OpenCV cannot write {self.path.suffix} video here",
+                            "install an OpenCV build with FFmpeg (opencv-python-headless), or save to a folder")
+        self.fps = fps
+        held, self._held = self._held, []
+        for image, _ in held:
+            self._put(image)
+
+    def _put(self, image: np.ndarray) -> None:
+        if (image.shape[1], image.shape[0]) != self._size:  # a video keeps one frame size
+            image = self._cv2.resize(image, self._size, interpolation=self._cv2.INTER_AREA)
+        self._writer.write(image)
+
+    def finish(self) -> Path:
+        if self.done:
+            return self.path
+        if self._writer is None and self._held:
+            self._open()
+        self.done = True
+        if self._writer is not None:
+            self._writer.release()
+        # VideoWriter.write reports nothing: a full disk shows as a missing or empty file
+        if self.frames == 0 or not self._tmp.is_file() or self._tmp.stat().st_size == 0:
+            self.abort()
+            raise SaveError(f"--save {self.path}: no video was written"
+                            + ("" if self.frames else " (no frames)"))
+        try:
+            os.replace(self._tmp, self.path)
+        except OSError as exc:
+            self.abort()
+            raise SaveError(f"--save {self.path}: cannot move the video into place: {exc.strerror or exc}") from exc
+        return self.path
+
+    def abort(self) -> None:
+        self.done = True
+        if self._writer is not None:
+            self._writer.release()
+        self._tmp.unlink(missing_ok=True)
+
+
+def _is_frame(path: Path) -> bool:
+    return path.is_file() and path.name.startswith("frame_") and path.suffix == ".jpg"
+
+
+def _write_bytes(path: Path, data: bytes, target: Path) -> None:
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+    except OSError as exc:
+        raise SaveError(f"--save {target}: cannot write {path.name}: {exc.strerror or exc}") from exc
+
+
+def _measured_fps(times_ns: list[int | None]) -> float | None:
+    """(n-1)/span of the capture times, when that is a plausible video rate (1..120 fps)."""
+    t = [v for v in times_ns if v is not None]
+    if len(t) < 2 or t[-1] <= t[0]:
+        return None
+    fps = (len(t) - 1) * 1e9 / (t[-1] - t[0])
+    return round(fps, 3) if 1.0 <= fps <= 120.0 else None
