@@ -271,3 +271,153 @@ def test_io_dtype_int8_model_decodes_through_its_zero_point(int8_io_bundle):
             expected = np.asarray(original(Preprocessor(float_spec)(frame)))[0]
             assert applied is False and abs(values.sum() - 1) < 0.05, path
             np.testing.assert_allclose(values, expected, atol=0.05, err_msg=str(path))
+
+
+# --- values, boundaries and branches the mutation run found unpinned (issue 18, docs/mutation.md) ------
+
+
+def test_softmax_computes_in_float64_and_returns_float32_whatever_the_input():
+    # a float16 output (an fp16 ONNX model) must not be exponentiated in float16: exp(-10) loses digits there
+    x16 = np.array([0.0, 10.0], np.float16)
+    p = softmax(x16)
+    assert p.dtype == np.float32
+    np.testing.assert_allclose(p, [np.exp(-10) / (1 + np.exp(-10)), 1 / (1 + np.exp(-10))], rtol=1e-6)
+
+
+def test_softmax_normalises_each_row_of_a_batch_on_its_own():
+    # rows of very different magnitude: a shared maximum would underflow the second row to 0 / 0
+    p = softmax(np.array([[1000.0, 1001.0, 1002.0], [0.0, 1.0, 2.0]]))
+    assert p.shape == (2, 3) and p.dtype == np.float32
+    np.testing.assert_allclose(p.sum(axis=-1), [1.0, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(p[0], p[1], rtol=1e-6)  # softmax ignores a constant shift
+
+
+def test_probability_check_boundaries():
+    assert looks_like_probabilities(np.array([1.0]))  # one class
+    assert looks_like_probabilities(np.array([0.0, 1.0]))  # a confident, exact 0/1 output
+    assert not looks_like_probabilities(np.array([]))
+    assert not looks_like_probabilities(np.array([-0.5, 0.5, 1.0]))  # sums to 1 but holds a negative
+    assert looks_like_probabilities(np.array([-1e-6, 0.5, 0.500001]))  # -1e-6 is still rounding noise
+    # the tolerance is inclusive on both checks: max exactly 1 + tolerance, sum exactly 1 + tolerance
+    assert looks_like_probabilities(np.array([1.25, 0.0]), tolerance=0.25)
+    assert not looks_like_probabilities(np.array([1.25, 0.0]), tolerance=0.2)
+    # a score above 1 + tolerance is refused even when rounding noise below 0 brings the sum back to 1
+    assert not looks_like_probabilities(np.concatenate([[1.2], np.full(200_000, -1e-6)]))
+    # the sum is taken in float64: in float16 1.050018 rounds to 1.0498, inside the tolerance
+    assert not looks_like_probabilities(np.array([0.5, 0.5, 0.050018310546875], np.float16))
+
+
+def test_top_k_keeps_five_by_default_and_ties_in_index_order_past_insertion_sort():
+    assert len(top_k(np.arange(10.0))) == 5
+    # 80 scores: numpy's default quicksort is not stable at this size, so index order must be asked for
+    scores = np.array([0.1] * 40 + [0.5] * 40)
+    assert [p.index for p in top_k(scores, k=45)] == list(range(40, 80)) + [0, 1, 2, 3, 4]
+    preds = top_k(np.array([[0.1, 0.9], [0.3, 0.2]]), k=4)  # any shape is read flat, row by row
+    assert [p.index for p in preds] == [1, 2, 3, 0]
+
+
+def test_decoder_defaults_and_batches():
+    ten = [np.arange(10.0, dtype=np.float32)[None]]
+    assert len(Decoder()(ten).predictions) == 5
+    assert len(make_decoder()(ten).predictions) == 5
+    assert len(make_decoder(top_k=2)(ten).predictions) == 2
+    # a batch of two: only the first item is decoded
+    batch = np.array([[0.25, 0.5, 0.25], [0.9, 0.05, 0.05]], np.float32)
+    r = Decoder(["a", "b", "c"], k=6)([batch])
+    assert [(p.label, p.score) for p in r.predictions] == [("b", 0.5), ("a", 0.25), ("c", 0.25)]
+    # a vector output without a batch axis is the scores themselves, not its first element
+    r = Decoder(["a", "b", "c"], k=3)([np.array([0.25, 0.5, 0.25], np.float32)])
+    assert [p.label for p in r.predictions] == ["b", "a", "c"] and not r.softmax_applied
+    # a conv head's [1, 1, 1, N] output gives a flat vector of N scores
+    values, applied = Decoder().scores([np.array([[[[0.25, 0.5, 0.25]]]], np.float32)])
+    assert values.shape == (3,) and values.tolist() == [0.25, 0.5, 0.25] and not applied
+
+
+def test_decoder_json_form_rounds_to_six_digits_and_names_every_field():
+    r = Decoder(["a", "b"], k=2, softmax="never")([np.array([[1 / 3, 2 / 3]], np.float32)])
+    assert r.to_dict() == {"top": [{"index": 1, "label": "b", "score": 0.666667},
+                                   {"index": 0, "label": "a", "score": 0.333333}], "softmax_applied": False}
+
+
+def test_decoder_and_classify_refusals_say_what_is_wrong():
+    with pytest.raises(ValueError, match="softmax must be auto, always or never, not 'sometimes'"):
+        Decoder(softmax="sometimes")
+    with pytest.raises(UsageError) as exc:
+        make_decoder(k=2, top_k=3)
+    assert exc.value.hint == "give one of them"
+    with pytest.raises(UsageError, match=r"classify k must be a whole number of at least 1, not 0"):
+        make_decoder(k=0)
+    with pytest.raises(UsageError, match="classify softmax must be auto, always or never, not 'sometimes'"):
+        make_decoder(softmax="sometimes")
+    for bad in (-1, True):
+        with pytest.raises(UsageError, match=f"classify output_index must be a whole number >= 0, not {bad!r}"):
+            make_decoder(output_index=bad)
+    logits = [np.array([[2.0, -1.0]], np.float32)]
+    assert make_decoder(softmax="never")(logits).top.score == 2.0
+    with pytest.raises(UsageError) as exc:
+        make_decoder("detekt")
+    assert exc.value.hint.startswith("known tasks: classify, raw")
+    with pytest.raises(UsageError) as exc:
+        make_decoder("classify", topk=3)
+    assert exc.value.hint == "classify accepts: k, top_k, softmax, output_index"
+
+
+def test_classify_reads_the_quantisation_of_the_output_it_decodes():
+    class TwoQuantised:
+        output_quantization = [(1.0, 0), (1 / 256, 0)]
+
+    out = [np.array([[0, 0]], np.uint8), np.array([[64, 192]], np.uint8)]
+    values, applied = make_decoder(runtime=TwoQuantised(), output_index=1).scores(out)
+    assert values.tolist() == [0.25, 0.75] and not applied
+
+
+def test_output_quantization_past_the_last_output_is_none():
+    class WithQuant:
+        output_quantization = [(0.5, 3), None]
+
+    assert output_quantization(WithQuant(), 2) is None
+
+
+def test_a_model_with_a_dynamic_batch_of_minus_one_is_a_classifier():
+    from edgekit.results import default_task
+
+    assert default_task([[-1, 10]]) == "classify" and default_task([[2, 10]]) == "raw"
+
+
+def test_raw_json_form_rounds_every_statistic_to_six_digits():
+    from edgekit.results import RawDecoder
+
+    out = np.array([[1 / 3, 2 / 3, 1 / 7]], np.float64)
+    d = RawDecoder(tensors=True)([out]).to_dict()["outputs"][0]
+    a = out.astype(np.float32)
+    assert (d["min"], d["max"], d["mean"], d["std"]) == (
+        round(float(a.min()), 6), round(float(a.max()), 6), round(float(a.mean()), 6), round(float(a.std()), 6))
+    assert d["min"] == 0.142857 and d["max"] == 0.666667 and d["std"] != 0
+    assert d["values"] == [[0.333333, 0.666667, 0.142857]]
+
+
+def test_raw_decoder_defaults_and_outputs_past_its_names_and_quantisation():
+    from edgekit.results import RawDecoder
+
+    decode = RawDecoder(names=["first"], quantization=[(0.5, 0)])
+    result = decode([np.array([4], np.uint8), np.array([4], np.uint8), np.zeros((1, 0), np.float32)])
+    first, second, empty = result.outputs
+    assert first.values is None  # tensors only when asked
+    assert (first.name, first.mean) == ("first", 2.0) and (second.name, second.mean) == ("output_1", 4.0)
+    assert empty.name == "output_2" and empty.shape == (1, 0)
+    assert (empty.min, empty.max, empty.mean, empty.std) == (0.0, 0.0, 0.0, 0.0)
+
+
+def test_raw_head_names_outputs_without_details_by_position():
+    class QuantOnly:  # a runtime that reports quantisation but no output details
+        output_quantization = [None, None]
+
+    class Unnamed:
+        output_quantization = [None]
+
+        def output_details(self):
+            return [{"shape": [1, 2]}]
+
+    outs = [np.zeros((1, 2), np.float32), np.ones((1, 2), np.float32)]
+    assert [o.name for o in make_decoder("raw", runtime=QuantOnly())(outs).outputs] == ["output_0", "output_1"]
+    assert [o.name for o in make_decoder("raw", runtime=Unnamed())(outs[:1]).outputs] == ["output_0"]
