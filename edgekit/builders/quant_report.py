@@ -33,13 +33,13 @@ import io
 import itertools
 import math
 import warnings
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:
+    from edgekit.builders.calibration import TensorStream
     from edgekit.builders.context import BuildContext
 
 REPORT_IMAGES = 32
@@ -59,22 +59,19 @@ MIN_WIDE_SPAN = 2.0
 in [0, 1]): the advice to split or normalise would not apply, so no hint."""
 
 
-def layer_errors(saved_model: Path, representative: Iterable[np.ndarray], debug_images: int = REPORT_IMAGES,
-                 worst: int = WORST, io_dtype: str = "uint8",
-                 outputs: Mapping[str, str] | None = None) -> tuple[list[dict], int]:
-    """The ``worst`` layers by RMSE/scale of the int8 conversion of ``saved_model``, and the
-    number of images the instrumented model ran on.
+def layer_errors(conv: Any, representative: Iterable[np.ndarray], debug_images: int = REPORT_IMAGES,
+                 worst: int = WORST, outputs: Mapping[str, str] | None = None) -> tuple[list[dict], int]:
+    """The ``worst`` layers by RMSE/scale of an int8 conversion, and the number of images the
+    instrumented model ran on.
 
-    ``representative`` is what :func:`edgekit.builders.tflite.convert` calibrates on (one
-    float tensor per image, no batch axis; a sized re-iterable), so the debugger's ranges are
-    the built model's; the first ``debug_images`` of it are run through the instrumented model.
+    ``conv``: the ``TFLiteConverter`` set up for int8 as the build converts
+    (:func:`edgekit.builders.tflite.converter`), calibrating on ``representative`` (one float
+    tensor per image, no batch axis; a sized re-iterable), so the debugger's ranges are the
+    built model's; the first ``debug_images`` of it run through the instrumented model.
     ``outputs``: see :func:`worst_layers`.
     """
     import tensorflow as tf
 
-    from edgekit.builders.tflite import converter
-
-    conv = converter(saved_model, "int8", representative, io_dtype)
     seen = [0]
 
     def debug_dataset():
@@ -214,18 +211,20 @@ def reference_sample(ctx: BuildContext, rows: int = HINT_IMAGES) -> Iterable[tup
             yield name, spool.read(np.arange(min(rows, len(spool))))
 
 
-def quantization_report(ctx: BuildContext, saved: Path, io_dtype: str = "uint8",
+def quantization_report(ctx: BuildContext, make_converter: Callable[[TensorStream], Any],
                         outputs: Mapping[str, str] | None = None) -> dict:
-    """The report for ``ctx``'s int8 conversion of ``saved``: worst layers, mixed-range findings, hints.
+    """The report for ``ctx``'s int8 conversion: worst layers, mixed-range findings, hints.
 
-    ``outputs`` maps the int8 model's output tensor names to the outputs' names.
+    ``make_converter`` gives the int8 ``TFLiteConverter`` calibrating on the stream it is
+    handed (``ctx.representative()``); ``outputs`` maps the int8 model's output tensor names
+    to the outputs' names.
     A debugger failure (the API is experimental) is recorded as ``error`` and the hints are
     still given: the report explains a gate failure, it never causes one.
     """
     report: dict[str, Any] = {"metric": "rmse_over_scale", "ideal": round(IDEAL_RMSE_OVER_SCALE, 4)}
     try:
-        report["worst_layers"], report["images"] = layer_errors(saved, ctx.representative(), io_dtype=io_dtype,
-                                                                 outputs=outputs)
+        rep = ctx.representative()
+        report["worst_layers"], report["images"] = layer_errors(make_converter(rep), rep, outputs=outputs)
     except Exception as exc:  # noqa: BLE001 - TensorFlow raises anything; a diagnosis must not end the build
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         report.update(worst_layers=[], images=0, error=f"QuantizationDebugger failed: {first}")

@@ -205,7 +205,7 @@ def _quant_report(ctx: BuildContext, target: Target, saved: Path, io_dtype: str,
 
     why = "int8 missed the gate" if missed else "int8"
     with ctx.log.step(f"[{target.name}] {why}: per-layer quantisation error"):
-        report = quantization_report(ctx, saved, io_dtype, tensors)
+        report = quantization_report(ctx, lambda rep: converter(saved, "int8", rep, io_dtype), tensors)
     for line in report_lines(report):
         (ctx.log.warn if line.startswith(("hint:", "QuantizationDebugger")) else ctx.log.info)(line)
     return report

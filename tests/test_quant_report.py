@@ -1,0 +1,232 @@
+"""When an int8 model misses the gate, the build says where: the worst layers by RMSE/scale
+(TensorFlow's QuantizationDebugger on real conversions) and the mixed-range hint
+(ultralytics/yolov5#10164), in edgekit.json, build.log and on stderr."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from edgekit.builders.quant_report import (
+    IDEAL_RMSE_OVER_SCALE,
+    MIXED_RANGE_RATIO,
+    hint_text,
+    mixed_ranges,
+    report_lines,
+    summary,
+    worst_layers,
+)
+from tests.conftest import CALIB, DEMO_MODEL, EVAL
+
+
+def _detector_output(pixels: bool, anchors: int = 50, classes: int = 6, channels_first: bool = True):
+    """A YOLO-style head made in Keras: boxes (sigmoid, times 640 when ``pixels``) concatenated
+    with class scores (sigmoid, [0, 1]) into one ``[4+nc, N]`` (or ``[N, 4+nc]``) output."""
+    import keras
+    from keras import layers
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((10, 5, 3))
+    x = layers.Conv2D(16, 3, padding="same", activation="relu")(inp)
+    x = layers.Reshape((anchors, 16))(x)
+    boxes = layers.Dense(4, activation="sigmoid", kernel_initializer=keras.initializers.RandomNormal(stddev=2.0))(x)
+    if pixels:
+        boxes = layers.Rescaling(640.0)(boxes)
+    scores = layers.Dense(classes, activation="sigmoid")(x)
+    out = layers.Concatenate(axis=-1)([boxes, scores])  # [N, 4+nc]
+    if channels_first:
+        out = layers.Permute((2, 1))(out)  # [4+nc, N], as YOLOv8 exports
+    model = keras.Model(inp, out)
+    images = np.random.default_rng(1).random((16, 10, 5, 3), dtype=np.float32)
+    return model.predict(images, verbose=0)
+
+
+@pytest.mark.parametrize("channels_first", [True, False])
+def test_pixel_boxes_beside_scores_fire_the_hint_naming_the_output(channels_first):
+    out = _detector_output(pixels=True, channels_first=channels_first)
+    found = mixed_ranges({"scores": np.zeros((16, 3)) + 0.5, "output0": out})
+    assert [f["output"] for f in found] == ["output0"]
+    f = found[0]
+    assert f["axis"] == (1 if channels_first else 2)
+    assert f["wide"]["channels"] == [0, 4] and f["narrow"]["channels"] == [4, 10]
+    assert f["wide"]["max"] > 100 and f["narrow"]["min"] >= 0 and f["narrow"]["max"] <= 1
+    assert f["ratio"] >= MIXED_RANGE_RATIO and f["narrow_levels"] < 256 / MIXED_RANGE_RATIO
+    text = hint_text(f)
+    assert text.startswith(f"output output0 mixes ranges on axis {f['axis']}: channels 0-3 span")
+    assert "channels 4-9 only" in text
+    assert "split the outputs before quantisation, or normalise the boxes to [0, 1]" in text
+
+
+def test_normalised_boxes_beside_scores_give_no_hint():
+    assert mixed_ranges({"output0": _detector_output(pixels=False)}) == []
+
+
+def test_mixed_range_check_on_arrays():
+    rng = np.random.default_rng(0)
+    # SSD-style boxes [N, 4] in similar ranges, and scores whose classes differ but interleave
+    boxes = rng.uniform(0, 300, (8, 100, 4))
+    probs = rng.dirichlet(np.ones(5), (8, 100)) * np.array([1, 0.01, 1, 0.01, 1])
+    assert mixed_ranges({"boxes": boxes, "scores": probs}) == []
+    # boxes last, logits first: the split may sit anywhere and the wide group may be either side
+    logits = rng.uniform(-0.5, 0.5, (8, 3))
+    mixed = np.concatenate([logits, rng.uniform(0, 640, (8, 4))], axis=1)
+    (f,) = mixed_ranges({"raw": mixed})
+    assert f["wide"]["channels"] == [3, 7] and f["narrow"]["channels"] == [0, 3] and f["axis"] == 1
+    # a constant channel loses nothing; one output value, NaN, or no rows: nothing to say
+    assert mixed_ranges({"pad": np.concatenate([rng.uniform(0, 640, (8, 4)), np.zeros((8, 2))], 1)}) == []
+    assert mixed_ranges({"a": np.ones((4, 1)), "b": np.full((2, 3), np.nan), "c": np.zeros((0, 5))}) == []
+    # below the documented ratio: no hint
+    near = np.concatenate([rng.uniform(0, 10, (8, 4)), rng.uniform(0, 1, (8, 4))], axis=1)
+    assert mixed_ranges({"near": near}) == [] and mixed_ranges({"near": near}, ratio=5) != []
+
+
+def test_worst_layers_from_a_statistics_dump():
+    rows = [{"op_name": "CONV_2D", "tensor_name": "a", "mean_squared_error": "4e-6", "scale": "0.004"},
+            {"op_name": "TANH", "tensor_name": "b", "mean_squared_error": "0.0001", "scale": "0.0078125",
+             "mean_abs_error": "0.009", "max_abs_error": "nan"},
+            {"op_name": "ADD", "tensor_name": "c", "mean_squared_error": "1", "scale": "0"},  # no scale: left out
+            {"op_name": "MUL", "tensor_name": "d", "mean_squared_error": "x", "scale": "1"}]
+    worst = worst_layers(rows, worst=5, outputs={"b": "logits"})
+    assert [w["tensor"] for w in worst] == ["b", "a"]
+    assert worst[0] == {"tensor": "b", "op": "TANH", "rmse_over_scale": 1.28, "scale": 0.0078125,
+                        "mean_abs_error": 0.009, "output": "logits"}
+    assert worst[1]["rmse_over_scale"] == 0.5 and "output" not in worst[1]
+    assert worst_layers(rows, worst=1) == worst_layers(rows)[:1]
+
+
+def test_report_lines_and_summary_name_layers_and_hints():
+    report = {"images": 32, "worst_layers": [
+        {"tensor": "model/steep/Tanh;model/steep/x", "op": "TANH", "rmse_over_scale": 0.8, "output": None},
+        {"tensor": "StatefulPartitionedCall:0", "op": "CONCATENATION", "rmse_over_scale": 0.33, "output": "det"}],
+        "hints": ["output det mixes ranges ..."]}
+    lines = report_lines(report)
+    assert lines[0].startswith("worst layers on 32 calibration images") and f"{IDEAL_RMSE_OVER_SCALE:.2f}" in lines[0]
+    assert lines[1:] == ["  1. TANH model/steep/Tanh;model/steep/x: RMSE/scale 0.80",
+                         "  2. CONCATENATION StatefulPartitionedCall:0 (output det): RMSE/scale 0.33",
+                         "hint: output det mixes ranges ..."]
+    assert summary(report) == ("worst int8 layers by RMSE/scale: model/steep/Tanh (TANH) 0.80, "
+                               "StatefulPartitionedCall:0 (CONCATENATION) 0.33; output det mixes ranges ...")
+    assert summary({"worst_layers": [], "hints": []}) == ""
+
+
+# --- the debugger on a real conversion ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def steep(tmp_path_factory):
+    """A small CNN with one badly quantised layer (tanh of a 200x gain), its SavedModel, the
+    debugger's report, and the tensor names of its int8 conversion by edgekit's converter."""
+    import keras
+    import tensorflow as tf
+    from keras import layers
+
+    from edgekit.builders.quant_report import layer_errors
+    from edgekit.builders.tflite import convert, converter
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((16, 16, 3))
+    x = layers.Conv2D(8, 3, activation="relu", name="conv_a")(inp)
+    x = layers.Conv2D(8, 3, activation="relu", name="conv_b")(x)
+    x = layers.Conv2D(8, 3, name="conv_c")(x)
+    x = layers.Activation("tanh", name="steep")(layers.Rescaling(200.0, name="gain")(x))
+    x = layers.Conv2D(8, 3, activation="relu", name="conv_d")(x)
+    x = layers.GlobalAveragePooling2D()(x)
+    model = keras.Model(inp, layers.Dense(6, name="head")(x))
+    saved = tmp_path_factory.mktemp("steep") / "saved_model"
+    model.export(saved, input_signature=[tf.TensorSpec((1, 16, 16, 3), tf.float32)], verbose=False)
+    images = np.random.default_rng(0).random((40, 16, 16, 3), dtype=np.float32)
+    worst, n = layer_errors(converter(saved, "int8", images), images, debug_images=24)
+    from ai_edge_litert.interpreter import Interpreter
+
+    int8 = Interpreter(model_content=convert(saved, "int8", images))
+    return worst, n, {t["name"] for t in int8.get_tensor_details()}
+
+
+@pytest.mark.slow
+def test_debugger_report_names_real_tensors_worst_first(steep):
+    worst, n, names = steep
+    assert n == 24 and 1 <= len(worst) <= 5
+    assert len(worst) == 5  # the model has more quantised layers than that: the report keeps five
+    assert all(w["tensor"] in names for w in worst), [w["tensor"] for w in worst]
+    scores = [w["rmse_over_scale"] for w in worst]
+    assert scores == sorted(scores, reverse=True)
+    # the layer we broke is named first, well above plain rounding; the others near it
+    assert worst[0]["op"] == "TANH" and "steep" in worst[0]["tensor"]
+    assert scores[0] > 2 * IDEAL_RMSE_OVER_SCALE and all(s < 2 * IDEAL_RMSE_OVER_SCALE for s in scores[1:])
+    assert all(w["scale"] > 0 and w["mean_abs_error"] >= 0 for w in worst)
+
+
+# --- end to end: edgekit build --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gate_failures(tmp_path_factory):
+    """Two builds whose int8 model misses the gate, through the CLI: a raw detector-style model
+    with pixel boxes beside scores (--min-cosine above what int8 reaches) and the demo
+    classifier (--min-accuracy-ratio 1.5, which no model reaches). {case: (code, err, dist)}."""
+    import contextlib
+    import io
+
+    import keras
+    from keras import layers
+
+    from edgekit.cli import main
+
+    tmp = tmp_path_factory.mktemp("gate")
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((32, 32, 1))
+    x = layers.GlobalAveragePooling2D()(layers.Conv2D(8, 3, activation="relu", name="conv_a")(inp))
+    boxes = layers.Rescaling(640.0)(layers.Dense(4, activation="sigmoid", name="box_head")(x))
+    scores = layers.Dense(10, activation="sigmoid", name="class_head")(x)
+    keras.Model(inp, layers.Concatenate(name="det")([boxes, scores])).save(tmp / "mixed.keras")
+    cases = {"raw": [tmp / "mixed.keras", "--task", "raw", "--min-cosine", "0.999999"],
+             "classify": [DEMO_MODEL, "--eval", str(EVAL), "--min-accuracy-ratio", "1.5"]}
+    results = {}
+    for case, (model, *extra) in cases.items():
+        dist = tmp / case
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = main(["build", "--model", str(model), "--target", "cpu", "--calib", str(CALIB), "--out", str(dist),
+                         "--variants", "fp32,int8", "--calib-count", "120", *extra])
+        results[case] = (code, err.getvalue(), dist)
+    return results
+
+
+def _rejected(dist, name):
+    bundle = dist / f"{name}-cpu.rejected"
+    return json.loads((bundle / "edgekit.json").read_text()), (bundle / "build.log").read_text()
+
+
+@pytest.mark.slow
+def test_raw_gate_failure_names_worst_layers_and_the_mixed_output(gate_failures):
+    code, err, dist = gate_failures["raw"]
+    assert code == 3 and "Traceback" not in err and not (dist / "mixed-cpu").exists()
+    manifest, log = _rejected(dist, "mixed")
+    models = manifest["verification"]["models"]
+    assert "quantization" not in models["fp32"]  # only int8 is reported
+    report = models["int8"]["quantization"]
+    assert report["metric"] == "rmse_over_scale" and report["images"] == 32 and "error" not in report
+    worst = report["worst_layers"]
+    assert 1 <= len(worst) <= 5 and [w["rmse_over_scale"] for w in worst] == sorted(
+        (w["rmse_over_scale"] for w in worst), reverse=True)
+    assert all(w["tensor"].startswith(("functional", "StatefulPartitionedCall")) for w in worst)
+    assert all(w.get("output") == "det" for w in worst if w["op"] == "CONCATENATION")  # the model's output
+    assert [f["output"] for f in report["mixed_ranges"]] == ["det"] and "output det mixes ranges" in report["hints"][0]
+    # the names reach the user: stderr and the bundle's build.log
+    for text in (err, log):
+        assert "[cpu] int8 missed the gate: per-layer quantisation error" in text
+        assert all(f"{w['op']} {w['tensor']}" in text for w in worst)
+        assert "hint: output det mixes ranges on axis 1: channels 0-3" in text
+
+
+@pytest.mark.slow
+def test_classifier_gate_failure_gets_the_report_without_a_range_hint(gate_failures):
+    code, err, dist = gate_failures["classify"]
+    assert code == 3 and "Traceback" not in err
+    manifest, log = _rejected(dist, "demo")
+    report = manifest["verification"]["models"]["int8"]["quantization"]
+    assert len(report["worst_layers"]) == 5 and report["hints"] == []  # class scores are meant to differ
+    assert all(f"{w['op']} {w['tensor']}" in log for w in report["worst_layers"])
+    assert "quantization" not in manifest["verification"]["models"]["fp32"]
