@@ -34,8 +34,9 @@ def _cv2():
 
 
 def _suppress(cv2, xywh: np.ndarray, scores: np.ndarray, classes: np.ndarray | None, iou: float) -> np.ndarray:
-    # OpenCV filters by score itself; the caller has, so pass a threshold every score meets.
-    floor = float(scores.min()) - 1.0
+    # OpenCV filters by score itself (keeping scores > threshold, and NMSBoxes asserts threshold >= 0);
+    # every candidate is already above the head's score threshold >= 0, so 0 lets them all through.
+    floor = 0.0
     if classes is None:
         kept = cv2.dnn.NMSBoxes(xywh, scores, floor, iou)
     else:
