@@ -20,6 +20,7 @@ import numpy as np
 from edgekit.builders.calibration import ImageSet, load_calibration, load_eval
 from edgekit.builders.context import BuildContext
 from edgekit.builders.contract import BuildRequest, TargetBuild, check_bundle_name
+from edgekit.builders.detect_gate import DetectEval, DetectGate, load_detection_eval
 from edgekit.builders.inputs import PREPROCESS_KEYS, explicit_labels, float_input_spec, preprocessing, read_sidecars
 from edgekit.builders.log import BuildLog, interruptible
 from edgekit.builders.preflight import check_resources, log_peak_memory
@@ -58,6 +59,8 @@ def build(
     min_cosine: float = 0.98,
     calib_steps: int | None = 300,
     memory_check: bool = True,
+    min_map_ratio: float = 0.99,
+    task_options: dict | None = None,
 ) -> list[TargetBuild]:
     """Build one verified bundle per target.
 
@@ -67,7 +70,8 @@ def build(
             a comma-separated string works too.
         calib: calibration folder(s) and/or video(s); mix in real camera frames here.
         out: the directory that receives ``<name>-<target>/`` bundles.
-        eval_dir: ImageFolder of labelled images; enables the accuracy gate.
+        eval_dir: ImageFolder of labelled images (a detector: a COCO or YOLO detection set,
+            :func:`edgekit.detect.dataset.load_detection_set`); enables the accuracy gate.
         labels: list, or a labels.txt path; default ``<model stem>.labels.txt`` or the eval classes.
         preprocess: overrides of colour/crop/resize/interpolation/mean/std; default
             ``<model stem>.preprocess.json``.
@@ -76,10 +80,14 @@ def build(
             are held back to measure agreement.
         variants, io_dtype, compiler, min_runtime_version, min_tpu_ops, strict_tpu_ops: builder
             options; each one given wins over the target file's value (see ``edgekit build -h``).
-        task: ``classify`` or ``raw`` (default: classify for one 1-D output, raw otherwise).
+        task: ``classify``, ``detect`` or ``raw`` (default: detect when ``eval_dir`` is a detection
+            set, else classify for one 1-D output, raw otherwise).
         input_size: (H, W) or ``"HxW"`` for an ONNX input whose height/width are symbolic.
         min_cosine: ``raw`` models: the worst output's cosine similarity below this fails a variant.
         calib_steps, memory_check: most images int8 calibration runs (None: all); False skips the memory check.
+        min_map_ratio: ``detect``: converted/original mAP@[.5:.95] on the eval set below this fails a variant.
+        task_options: ``detect`` head options (``layout``, ``score_threshold``, SSD ``ssd_anchors`` ...)
+            written into every model's ``task_options`` and used by the gate.
 
     Returns one TargetBuild per target. Raises VerificationFailed (after building the other
     targets) when any target misses the accuracy gate; other errors as EdgekitError.
@@ -90,7 +98,7 @@ def build(
         holdout_fraction=holdout_fraction, seed=seed, variants=variants, io_dtype=io_dtype, compiler=compiler,
         min_runtime_version=min_runtime_version, min_tpu_ops=min_tpu_ops, strict_tpu_ops=strict_tpu_ops,
         quiet=quiet, task=task, input_size=input_size, min_cosine=min_cosine, calib_steps=calib_steps,
-        memory_check=memory_check,
+        memory_check=memory_check, min_map_ratio=min_map_ratio, task_options=task_options or {},
     ))
 
 
@@ -102,14 +110,18 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
         resolved = _resolve_targets(request)
         source = load_source_model(request.model, request.input_size)
         check_resources(request, source, log)
-        task, class_output = choose_task(request.task, source)
+        task, class_output = choose_task(request.task, source, request.eval_dir)
         side_labels, side_pre = read_sidecars(request.model)
         labels = explicit_labels(request.labels)
         float_spec = _float_spec(request, source, side_pre, log)
         # raw: the eval images are compared output by output, their folder names are not classes
         eval_labels = None if task == "raw" else labels or side_labels
-        calib_all, evalset = _load_images(request, Preprocessor(float_spec), eval_labels, log)
+        calib_all, evalset, detection = _load_images(request, Preprocessor(float_spec), eval_labels, log, task)
         labels = labels or side_labels or (evalset.class_names if evalset and task != "raw" else None)
+        if request.task_options and task != "detect":
+            raise UsageError(f"--task-option applies to detectors; this build's task is {task}",
+                             "add --task detect, or leave the options out")
+        detect = _detect_gate(request, source, labels, float_spec, detection) if task == "detect" else None
         n_out = source.outputs[class_output].size if class_output is not None else None
         if labels and n_out and len(labels) != n_out:
             raise UsageError(f"{len(labels)} labels for a model with {n_out} outputs",
@@ -121,7 +133,7 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
         with _disk_full_is_one_line(request.out), tempfile.TemporaryDirectory(prefix="edgekit-build-") as work:
             ctx = BuildContext(request=request, source=source, name=name, labels=labels or [], float_spec=float_spec,
                                calib_all=calib_all, calib=used, holdout=holdout, evalset=evalset, log=log,
-                               workdir=Path(work), task=task, class_output=class_output)
+                               workdir=Path(work), task=task, class_output=class_output, detect=detect)
             results = [build_target(ctx, target, t_start) for target in resolved]
         log_peak_memory(log, t_start, onnx2tf=source.kind == "onnx")
     _raise_if_rejected(results)
@@ -150,17 +162,24 @@ def _disk_full_is_one_line(out: Path) -> Iterator[None]:
                          "free some space, or point TMPDIR/--out at a larger disk") from exc
 
 
-def choose_task(task: str | None, source: SourceModel) -> tuple[str, int | None]:
-    """The bundle's task head and the index of its class output (None for ``raw``).
+def choose_task(task: str | None, source: SourceModel, eval_dir: Path | None = None) -> tuple[str, int | None]:
+    """The bundle's task head and the index of its class output (None for ``raw`` and ``detect``).
 
-    Default: ``classify`` for a model with one output of one dimension per image, ``raw``
-    otherwise (a detector, a segmenter, a class + regression model): never top-k indices
-    of something that is not a class score vector.
+    Default: ``detect`` when the eval set is a detection set (COCO JSON, or YOLO images/ +
+    labels/: the annotations say what the model is for); else ``classify`` for a model with
+    one output of one dimension per image, ``raw`` otherwise (a detector without annotations,
+    a segmenter, a class + regression model): never top-k indices of something that is not a
+    class score vector. A detector's layout is checked once its labels are known
+    (:class:`~edgekit.builders.detect_gate.DetectGate`).
     """
+    from edgekit.detect.dataset import is_detection_set
+
     flat = [i for i, o in enumerate(source.outputs) if len(o.shape) == 1]
+    if task is None and eval_dir is not None and is_detection_set(eval_dir):
+        task = "detect"
     if task is None:
         task = "classify" if len(source.outputs) == 1 and flat else "raw"
-    if task == "raw":
+    if task in ("raw", "detect"):
         return task, None
     if not flat:
         shapes = ", ".join(f"{o.name} {list(o.shape)}" for o in source.outputs)
@@ -228,15 +247,25 @@ def _float_spec(request: BuildRequest, source: SourceModel, side_pre: dict, log:
     return float_input_spec(source, spec_kw)
 
 
-def _load_images(request: BuildRequest, prep: Preprocessor, labels: list[str] | None,
-                 log: BuildLog) -> tuple[ImageSet, ImageSet | None]:
+def _load_images(request: BuildRequest, prep: Preprocessor, labels: list[str] | None, log: BuildLog,
+                 task: str = "classify") -> tuple[ImageSet, ImageSet | None, DetectEval | None]:
+    """The calibration images, and the eval set (a detector's: images + annotations) when given."""
     with log.step("load calibration images"):
         calib_all = load_calibration(list(request.calib), prep, request.calib_count, request.seed, log)
-    evalset = None
+    evalset, detection = None, None
     if request.eval_dir is not None:
         with log.step("load evaluation images"):
-            evalset = load_eval(request.eval_dir, prep, labels, log)
-    return calib_all, evalset
+            if task == "detect":
+                evalset, detection = load_detection_eval(request.eval_dir, prep, labels, log)
+            else:
+                evalset = load_eval(request.eval_dir, prep, labels, log)
+    return calib_all, evalset, detection
+
+
+def _detect_gate(request: BuildRequest, source: SourceModel, labels: list[str] | None, spec: InputSpec,
+                 detection: DetectEval | None) -> DetectGate:
+    """The detect head of the build, its layout checked against the model's outputs now."""
+    return DetectGate.for_model(source, labels or [], spec, request.task_options, detection)
 
 
 def _split_holdout(calib_all: ImageSet, fraction: float) -> tuple[ImageSet, ImageSet]:
@@ -253,5 +282,6 @@ def _raise_if_rejected(results: list[TargetBuild]) -> None:
             "; ".join(f"{r.target}: {r.error}" for r in failed),
             f"no bundle was written for {', '.join(r.target for r in failed)}; "
             "see the .rejected bundle's edgekit.json, calibrate with more representative images, "
-            "or lower --min-accuracy-ratio",
+            + ("or lower --min-map-ratio" if any(r.manifest.get("task") == "detect" for r in failed)
+               else "or lower --min-accuracy-ratio"),
         ).with_results(results)

@@ -19,6 +19,7 @@ import numpy as np
 
 from edgekit.builders.calibration import ImageSet, TensorStream
 from edgekit.builders.contract import BuilderOutput, BuildRequest
+from edgekit.builders.detect_gate import as_reference, detect_result
 from edgekit.builders.log import BuildLog
 from edgekit.builders.source import SourceModel
 from edgekit.builders.spool import Spool, chunk_size
@@ -35,8 +36,10 @@ class BuildContext:
     ``converter_calib``: the first ``--calib-steps`` of them), ``holdout`` those held back to
     measure agreement, ``calib_all`` both (what the manifest's provenance describes).
     ``reference`` holds, per data set, the original model's outputs (one spool per output).
-    ``task`` is the bundle's task head (``classify`` or ``raw``); ``class_output`` the index
-    of the class scores among the source's outputs (None for ``raw``).
+    ``task`` is the bundle's task head (``classify``, ``detect`` or ``raw``); ``class_output``
+    the index of the class scores among the source's outputs (None for ``raw`` and ``detect``).
+    ``detect`` (a :class:`~edgekit.builders.detect_gate.DetectGate`, detect only) decodes every
+    model's outputs the same way and keeps the original's detections per data set.
     """
 
     request: BuildRequest
@@ -52,6 +55,7 @@ class BuildContext:
     workdir: Path
     task: str = "classify"
     class_output: int | None = 0
+    detect: Any = None
     reference: dict[str, list[Spool]] = field(default_factory=dict)
     converted_outputs: list[dict] = field(default_factory=list)
     chunk: int = field(default=1, init=False)  # images per chunk (set from the input size)
@@ -72,14 +76,18 @@ class BuildContext:
         with self.log.step("reference outputs of the original model"):
             for dataset, images in (("eval", self.evalset), ("holdout", self.holdout)):
                 if images is not None and len(images):
-                    self.reference[dataset] = self._reference(images)
+                    self.reference[dataset] = self._reference(images, dataset)
 
-    def _reference(self, images: ImageSet) -> list[Spool]:
-        """The original model's outputs for ``images``, one spool per output, a chunk at a time."""
+    def _reference(self, images: ImageSet, dataset: str) -> list[Spool]:
+        """The original model's outputs for ``images``, one spool per output, a chunk at a time
+        (a detector's are also decoded: its detections are kept for the mAP)."""
         spools = [Spool(dtype=np.float32) for _ in self.source.outputs]
         for batch in images.batches(self._float, self.chunk):
-            for spool, out in zip(spools, self.source.predict(batch, batch_size=self.chunk)):
+            outputs = self.source.predict(batch, batch_size=self.chunk)
+            for spool, out in zip(spools, outputs):
                 spool.extend(out)
+            if self.detect is not None:
+                self.detect.add_reference(dataset, outputs)
         return spools
 
     @property
@@ -90,8 +98,8 @@ class BuildContext:
 
     @property
     def min_ratio(self) -> float:
-        """Converted/original top-1 below this fails a variant."""
-        return self.request.min_accuracy_ratio
+        """Converted/original top-1 (a detector: mAP@[.5:.95]) below this fails a variant."""
+        return self.request.min_map_ratio if self.task == "detect" else self.request.min_accuracy_ratio
 
     def options_for(self, target: Target) -> dict[str, Any]:
         """The builder options for ``target``: its ``[build]`` table, with what the request gives laid over."""
@@ -134,11 +142,18 @@ class BuildContext:
                 labelled = dataset == "eval" and self.class_output is not None
                 comparison = Comparison(self.source.output_names, self.class_output)
                 references = [spool.chunks(self.chunk) for spool in self.reference[dataset]]
+                found: list = []
                 for batch in images.batches(prep, self.chunk):
-                    comparison.add([next(r) for r in references], run(batch))
+                    refs, outputs = [next(r) for r in references], run(batch)
+                    comparison.add(refs, outputs)
+                    if self.detect is not None:
+                        found += self.detect.decode(dataset, [as_reference(r, o) for r, o in zip(refs, outputs)],
+                                                    len(found))
                 res = comparison.result(images.labels if labelled else None,
                                         images.class_names if labelled else None)
-                if labelled:
+                if self.detect is not None:
+                    res.update(detect_result(self.detect, dataset, found, self.min_ratio))
+                elif labelled:
                     res["passed"] = res.get("ratio") is not None and res["ratio"] >= self.min_ratio
                 elif self.task == "raw":
                     res["passed"] = res["cosine"] is not None and res["cosine"] >= self.request.min_cosine
@@ -150,9 +165,16 @@ class BuildContext:
 def _summary(res: dict) -> str:
     """One log line of a comparison: the task metric, then every output's cosine and SQNR."""
     head = ""
-    if res.get("ratio") is not None:
+    if res.get("metric") == "map":
+        head = "; ".join(f"{name} original {_fmt(m['original'])} converted {_fmt(m['converted'])} "
+                         f"ratio {_fmt(m['ratio'])}" for name, m in (("mAP@[.5:.95]", res),
+                                                                     ("mAP@.5", res.get("map50") or {}))) + "; "
+    elif res.get("metric") == "map_agreement":
+        head = (f"mAP@[.5:.95] against the original's detections {_fmt(res.get('agreement'))}; "
+                f"mAP@.5 {_fmt((res.get('map50') or {}).get('converted'))}; ")
+    elif res.get("ratio") is not None:
         head = f"top-1 original {res['original']:.4f} converted {res['converted']:.4f} ratio {res['ratio']}; "
-    if res.get("agreement") is not None:
+    if res.get("agreement") is not None and not res.get("metric"):
         head += f"agreement {res['agreement']:.4f}; "
     return head + "; ".join(f"{n}: cosine {m['cosine']} SQNR {m['sqnr_db']} dB" for n, m in res["outputs"].items())
 
@@ -161,3 +183,7 @@ class Builder(Protocol):
     """The callable a target file names as ``builder = "module:function"`` (the builder contract)."""
 
     def __call__(self, ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput: ...
+
+
+def _fmt(value: Any) -> str:
+    return "n/a" if value is None else f"{value:.4f}"

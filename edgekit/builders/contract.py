@@ -24,7 +24,7 @@ from edgekit.image import InputSpec
 BUILDER_OPTIONS = ("variants", "io_dtype", "compiler", "min_runtime_version", "min_tpu_ops", "strict_tpu_ops")
 
 
-TASKS = ("classify", "raw")
+TASKS = ("classify", "detect", "raw")
 
 # A bundle is written to <out>/<name>-<target>: the name must stay one plain file name
 # (no separator, no "..", not hidden), or `--name ../x` would write outside --out.
@@ -96,6 +96,8 @@ class BuildRequest:
     min_cosine: float = 0.98
     calib_steps: int | None = 300
     memory_check: bool = True
+    min_map_ratio: float = 0.99
+    task_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Frozen: normalise through object.__setattr__, once, so every reader sees one shape.
@@ -111,6 +113,7 @@ class BuildRequest:
             "labels": Path(labels) if isinstance(labels, str) else (
                 tuple(labels) if labels is not None and not isinstance(labels, Path) else labels),
             "preprocess": dict(self.preprocess or {}),
+            "task_options": dict(self.task_options or {}),
             "variants": None if self.variants is None else _names(self.variants),
             "input_size": parse_size(self.input_size),
         }
@@ -122,6 +125,11 @@ class BuildRequest:
         if not 0 < self.min_accuracy_ratio <= 1.5:  # NaN fails this too
             raise UsageError(f"--min-accuracy-ratio {self.min_accuracy_ratio} makes no sense",
                              "use a ratio like 0.99 (converted top-1 / original top-1)")
+        if not 0 < self.min_map_ratio <= 1.5:
+            raise UsageError(f"--min-map-ratio {self.min_map_ratio} makes no sense",
+                             "use a ratio like 0.99 (converted mAP@[.5:.95] / original mAP@[.5:.95])")
+        if self.task_options and self.task not in (None, "detect"):
+            raise UsageError("--task-option applies to --task detect", "add --task detect, or leave the options out")
         if self.calib_count is not None and self.calib_count < 1:
             raise UsageError(f"--calib-count {self.calib_count}: need at least one calibration image",
                              "use e.g. 500")

@@ -94,7 +94,7 @@ def bundle_manifest(ctx: BuildContext, target: Target, output: BuilderOutput, se
         "target": target.name,
         "summary": target.summary,
         "default_model": output.default_model,
-        "models": [m.manifest_entry() for m in output.models],
+        "models": [_entry(ctx, m.manifest_entry()) for m in output.models],
         "input": default.input.to_dict(),
         "outputs": [dict(o) for o in default.outputs],
         "labels": "labels.txt" if ctx.labels else None,
@@ -109,6 +109,15 @@ def bundle_manifest(ctx: BuildContext, target: Target, output: BuilderOutput, se
     if output.edgetpu is not None:
         manifest["edgetpu"] = output.edgetpu
     return manifest
+
+
+def _entry(ctx: BuildContext, entry: dict[str, Any]) -> dict[str, Any]:
+    """A model's manifest entry; a detector's gets its head's ``task_options`` (layout, the
+    options the build was given, and the output roles when the converter reordered outputs)."""
+    if ctx.detect is not None:
+        entry["task_options"] = {**ctx.detect.task_options(entry.get("outputs", [])),
+                                 **(entry.get("task_options") or {})}
+    return entry
 
 
 def _source(ctx: BuildContext) -> dict[str, Any]:
@@ -167,7 +176,7 @@ def verification_summary(per_variant: dict, default: str, ctx: BuildContext) -> 
     dataset = "eval" if has_eval else "holdout"
     gated = (has_eval or bool(len(ctx.holdout))) if raw else has_eval
     summary: dict[str, Any] = {
-        "metric": "cosine_worst_output" if raw else "top1" if has_eval else "top1_agreement_heldback",
+        "metric": _metric(ctx.task, has_eval),
         "dataset": {"eval_images": len(ctx.evalset) if has_eval else 0,
                     "eval_sha256": ctx.evalset.sha256 if has_eval else None,
                     "heldback_images": len(ctx.holdout)},
@@ -181,18 +190,48 @@ def verification_summary(per_variant: dict, default: str, ctx: BuildContext) -> 
     summary.update(original=d.get("original"), converted=d.get("converted"), ratio=d.get("ratio"),
                    agreement=d.get("agreement"), sqnr_db=d.get("sqnr_db"), max_abs_diff=d.get("max_abs_diff"),
                    cosine=d.get("cosine"), worst_output=d.get("worst_output"))
+    if ctx.task == "detect":
+        summary.update(map50=d.get("map50"), per_class=d.get("per_class"), layout=ctx.detect.layout)
     if not gated:
-        summary.update(passed=True, reason=None, note="no --eval: agreement on held-back calibration images, not gated")
+        note = ("no --eval: mAP of each model against the original's own detections on the held-back "
+                "calibration images (agreement), not gated" if ctx.task == "detect"
+                else "no --eval: agreement on held-back calibration images, not gated")
+        summary.update(passed=True, reason=None, note=note)
         return summary
     results = {v: r.get(dataset, {}) for v, r in per_variant.items()}
-    bad = [_why(v, res, ctx, raw) for v, res in results.items() if not res.get("passed")]
+    bad = [_why(v, res, ctx, raw) + _where(per_variant[v]) for v, res in results.items() if not res.get("passed")]
     summary["passed"] = not bad
     summary["reason"] = "; ".join(bad) if bad else None
     return summary
 
 
+def _metric(task: str, has_eval: bool) -> str:
+    if task == "raw":
+        return "cosine_worst_output"
+    if task == "detect":
+        return "map" if has_eval else "map_agreement_heldback"
+    return "top1" if has_eval else "top1_agreement_heldback"
+
+
+def _where(verification: dict) -> str:
+    """Where an int8 model lost accuracy, when the quantisation report ran (builders/quant_report.py)."""
+    report = verification.get("quantization")
+    if not isinstance(report, dict):
+        return ""
+    from edgekit.builders.quant_report import summary
+
+    text = summary(report)
+    return f" ({text})" if text else ""
+
+
 def _why(variant: str, res: dict, ctx: BuildContext, raw: bool) -> str:
     """Why one model missed the gate, in a few words."""
+    if ctx.task == "detect":
+        if res.get("ratio") is None:
+            return (f"{variant}: the original model scores mAP 0 on the eval set "
+                    "(wrong labels, preprocessing or detect layout?)")
+        return (f"{variant} mAP@[.5:.95] {res.get('converted'):.4f} vs original {res.get('original'):.4f}: "
+                f"ratio {res['ratio']} < {ctx.min_ratio}")
     if raw:
         return (f"{variant} output {res.get('worst_output')} cosine {res.get('cosine')} "
                 f"< {ctx.request.min_cosine}")

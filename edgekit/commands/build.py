@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from edgekit.options import key_value
+
 
 def configure(p: argparse.ArgumentParser) -> None:
     """Add build's arguments to ``p``."""
@@ -14,7 +16,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", required=True, help="edgetpu, rpi, cpu, jetson (comma-separated for several)")
     p.add_argument("--calib", action="append", required=True, metavar="DIR_OR_VIDEO",
                    help="calibration images; repeat to mix in real camera frames (folder or video)")
-    p.add_argument("--eval", dest="eval_dir", metavar="DIR", help="labelled ImageFolder: enables the accuracy gate")
+    p.add_argument("--eval", dest="eval_dir", metavar="DIR",
+                   help="labelled ImageFolder (a detector: COCO annotations.json or YOLO images/ + labels/): "
+                        "enables the accuracy gate")
     p.add_argument("--out", default="dist", help="output directory (default: dist)")
     p.add_argument("--name", help="bundle name prefix (default: the model's file name)")
     p.add_argument("--labels", help="labels.txt (default: <model>.labels.txt or the --eval classes)")
@@ -37,8 +41,14 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-tpu-ops", type=float, help="warn when the share of ops on the Edge TPU is below this")
     p.add_argument("--strict-tpu-ops", action="store_true", help="fail instead of warn for --min-tpu-ops")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout (also when the gate fails)")
-    p.add_argument("--task", choices=["classify", "raw"],
-                   help="task head (default: classify for one 1-D output, raw otherwise)")
+    p.add_argument("--task", choices=["classify", "detect", "raw"],
+                   help="task head (default: detect when --eval is a detection set, else classify for one "
+                        "1-D output, raw otherwise)")
+    p.add_argument("--min-map-ratio", type=float, default=0.99,
+                   help="detect: fail when converted/original mAP@[.5:.95] on --eval is below this (default 0.99)")
+    p.add_argument("-T", "--task-option", dest="task_option", action="append", type=key_value, metavar="KEY=VALUE",
+                   help="detect head option written into the bundle and used by the gate, e.g. -T layout=yolo "
+                        "-T score_threshold=0.4 (values are JSON); repeatable")
     p.add_argument("--input-size", metavar="HxW", help="image size for an ONNX input with symbolic height/width")
     p.add_argument("--min-cosine", type=float, default=0.98,
                    help="raw task: fail when the worst output's cosine similarity is below this (default 0.98)")
@@ -75,6 +85,7 @@ def main(args: argparse.Namespace) -> int:
     """Run the build and print the summary table."""
     from edgekit.builders.build import build
     from edgekit.errors import VerificationFailed
+    from edgekit.options import option_value
 
     # Flags left unset arrive as None (or False): the request leaves them out, so the target
     # file's values apply (edgekit.target.merge_options).
@@ -86,7 +97,9 @@ def main(args: argparse.Namespace) -> int:
                         compiler=args.compiler, min_runtime_version=args.min_runtime_version,
                         min_tpu_ops=args.min_tpu_ops, strict_tpu_ops=args.strict_tpu_ops,
                         task=args.task, input_size=args.input_size, min_cosine=args.min_cosine,
-                        calib_steps=args.calib_steps, memory_check=not args.no_memory_check)
+                        calib_steps=args.calib_steps, memory_check=not args.no_memory_check,
+                        min_map_ratio=args.min_map_ratio,
+                        task_options={k: option_value(v) for k, v in args.task_option or []})
     except VerificationFailed as exc:
         # The report matters most when the gate failed: JSON on stdout too, then the one-line error.
         if args.json:
@@ -111,7 +124,9 @@ def _size(n: int) -> str:
 
 def format_table(results) -> str:
     """One row per model in every bundle: files, sizes, accuracy, ratio, gate, delegation, time."""
-    header = ("target", "model file", "size", "orig top-1", "conv top-1", "ratio", "agree", "gate",
+    detect = bool(results) and all(r.manifest.get("task") == "detect" for r in results)
+    metric = "mAP" if detect else "top-1"  # a detector's: mAP@[.5:.95]; agree: mAP against the original
+    header = ("target", "model file", "size", f"orig {metric}", f"conv {metric}", "ratio", "agree", "gate",
               "delegated", "build s")
     rows = [header]
     for r in results:

@@ -1,0 +1,216 @@
+"""The ``detect`` task in a build: the eval set, the detect head, and the mAP gate.
+
+The original model's outputs and every converted variant's are decoded by the same detect
+head (:class:`edgekit.detect.head.Detector`, the layout chosen once from the original's
+output shapes), boxes mapped to each eval image's own pixels, and scored with pycocotools
+(:func:`edgekit.detect.evaluate.coco_map`) against the annotations. A variant fails when its
+mAP@[.5:.95] is below ``--min-map-ratio`` x the original's. Without an eval set the held-back
+calibration images are scored with the original's own detections as ground truth
+(:func:`~edgekit.detect.evaluate.agreement_map`): reported, not gated.
+
+For mAP the head keeps every box scoring :data:`EVAL_OPTIONS` ``score_threshold`` or more, up
+to COCO's 100 per image (as mAP is measured everywhere: a high threshold cuts the
+precision-recall curve short); the bundle's own threshold is the head's default.
+Only detections are kept per image (a few dozen boxes), never the raw outputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgekit.builders.calibration import ImageSet
+from edgekit.builders.log import BuildLog, progress
+from edgekit.builders.spool import Spool
+from edgekit.detect.boxes import Detections
+from edgekit.detect.dataset import DetectionSet, load_detection_set
+from edgekit.errors import CalibrationError, UsageError
+from edgekit.image import ImageReadError, InputSpec, Preprocessor, read_image
+
+EVAL_OPTIONS = {"score_threshold": 0.001, "max_detections": 100}
+"""Head options for scoring mAP (COCO's convention; Ultralytics' ``val`` uses 0.001 too)."""
+
+AGREEMENT_MIN_SCORE = 0.25
+"""Without an eval set: the original's detections at or above this score are the ground truth."""
+
+
+@dataclass
+class DetectEval:
+    """An eval set as the build holds it: the annotations, and per row of the eval ImageSet the
+    image id and its original ``(height, width)`` (boxes are mapped back to it)."""
+
+    dataset: DetectionSet
+    ids: list[int]
+    shapes: list[tuple[int, int]]
+
+
+def load_detection_eval(root: str | Path, prep: Preprocessor, labels: Sequence[str] | None,
+                        log: BuildLog) -> tuple[ImageSet, DetectEval]:
+    """Load a COCO/YOLO detection set and shape its images for the model (spooled, one at a time).
+
+    Unreadable images are skipped with a warning and left out of the mAP (not counted as missed).
+    """
+    dataset = load_detection_set(root, labels)
+    spool, ids, shapes, skipped = Spool(), [], [], 0
+    digest = hashlib.sha256()
+    for image in progress(dataset.images, "evaluation images"):
+        try:
+            img = read_image(image.path)
+        except ImageReadError:
+            skipped += 1
+            continue
+        if img.shape[:2] != (image.height, image.width):
+            raise UsageError(f"{image.path} decodes as {img.shape[1]}x{img.shape[0]}, but its header says "
+                             f"{image.width}x{image.height}", "re-save the image")
+        digest.update(image.path.name.encode())
+        digest.update(image.path.read_bytes())
+        spool.append(prep.shaped(img))
+        ids.append(image.id)
+        shapes.append((image.height, image.width))
+    if not ids:
+        raise CalibrationError(f"none of the {len(dataset.images)} images of {root} is readable",
+                               "check the image files")
+    if skipped:
+        log.warn(f"skipped {skipped} unreadable evaluation image(s); they are left out of the mAP")
+    if dataset.clipped:
+        log.info(f"{dataset.clipped} box(es) passed their image's edge by a rounding margin and were clipped")
+    names = ", ".join(dataset.labels[:8]) + (", ..." if len(dataset.labels) > 8 else "")
+    log.info(f"evaluation set ({dataset.format}): {len(ids)} images, {dataset.annotation_count} objects in "
+             f"{len(dataset.labels)} classes ({names})")
+    images = ImageSet(spool, np.arange(len(ids)), digest.hexdigest(), len(dataset.images), skipped,
+                      {str(root): len(ids)}, None, list(dataset.labels))
+    return images, DetectEval(dataset, ids, shapes)
+
+
+def source_shapes(source: Any) -> list[tuple[int, ...]]:
+    """The original model's output shapes with the batch of 1 (open dimensions as -1)."""
+    return [(1, *(d if isinstance(d, int) and d > 0 else -1 for d in o.shape)) for o in source.outputs]
+
+
+def as_reference(reference: np.ndarray, converted: np.ndarray) -> np.ndarray:
+    """A converted output in the original's layout: one that onnx2tf made channels-last is
+    transposed back (the inverse of :func:`edgekit.builders.verify.align`), so both are decoded alike."""
+    if reference.shape == converted.shape:
+        return converted
+    perm = {4: (0, 3, 1, 2), 3: (0, 2, 1)}.get(converted.ndim)
+    if perm and converted.transpose(perm).shape == reference.shape:
+        return converted.transpose(perm)
+    return converted
+
+
+def _source_roles(layout: str, shapes: list[tuple[int, ...]], num_classes: int | None) -> tuple[int, ...] | None:
+    """Which of the original's outputs plays each part of the layout (boxes, scores, ...)."""
+    from edgekit.plugins import resolve
+
+    if layout.startswith("yolo"):
+        return (0,)
+    module = "edgekit.detect.postprocess:_roles" if layout == "postprocess" else "edgekit.detect.ssd:roles"
+    find = resolve(module)
+    return find(shapes) if layout == "postprocess" else find(shapes, num_classes)
+
+
+@dataclass
+class DetectGate:
+    """The detect head of one build: layout, decoder for mAP, reference detections per data set."""
+
+    layout: str
+    labels: list[str]
+    options: dict[str, Any]
+    detector: Any
+    roles: tuple[int, ...] | None
+    output_names: list[str]
+    evaluation: DetectEval | None = None
+    reference: dict[str, list[Detections]] = field(default_factory=dict)
+    original: dict[str, dict | None] = field(default_factory=dict)
+
+    @classmethod
+    def for_model(cls, source: Any, labels: Sequence[str], spec: InputSpec, options: dict[str, Any] | None,
+                  evaluation: DetectEval | None) -> DetectGate:
+        """Choose the layout from the original's output shapes (ModelError naming every layout
+        tried when none fits) and make the decoder that scores every model alike."""
+        from edgekit.detect.head import Detector, choose_layout, detect_config
+
+        opts = dict(options or {})
+        if "outputs" in opts:
+            raise UsageError("the detect option outputs is set by edgekit build (from the converted model)",
+                             "leave it out; give layout= if the layout must be named")
+        layout = opts.pop("layout", "auto")
+        nc = len(labels) or None
+        shapes = source_shapes(source)
+        chosen = choose_layout(layout, shapes, detect_config(spec, nc, opts))
+        detector = Detector(detect_config(spec, nc, {**opts, **EVAL_OPTIONS}), chosen, labels, spec)
+        return cls(chosen, list(labels), opts, detector, _source_roles(chosen, shapes, nc), source.output_names,
+                   evaluation)
+
+    def decode(self, dataset: str, outputs: Sequence[np.ndarray], start: int) -> list[Detections]:
+        """Detections of each image of a chunk (``outputs``: one batch array per output, the
+        original's layout); eval boxes in the image's own pixels, held-back ones in input pixels."""
+        found = []
+        for k in range(len(outputs[0])):
+            shape = self.evaluation.shapes[start + k] if dataset == "eval" and self.evaluation else None
+            found.append(self.detector([o[k : k + 1] for o in outputs], frame_shape=shape))
+        return found
+
+    def add_reference(self, dataset: str, outputs: Sequence[np.ndarray]) -> None:
+        """Decode one chunk of the original model's outputs and keep its detections."""
+        kept = self.reference.setdefault(dataset, [])
+        kept.extend(self.decode(dataset, outputs, len(kept)))
+
+    def score(self, dataset: str, found: list[Detections]) -> dict | None:
+        """mAP figures of ``found`` (one per image, in order): on the eval set against the
+        annotations, on the held-back images against the original's detections."""
+        from edgekit.detect.evaluate import agreement_map, coco_map
+
+        if dataset == "eval" and self.evaluation is not None:
+            return coco_map(self.evaluation.dataset, dict(zip(self.evaluation.ids, found)))
+        return agreement_map(self.reference.get(dataset, []), found, self.labels, AGREEMENT_MIN_SCORE)
+
+    def original_scores(self, dataset: str) -> dict | None:
+        """The original model's own figures on ``dataset`` (computed once)."""
+        if dataset not in self.original:
+            self.original[dataset] = self.score(dataset, self.reference.get(dataset, []))
+        return self.original[dataset]
+
+    def task_options(self, outputs: Sequence[dict]) -> dict[str, Any]:
+        """A converted model's ``task_options``: the layout, the options given, and when the
+        converter reordered the outputs, which runtime output plays each part (``outputs``)."""
+        names = [o.get("name") for o in outputs]
+        order = [names.index(n) if n in names else j for j, n in enumerate(self.output_names)]
+        opts: dict[str, Any] = {"layout": self.layout, **self.options}
+        if order != list(range(len(order))) and self.roles is not None:
+            opts["outputs"] = [order[r] for r in self.roles]
+        return opts
+
+
+def _ratio(converted: float | None, original: float | None) -> float | None:
+    return round(converted / original, 4) if converted is not None and original else None
+
+
+def detect_result(gate: DetectGate, dataset: str, found: list[Detections], min_ratio: float) -> dict[str, Any]:
+    """A variant's detection figures on ``dataset`` for its verification: on the eval set mAP
+    original / converted / ratio (and mAP@.5, per class) and the gate; on the held-back images
+    the mAP against the original's detections (``agreement``), not gated."""
+    original = gate.original_scores(dataset)
+    converted = gate.score(dataset, found)
+    if dataset != "eval" or gate.evaluation is None:
+        if converted is None:
+            return {"metric": "map_agreement", "agreement": None,
+                    "note": f"the original model detects nothing scoring {AGREEMENT_MIN_SCORE} or more here"}
+        return {"metric": "map_agreement", "agreement": converted["map"],
+                "map50": {"original": 1.0, "converted": converted["map50"]},
+                "ground_truth": f"the original model's detections scoring {AGREEMENT_MIN_SCORE} or more"}
+    o, c = original or {}, converted or {}
+    ratio = _ratio(c.get("map"), o.get("map"))
+    per_class = {name: {"original": ap, "converted": c["per_class"].get(name),
+                        "original50": o["per_class50"].get(name), "converted50": c["per_class50"].get(name)}
+                 for name, ap in o.get("per_class", {}).items()}
+    return {"metric": "map", "original": o.get("map"), "converted": c.get("map"), "ratio": ratio,
+            "map50": {"original": o.get("map50"), "converted": c.get("map50"),
+                      "ratio": _ratio(c.get("map50"), o.get("map50"))},
+            "per_class": per_class, "images": c.get("images"), "objects": c.get("objects"),
+            "passed": ratio is not None and ratio >= min_ratio}
