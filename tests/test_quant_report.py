@@ -100,15 +100,18 @@ def test_report_lines_and_summary_name_layers_and_hints():
     report = {"images": 32, "worst_layers": [
         {"tensor": "model/steep/Tanh;model/steep/x", "op": "TANH", "rmse_over_scale": 0.8, "output": None},
         {"tensor": "StatefulPartitionedCall:0", "op": "CONCATENATION", "rmse_over_scale": 0.33, "output": "det"}],
-        "hints": ["output det mixes ranges ..."]}
+        "hints": ["output det mixes ranges ..."],
+        "mixed_ranges": [{"output": "det", "axis": 1, "wide": {"channels": [0, 4]}, "narrow": {"channels": [4, 14]},
+                          "ratio": 341.8}]}
     lines = report_lines(report)
     assert lines[0].startswith("worst layers on 32 calibration images") and f"{IDEAL_RMSE_OVER_SCALE:.2f}" in lines[0]
     assert lines[1:] == ["  1. TANH model/steep/Tanh;model/steep/x: RMSE/scale 0.80",
                          "  2. CONCATENATION StatefulPartitionedCall:0 (output det): RMSE/scale 0.33",
                          "hint: output det mixes ranges ..."]
     assert summary(report) == ("worst int8 layers by RMSE/scale: model/steep/Tanh (TANH) 0.80, "
-                               "StatefulPartitionedCall:0 (CONCATENATION) 0.33; output det mixes ranges ...")
-    assert summary({"worst_layers": [], "hints": []}) == ""
+                               "output det (CONCATENATION) 0.33; output det mixes ranges "
+                               "(channels 0-3 vs 4-13, 341.8x): split the outputs or normalise the boxes to [0, 1]")
+    assert summary({"worst_layers": [], "hints": [], "mixed_ranges": []}) == ""
 
 
 # --- the debugger on a real conversion ------------------------------------------------------
@@ -219,6 +222,11 @@ def test_raw_gate_failure_names_worst_layers_and_the_mixed_output(gate_failures)
         assert "[cpu] int8 missed the gate: per-layer quantisation error" in text
         assert all(f"{w['op']} {w['tensor']}" in text for w in worst)
         assert "hint: output det mixes ranges on axis 1: channels 0-3" in text
+    # and the one error line the build ends with (builders/publish.py adds the report's summary)
+    (error,) = [line for line in err.splitlines() if line.startswith("edgekit build: error:")]
+    first = f"output {worst[0]['output']}" if worst[0].get("output") else worst[0]["tensor"].split(";")[0]
+    assert f"worst int8 layers by RMSE/scale: {first} ({worst[0]['op']})" in error
+    assert "output det mixes ranges (channels 0-3 vs 4-13" in error
 
 
 @pytest.mark.slow

@@ -250,10 +250,18 @@ def report_lines(report: dict) -> list[str]:
 
 
 def summary(report: dict, layers: int = 3) -> str:
-    """One short clause for a gate failure's reason: the worst layers, and the first hint."""
+    """One short clause for a gate failure's reason: the worst layers, and each mixed-range
+    output in a few words (the full hint is in the report and the build log)."""
     worst = report.get("worst_layers") or []
-    text = ", ".join(f"{w['tensor'].split(';')[0]} ({w['op']}) {w['rmse_over_scale']:.2f}" for w in worst[:layers])
+    text = ", ".join(f"{_layer_name(w)} ({w['op']}) {w['rmse_over_scale']:.2f}" for w in worst[:layers])
     parts = [f"worst int8 layers by RMSE/scale: {text}"] if text else []
-    if report.get("hints"):
-        parts.append(report["hints"][0])
+    for f in report.get("mixed_ranges") or []:
+        w, n = f["wide"]["channels"], f["narrow"]["channels"]
+        parts.append(f"output {f['output']} mixes ranges (channels {w[0]}-{w[1] - 1} vs {n[0]}-{n[1] - 1}, "
+                     f"{f['ratio']:g}x): split the outputs or normalise the boxes to [0, 1]")
     return "; ".join(parts)
+
+
+def _layer_name(layer: dict) -> str:
+    """A model output by its name, another tensor by the first of its fused names."""
+    return f"output {layer['output']}" if layer.get("output") else layer["tensor"].split(";")[0]
