@@ -171,3 +171,139 @@ def test_machine_context_on_this_machine():
     assert isinstance(ctx["temperatures_c"], dict) and isinstance(ctx["throttling"], dict)
     if not machine.governors():  # containers and VMs hide cpufreq: say so rather than guess
         assert any("not readable" in w for w in ctx["warnings"])
+
+
+# --- values, boundaries and branches the mutation run found unpinned (issue 18, docs/mutation.md) ------
+
+
+def test_rate_and_fps_at_their_boundaries_are_exact():
+    from edgekit.metrics import rate
+
+    assert rate(11, 1_000_000_000) == 10.0  # exactly: (n - 1) * 1e9 / span
+    assert rate(2, 1_000_000_000) == 1.0  # two events are one interval
+    assert rate(2, 1) == 1e9  # a 1 ns span is still a span
+    assert rate(1, 1_000_000_000) == 0.0 and rate(2, 0) == 0.0 and rate(3, -5) == 0.0
+    assert fps([0, 500_000_000]) == 2.0
+
+
+def test_two_samples_have_a_sample_std():
+    s = summarize([1_000_000, 3_000_000])
+    assert s.std_ms == pytest.approx(math.sqrt(2)) and s.cv == pytest.approx(math.sqrt(2) / 2)
+
+
+def test_bounded_totals_remember_an_extreme_first_sample_and_std_of_two():
+    for samples, key, expected in (([1, 5, 6, 7], "min_ms", 1.0), ([9, 5, 6, 7], "max_ms", 9.0)):
+        rec = LatencyRecorder("inference", window=2)
+        for ms in samples:
+            rec.add(ms * 1_000_000)
+        assert rec.recent() == [6_000_000, 7_000_000]
+        assert getattr(rec.summary(), key) == expected, key
+    two = LatencyRecorder("inference", window=1)
+    two.add(1_000_000)
+    two.add(3_000_000)
+    assert two.summary().count == 2 and two.summary().std_ms == pytest.approx(math.sqrt(2))
+
+
+def test_one_sample_has_no_spread():
+    from edgekit.metrics import _Totals
+
+    totals = _Totals()
+    totals.add(5_000_000)
+    assert totals.std_ms() == 0.0 and (totals.low, totals.high) == (5_000_000, 5_000_000)
+
+
+def test_bounded_summary_reports_every_percentile_of_the_window():
+    rec = LatencyRecorder("inference", window=100)
+    for i in range(300):
+        rec.add((i % 100 + 1) * 1_000_000)  # the newest 100: 1..100 ms once each
+    s = rec.summary()
+    assert s.count == 300
+    window = np.arange(1, 101) / 1.0
+    for q, got in zip((50, 90, 95, 99), (s.p50_ms, s.p90_ms, s.p95_ms, s.p99_ms)):
+        assert got == pytest.approx(np.percentile(window, q)), q
+
+
+def test_a_recorder_keeps_its_name_window_and_no_warmup_by_default():
+    rec = LatencyRecorder("decode", window=100)
+    assert (rec.name, rec.window, rec.warmup) == ("decode", 100, 0)
+    rec.add(5)
+    assert rec.recent() == [5] and rec.warmup_samples == []
+    assert LatencyRecorder("x", warmup=0).warmup == 0 and LatencyRecorder("x", warmup=-3).warmup == 0
+
+
+def test_stage_clock_starts_timing_when_made():
+    clock = FakeClock()
+    stages = StageClock(clock)
+    clock.advance(3)
+    assert stages.lap() == 3_000_000  # no mark needed for the first lap
+
+
+def test_pipeline_metrics_has_one_named_recorder_per_stage_and_keeps_given_ones():
+    from edgekit.metrics import STAGES
+
+    m = PipelineMetrics()
+    assert list(m.stages) == list(STAGES)
+    assert all(rec.name == name for name, rec in m.stages.items())
+    mine = {"inference": LatencyRecorder("inference")}
+    assert PipelineMetrics(stages=mine).stages is mine
+    m.record({"decode": 2_000_000}, 10)
+    assert m.stages["decode"].name == "decode" and m.stages["decode"].warmup == 5
+
+
+def test_a_bounded_run_keeps_the_newest_completions_it_was_given():
+    m = PipelineMetrics(window=3, completed_ns=[1, 2, 3, 4])
+    assert list(m.completed_ns) == [2, 3, 4]
+
+
+def test_skipped_frames_add_up_over_gaps_and_ignore_repeats_and_restarts():
+    m = PipelineMetrics()
+    for index in (0, 2, 2, 5, 6, 1, 2):  # one gap of 1, a repeat, a gap of 2, a restart at 1
+        m.frame_seen(index)
+    assert m.skipped == 3
+
+
+def test_completions_during_warmup_are_not_counted_in_fps():
+    m = PipelineMetrics(warmup=2)
+    for t_ms in (10, 20, 50, 60):  # warm-up frames at 10 and 20 ms; measured at 50 and 60 ms
+        m.record({"inference": 1_000_000}, t_ms * 1_000_000)
+    assert list(m.completed_ns) == [50_000_000, 60_000_000]
+    assert m.fps == pytest.approx(100.0)
+
+
+def test_fps_from_a_clock_that_starts_at_zero():
+    m = PipelineMetrics(warmup=0)
+    for t in (0, 1_000_000_000, 2_000_000_000):
+        m.record({"inference": 1}, t)
+    assert m.fps == 1.0
+
+
+def test_summary_of_nothing_and_its_every_key():
+    m = PipelineMetrics(warmup=5)
+    s = m.summary()
+    assert (s["frames"], s["warmup"], s["measured"], s["fps"]) == (0, 0, 0, 0.0)
+    m.corrupt, m.init_ms = 2, 12.5
+    m.record({"inference": 3_000_000}, 1)
+    s = m.summary()
+    assert set(s) == {"frames", "warmup", "measured", "skipped", "corrupt", "fps", "init_ms",
+                      "first_inference_ms", "window", "stages"}
+    assert (s["corrupt"], s["init_ms"], s["first_inference_ms"], s["window"]) == (2, 12.5, 3.0, None)
+
+
+def test_samples_ms_defaults_to_inference():
+    m = PipelineMetrics(warmup=0)
+    m.record({"inference": 2_000_000, "preprocess": 1_000_000}, 1)
+    assert m.samples_ms() == [2.0] and m.samples_ms("preprocess") == [1.0]
+
+
+def test_stats_line_covers_the_latest_hundred_frames_by_default():
+    clock = FakeClock()
+    m = PipelineMetrics(warmup=0)
+    for i in range(250):
+        clock.advance(10 if i < 200 else 20)
+        slow = i < 200
+        m.frame_seen(i)
+        m.record({"inference": (9 if slow else 1) * 1_000_000, "end_to_end": (19 if slow else 3) * 1_000_000},
+                 clock())
+    # the latest 100 frames: 50 slow and 50 fast (p50 halfway), 99 intervals of 10 ms x 49 and 20 ms x 50
+    assert m.stats_line() == ("frames 250  fps 66.4  inference p50 5.00 ms p90 9.00 ms  end-to-end p50 11.00 ms  "
+                              "skipped 0  corrupt 0")
