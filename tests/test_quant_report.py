@@ -238,3 +238,20 @@ def test_classifier_gate_failure_gets_the_report_without_a_range_hint(gate_failu
     assert len(report["worst_layers"]) == 5 and report["hints"] == []  # class scores are meant to differ
     assert all(f"{w['op']} {w['tensor']}" in log for w in report["worst_layers"])
     assert "quantization" not in manifest["verification"]["models"]["fp32"]
+
+
+@pytest.mark.slow
+def test_target_option_reports_on_every_int8_build(tmp_path, capsys):
+    """``quant_report = true`` in a target's [build] table: the report also when int8 passes."""
+    import edgekit
+
+    target = tmp_path / "cpu-report.toml"
+    target.write_text('name = "cpu-report"\nsummary = "cpu, with the quantisation report"\n'
+                      'builder = "edgekit.builders.tflite:build"\nadapter = "edgekit.runtime.litert:LiteRTRuntime"\n'
+                      '[build]\nvariants = ["int8"]\nquant_report = true\n')
+    [r] = edgekit.build(DEMO_MODEL, str(target), [CALIB], out=tmp_path / "out", calib_count=60)
+    assert r.passed and r.bundle.name == "demo-cpu-report"
+    report = json.loads((r.bundle / "edgekit.json").read_text())["verification"]["models"]["int8"]["quantization"]
+    assert len(report["worst_layers"]) == 5 and report["images"] == 32 and report["hints"] == []
+    err = capsys.readouterr().err
+    assert "[cpu-report] int8: per-layer quantisation error" in err and "missed the gate" not in err
