@@ -51,6 +51,7 @@ LATENCY_WINDOW = 1000  # recent frames behind the percentiles in /stats (bounded
 STATS_LOG_INTERVAL_S = 60.0  # a stats line in the journal this often
 POLL_S = 0.1  # how often an idle loop checks for stop: bounds the reaction to SIGTERM
 LATENCY_STAGES = ("preprocess", "inference", "end_to_end")
+DETECT_STAGES = ("decode", "nms")  # a detector's postprocess, split: in /stats, MQTT and Prometheus when recorded
 
 
 def open_source(uri: str, options: dict[str, Any]):
@@ -114,6 +115,7 @@ class Daemon:
         self.http: Any = None
         self.metrics: Any = None
         self._closed = False
+        self._last_result: dict[str, Any] | None = None  # /stats: what the model saw last
 
     # ------------------------------------------------------------------ life cycle
     def start(self) -> Daemon:
@@ -279,7 +281,8 @@ class Daemon:
         self._process_rate.add(1, self._clock())
         if self.metrics is not None:
             self.metrics.observe(ms["preprocess"] / 1e3, ms["inference"] / 1e3, ms["end_to_end"] / 1e3,
-                                 ms.get("postprocess", 0.0) / 1e3)
+                                 ms.get("postprocess", 0.0) / 1e3,
+                                 **{k: ms[k] / 1e3 for k in DETECT_STAGES if k in ms})
         model = self._model.identity  # what produced it: results name the model, variant and bundle hash
         record = {
             "device": self.config.device,
@@ -287,8 +290,9 @@ class Daemon:
             "model": model.get("bundle", ""), "variant": model.get("variant", ""),
             "bundle_sha256": model.get("sha256", ""),
             **result.to_dict(),
-            "ms": {k: round(ms[k], 3) for k in LATENCY_STAGES},
+            "ms": {k: round(ms[k], 3) for k in LATENCY_STAGES + DETECT_STAGES if k in ms},
         }
+        self._last_result = {"frame": result.index, "time": record["time"], **result.to_dict()}
         self._publish(record)
         return True
 
@@ -352,6 +356,8 @@ class Daemon:
         }
         if self._swap is not None:
             stats["swaps"] = self._swap.stats()
+        if self._last_result is not None:
+            stats["last_result"] = self._last_result  # a detector's boxes, a classifier's top-k
         camera = self._capture.source_stats()
         if camera is not None:
             stats["camera"] = camera
@@ -369,7 +375,7 @@ class Daemon:
     def latency_samples(self) -> dict[str, list[int]]:
         """The newest latency samples (ns) per stage behind /stats, at most LATENCY_WINDOW each."""
         stages = self._frame_metrics.stages
-        return {k: stages[k].recent() for k in LATENCY_STAGES}
+        return {k: stages[k].recent() for k in LATENCY_STAGES + DETECT_STAGES if k in stages}
 
     @property
     def http_address(self) -> tuple[str, int] | None:

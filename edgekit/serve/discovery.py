@@ -20,7 +20,9 @@ from __future__ import annotations
 import json
 import re
 
-SCORE_TEMPLATE = "{{ value_json.top[0].score if value_json.top else 0 }}"
+# a classifier's result has ``top``, a detector's ``detections`` (best first); the template is ours, never a label
+SCORE_TEMPLATE = ("{{ value_json.top[0].score if value_json.top else "
+                  "(value_json.detections[0].score if value_json.detections else 0) }}")
 
 
 def slug(text: str) -> str:

@@ -2,7 +2,7 @@
 
 A camera at 15 fps that keeps seeing the same thing should not send 15 messages a second
 (the daemon's old behaviour). :class:`PublishPolicy` turns the stream of results into a
-*state* (the top label, or for a detector later the set of labels with boxes) and decides,
+*state* (the top label; for a detector, the set of labels with a box at ``min_score``) and decides,
 per result, whether to publish it:
 
 - ``every``: each result (the firehose; the JSON-lines file always has every result anyway);

@@ -57,11 +57,13 @@ def latency_buckets(smallest_s: float = LATENCY_MIN_S, largest_s: float = LATENC
 
 
 LATENCY_BUCKETS = latency_buckets()
-STAGES = ("preprocess", "inference", "postprocess", "end_to_end")
+STAGES = ("preprocess", "inference", "postprocess", "decode", "nms", "end_to_end")
 _STAGE_HELP = {
     "preprocess": "Frame to input tensor.",
     "inference": "Model inference (runtime.infer).",
     "postprocess": "Decoding the outputs (top-k; box decoding and NMS for detection).",
+    "decode": "Detectors: candidate boxes from the outputs (part of postprocess).",
+    "nms": "Detectors: non-maximum suppression and the map to frame pixels (part of postprocess).",
     "end_to_end": "Frame capture to decoded result (includes waiting for the model).",
 }
 
@@ -155,13 +157,16 @@ class ServeMetrics:
         ProcessCollector(registry=self.registry)  # RSS, CPU seconds, open fds: what a soak watches
 
     def observe(self, preprocess_s: float, inference_s: float, end_to_end_s: float,
-                postprocess_s: float | None = None) -> None:
-        """Record one processed frame's latencies, in seconds."""
+                postprocess_s: float | None = None, **stages_s: float) -> None:
+        """Record one processed frame's latencies, in seconds (``stages_s``: a detector's decode, nms)."""
         h = self.histograms
         h["preprocess"].observe(preprocess_s)
         h["inference"].observe(inference_s)
         if postprocess_s is not None:
             h["postprocess"].observe(postprocess_s)
+        for stage, seconds in stages_s.items():
+            if stage in h:
+                h[stage].observe(seconds)
         h["end_to_end"].observe(end_to_end_s)
 
     def exposition(self) -> bytes:
