@@ -105,7 +105,7 @@ def test_report_lines_and_summary_name_layers_and_hints():
                           "ratio": 341.8}]}
     lines = report_lines(report)
     assert lines[0].startswith("worst layers on 32 calibration images") and f"{IDEAL_RMSE_OVER_SCALE:.2f}" in lines[0]
-    assert lines[1:] == ["  1. TANH model/steep/Tanh;model/steep/x: RMSE/scale 0.80",
+    assert lines[1:] == ["  1. TANH model/steep/Tanh (+1 fused): RMSE/scale 0.80",
                          "  2. CONCATENATION StatefulPartitionedCall:0 (output det): RMSE/scale 0.33",
                          "hint: output det mixes ranges ..."]
     assert summary(report) == ("worst int8 layers by RMSE/scale: model/steep/Tanh (TANH) 0.80, "
@@ -220,7 +220,7 @@ def test_raw_gate_failure_names_worst_layers_and_the_mixed_output(gate_failures)
     # the names reach the user: stderr and the bundle's build.log
     for text in (err, log):
         assert "[cpu] int8 missed the gate: per-layer quantisation error" in text
-        assert all(f"{w['op']} {w['tensor']}" in text for w in worst)
+        assert all(f"{w['op']} {w['tensor'].split(';')[0]}" in text for w in worst)
         assert "hint: output det mixes ranges on axis 1: channels 0-3" in text
     # and the one error line the build ends with (builders/publish.py adds the report's summary)
     (error,) = [line for line in err.splitlines() if line.startswith("edgekit build: error:")]
@@ -236,7 +236,7 @@ def test_classifier_gate_failure_gets_the_report_without_a_range_hint(gate_failu
     manifest, log = _rejected(dist, "demo")
     report = manifest["verification"]["models"]["int8"]["quantization"]
     assert len(report["worst_layers"]) == 5 and report["hints"] == []  # class scores are meant to differ
-    assert all(f"{w['op']} {w['tensor']}" in log for w in report["worst_layers"])
+    assert all(f"{w['op']} {w['tensor'].split(';')[0]}" in log for w in report["worst_layers"])
     assert "quantization" not in manifest["verification"]["models"]["fp32"]
 
 

@@ -236,7 +236,7 @@ def quantization_report(ctx: BuildContext, make_converter: Callable[[TensorStrea
 
 def report_lines(report: dict) -> list[str]:
     """The report as log lines: one per worst layer, then the error and hints."""
-    lines = [f"  {i}. {layer['op']} {layer['tensor']}"
+    lines = [f"  {i}. {layer['op']} {_fused(layer['tensor'])}"
              + (f" (output {layer['output']})" if layer.get("output") else "")
              + f": RMSE/scale {layer['rmse_over_scale']:.2f}"
              for i, layer in enumerate(report.get("worst_layers", []), 1)]
@@ -247,6 +247,13 @@ def report_lines(report: dict) -> list[str]:
         lines.append(report["error"])
     lines += [f"hint: {h}" for h in report.get("hints", [])]
     return lines
+
+
+def _fused(tensor: str) -> str:
+    """A tensor's name for a log line: the converter names a fused op's output after every op
+    it fused (``a;b;c``); the first is shown, the rest counted (edgekit.json keeps them all)."""
+    first, *rest = tensor.split(";")
+    return f"{first} (+{len(rest)} fused)" if rest else first
 
 
 def summary(report: dict, layers: int = 3) -> str:
