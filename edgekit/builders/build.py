@@ -70,12 +70,12 @@ def build(
             a comma-separated string works too.
         calib: calibration folder(s) and/or video(s); mix in real camera frames here.
         out: the directory that receives ``<name>-<target>/`` bundles.
-        eval_dir: ImageFolder of labelled images (a detector: a COCO or YOLO detection set,
-            :func:`edgekit.detect.dataset.load_detection_set`); enables the accuracy gate.
+        eval_dir: labelled ImageFolder (``detect``: COCO or YOLO set); enables the accuracy gate.
         labels: list, or a labels.txt path; default ``<model stem>.labels.txt`` or the eval classes.
         preprocess: overrides of colour/crop/resize/interpolation/mean/std; default
             ``<model stem>.preprocess.json``.
-        min_accuracy_ratio: converted/original top-1 below this fails the target.
+        min_accuracy_ratio, min_map_ratio: converted/original top-1 (``detect``: mAP@[.5:.95]) below this
+            fails the target.
         calib_count: calibration images drawn (with ``seed``); ``holdout_fraction`` of them
             are held back to measure agreement.
         variants, io_dtype, compiler, min_runtime_version, min_tpu_ops, strict_tpu_ops: builder
@@ -85,21 +85,13 @@ def build(
         input_size: (H, W) or ``"HxW"`` for an ONNX input whose height/width are symbolic.
         min_cosine: ``raw`` models: the worst output's cosine similarity below this fails a variant.
         calib_steps, memory_check: most images int8 calibration runs (None: all); False skips the memory check.
-        min_map_ratio: ``detect``: converted/original mAP@[.5:.95] on the eval set below this fails a variant.
-        task_options: ``detect`` head options (``layout``, ``score_threshold``, SSD ``ssd_anchors`` ...)
-            written into every model's ``task_options`` and used by the gate.
+        task_options: ``detect`` head options (``layout``, ``ssd_anchors`` ...) for the bundle and the gate.
 
     Returns one TargetBuild per target. Raises VerificationFailed (after building the other
     targets) when any target misses the accuracy gate; other errors as EdgekitError.
     """
-    return execute(BuildRequest(
-        model=model, targets=targets, calib=calib, out=out, eval_dir=eval_dir, name=name, labels=labels,
-        preprocess=preprocess or {}, min_accuracy_ratio=min_accuracy_ratio, calib_count=calib_count,
-        holdout_fraction=holdout_fraction, seed=seed, variants=variants, io_dtype=io_dtype, compiler=compiler,
-        min_runtime_version=min_runtime_version, min_tpu_ops=min_tpu_ops, strict_tpu_ops=strict_tpu_ops,
-        quiet=quiet, task=task, input_size=input_size, min_cosine=min_cosine, calib_steps=calib_steps,
-        memory_check=memory_check, min_map_ratio=min_map_ratio, task_options=task_options or {},
-    ))
+    # every parameter is a BuildRequest field of the same name (it normalises and checks them)
+    return execute(BuildRequest(**locals()))
 
 
 def execute(request: BuildRequest) -> list[TargetBuild]:
