@@ -212,3 +212,45 @@ def test_bad_detect_builds_are_one_line_without_bundle(tmp_path, capsys, data, e
     errors = [ln for ln in err.splitlines() if ln.startswith("edgekit build: error:")]
     assert code == 2 and len(errors) == 1 and message in errors[0], err
     assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())
+
+
+def test_task_options_name_the_runtime_outputs_when_the_converter_reordered_them():
+    """A two-output detector whose converted model lists scores before boxes: the bundle says
+    which runtime output is which, and the device's head decodes it as the original."""
+    from edgekit.builders.detect_gate import DetectGate
+    from edgekit.builders.source_model import SourceModel, make_outputs
+    from edgekit.detect.head import Detector, detect_config
+    from edgekit.image import InputSpec
+
+    source = SourceModel(Path("two.keras"), "keras", (64, 64, 3), None,
+                         outputs=make_outputs(["boxes", "scores"], [(1, 5, 4), (1, 5, 3)]))
+    spec = InputSpec(shape=(1, 64, 64, 3))
+    gate = DetectGate.for_model(source, ["a", "b", "c"], spec, {"iou_threshold": 0.5}, None)
+    assert gate.layout == "decoded"
+    assert gate.task_options([{"name": "boxes"}, {"name": "scores"}]) == {"layout": "decoded", "iou_threshold": 0.5}
+    swapped = gate.task_options([{"name": "scores"}, {"name": "boxes"}])
+    assert swapped == {"layout": "decoded", "iou_threshold": 0.5, "outputs": [1, 0]}
+
+    rng = np.random.default_rng(0)
+    xy = rng.uniform(0, 0.5, (1, 5, 2)).astype(np.float32)
+    boxes = np.concatenate([xy, xy + 0.3], axis=2)  # xyxy, normalised
+    scores = rng.uniform(0, 1, (1, 5, 3)).astype(np.float32)
+    original = Detector(detect_config(spec, 3, {}), "decoded", ["a", "b", "c"], spec)([boxes, scores])
+    options = {k: v for k, v in swapped.items() if k != "layout"}
+    device = Detector(detect_config(spec, 3, options), "decoded", ["a", "b", "c"], spec)([scores, boxes])
+    assert len(original) and device == original
+
+
+def test_labels_that_are_not_all_the_model_classes_say_so():
+    from edgekit.builders.detect_gate import DetectGate
+    from edgekit.builders.source_model import SourceModel, make_outputs
+    from edgekit.errors import ModelError
+    from edgekit.image import InputSpec
+
+    source = SourceModel(Path("coco.onnx"), "onnx", (64, 64, 3), None, outputs=make_outputs(["y"], [(1, 84, 8400)]))
+    with pytest.raises(ModelError) as e:
+        DetectGate.for_model(source, ["person", "car"], InputSpec(shape=(1, 64, 64, 3)), {}, None)
+    assert "[1, 84, 8400]" in e.value.message and "with 2 classes" in e.value.message
+    assert "are all the model's classes" in e.value.hint
+    assert DetectGate.for_model(source, [f"c{i}" for i in range(80)], InputSpec(shape=(1, 64, 64, 3)), {},
+                                None).layout == "yolo"

@@ -29,11 +29,12 @@ from edgekit.builders.log import BuildLog, progress
 from edgekit.builders.spool import Spool
 from edgekit.detect.boxes import Detections
 from edgekit.detect.dataset import DetectionSet, load_detection_set
-from edgekit.errors import CalibrationError, UsageError
+from edgekit.detect.evaluate import MAP_HEAD_OPTIONS
+from edgekit.errors import CalibrationError, ModelError, UsageError
 from edgekit.image import ImageReadError, InputSpec, Preprocessor, read_image
 
-EVAL_OPTIONS = {"score_threshold": 0.001, "max_detections": 100}
-"""Head options for scoring mAP (COCO's convention; Ultralytics' ``val`` uses 0.001 too)."""
+EVAL_OPTIONS = MAP_HEAD_OPTIONS
+"""Head options for scoring mAP (:data:`edgekit.detect.evaluate.MAP_HEAD_OPTIONS`)."""
 
 AGREEMENT_MIN_SCORE = 0.25
 """Without an eval set: the original's detections at or above this score are the ground truth."""
@@ -142,7 +143,15 @@ class DetectGate:
         layout = opts.pop("layout", "auto")
         nc = len(labels) or None
         shapes = source_shapes(source)
-        chosen = choose_layout(layout, shapes, detect_config(spec, nc, opts))
+        try:
+            chosen = choose_layout(layout, shapes, detect_config(spec, nc, opts))
+        except ModelError as exc:
+            if not labels:
+                raise
+            # a COCO model scored on a few of its classes: the labels must still list them all
+            raise ModelError(exc.message, f"check that the {len(labels)} labels ({', '.join(labels[:4])}"
+                             f"{', ...' if len(labels) > 4 else ''}) are all the model's classes in its order "
+                             "(--labels FILE; an eval set's categories may be fewer), or use --task raw") from exc
         detector = Detector(detect_config(spec, nc, {**opts, **EVAL_OPTIONS}), chosen, labels, spec)
         return cls(chosen, list(labels), opts, detector, _source_roles(chosen, shapes, nc), source.output_names,
                    evaluation)

@@ -25,6 +25,11 @@ from edgekit.errors import BackendUnavailable, CalibrationError
 
 log = logging.getLogger(__name__)
 
+MAP_HEAD_OPTIONS = {"score_threshold": 0.001, "max_detections": 100}
+"""Detect head options for measuring mAP: keep every box scoring 0.001 or more, up to COCO's 100
+per image (``maxDets``), as mAP is measured everywhere (Ultralytics' ``val`` uses 0.001 too): a
+deployment threshold such as 0.25 cuts the precision-recall curve short and lowers the mAP."""
+
 CATEGORY_OFFSET = 1
 """COCO category id of class index ``i`` is ``i + CATEGORY_OFFSET`` (COCO ids start at 1)."""
 
