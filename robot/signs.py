@@ -4,6 +4,10 @@
     python -m robot.signs --bundle dist/demo-cpu --fake frames/                 # loopback FakeVector
 
     python -m robot.signs --bundle dist/demo-cpu --fake seq/ --hold 1 --truth seq/truth.csv  # acceptance
+    python -m robot.signs --task detect --bundle dist/detector-cpu --serial 00e20100  # boxes on the face
+
+``--task detect`` runs a detector instead (:mod:`robot.boxes`): boxes drawn on the face,
+the top label said when it changes.
 
 Vector camera (only the model's crop window, decoded gray at reduced scale from the JPEG)
 -> the bundle's preprocessing (the seed's: gray, centre crop, resize) -> runtime -> open-set
@@ -183,6 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``python -m robot.signs`` argument parser."""
     p = argparse.ArgumentParser(prog="python -m robot.signs", description=__doc__.splitlines()[0])
     p.add_argument("--bundle", metavar="DIR", help="bundle from edgekit build (BUNDLE[:VARIANT])")
+    p.add_argument("--task", choices=("classify", "detect"),
+                   help="classify: the sign demo (default); detect: a detector's boxes on the face (robot.boxes)")
+    p.add_argument("--face-every", type=float, default=0.1, metavar="S",
+                   help="--task detect: show a frame with its boxes at most every S seconds (default 0.1)")
     robot = p.add_mutually_exclusive_group(required=True)
     robot.add_argument("--serial", help="the real robot's serial (configured with python -m anki_vector.configure)")
     robot.add_argument("--fake", metavar="FRAMES", help="no robot: a loopback FakeVector showing this image "
@@ -239,6 +247,10 @@ def main(argv: Sequence[str] | None = None, runtime: Any = None, labels: Sequenc
 def _run(args: argparse.Namespace, runtime: Any, labels: Sequence[str] | None, out: TextIO) -> int:
     from contextlib import ExitStack
 
+    if args.task == "detect":
+        from robot.boxes import main_boxes
+
+        return main_boxes(args, runtime, labels, out)
     if args.agree < 1 or not 0.0 <= args.min_confidence <= 1.0 or args.rearm < 0:
         raise UsageError("--agree must be >= 1, --min-confidence within 0..1 and --rearm >= 0")
     truth = _load_truth(args)
@@ -280,6 +292,9 @@ def _open_runtime(args: argparse.Namespace, runtime: Any, labels: Sequence[str] 
         from edgekit.model import open_model
 
         model = stack.enter_context(open_model(args.bundle, **runtime_options(args)))
+        if model.task != "classify":
+            raise UsageError(f"{model.name} is a {model.task} model, not a sign classifier",
+                             "add --task detect for a detector")
         return model.runtime, list(labels or model.labels), model.name
     if labels is None and args.bundle:
         from edgekit.bundle import load_bundle

@@ -90,3 +90,21 @@ def test_nothing_detected_or_an_unknown_result_draws_nothing():
 def test_a_frame_that_is_not_an_image_is_refused():
     with pytest.raises(ValueError, match="uint8"):
         draw(np.zeros((10, 10, 3), np.float32), Detections(()))
+
+
+def test_the_face_image_is_drawn_at_screen_size_with_the_boxes_where_they_were():
+    from edgekit.vector.face import render_result
+
+    frame = np.zeros((360, 640, 3), np.uint8)
+    dets = Detections((Detection(0, "cat", 0.9, (320.0, 180.0, 640.0, 360.0)),), size=(640, 360))
+    face = render_result(frame, dets)
+    assert face.shape == (96, 184, 3)
+    # 640x360 -> 171x96 centred (6 px bars): the box covers the lower right quarter of the picture
+    red = (face == np.array(colour_for(0)[::-1])).all(axis=-1)  # RGB on the face
+    ys, xs = np.nonzero(red)
+    assert abs(xs.min() - (6 + 85)) <= 1 and abs(ys.max() - 95) <= 1 and abs(xs.max() - (6 + 170)) <= 1
+    # the label is drawn at the screen's size: a tab about 14 px high, not 1/4 of that
+    assert 10 <= ys.max() - ys.min() - 48 <= 18
+    # a result without a size is taken to be in the frame's pixels
+    same = render_result(frame, Detections(dets.detections))
+    np.testing.assert_array_equal(same, face)

@@ -93,3 +93,22 @@ def render_label(
     origin = ((SCREEN_WIDTH - w) // 2, (SCREEN_HEIGHT + h - base) // 2)
     cv2.putText(canvas, text, origin, font, scale, colour, thick, cv2.LINE_AA)
     return canvas
+
+
+def render_result(frame: np.ndarray, result: object) -> np.ndarray:
+    """A camera frame (BGR or gray, OpenCV convention) with ``result`` drawn, as a 96x184 RGB face image.
+
+    The frame is shrunk to the screen *before* drawing (:func:`edgekit.overlay.draw`), so the
+    boxes are sharp and the labels are drawn at a size the 184x96 screen can show; a
+    detector's boxes (in the frame's pixels) are scaled with it.
+    """
+    from edgekit.detect.boxes import Detections
+    from edgekit.overlay import draw
+
+    h, w = frame.shape[:2]
+    if isinstance(result, Detections) and result.size is None:  # boxes without a size are the frame's
+        result = Detections(result.detections, (w, h))
+    scale = min(SCREEN_HEIGHT / h, SCREEN_WIDTH / w)
+    size = (max(1, round(w * scale)), max(1, round(h * scale)))
+    small = cv2.resize(frame, size, interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
+    return fit_to_screen(np.ascontiguousarray(draw(small, result)[..., ::-1]))
