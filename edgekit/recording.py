@@ -110,8 +110,13 @@ class FolderRecording(Recording):
         ok, data = self._cv2.imencode(".jpg", image, [self._cv2.IMWRITE_JPEG_QUALITY, self.quality])
         if not ok:
             raise SaveError(f"--save {self.path}: OpenCV could not encode frame {self.frames + 1} as JPEG")
+        path = self._tmp / FRAME_PATTERN.format(self.frames + 1)
+        try:
+            _write_bytes(path, data.tobytes(), self.path)
+        except BaseException:  # Ctrl-C/SIGTERM mid-write too: the recording finishes without a torn frame
+            path.unlink(missing_ok=True)
+            raise
         self.frames += 1
-        _write_bytes(self._tmp / FRAME_PATTERN.format(self.frames), data.tobytes(), self.path)
 
     def finish(self) -> Path:
         if self.done:
