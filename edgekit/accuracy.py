@@ -138,14 +138,18 @@ def evaluate(
 
 def evaluate_detector(m: Any, directory: str | Path) -> EvalResult:
     """mAP@[.5:.95] and mAP@.5 of one open detector on a detection set (COCO or YOLO labels),
-    its boxes in each image's own pixels, as the device would report them."""
+    its boxes in each image's own pixels, scored as the build's gate scores them (every box
+    above :data:`~edgekit.detect.evaluate.MAP_HEAD_OPTIONS`' threshold)."""
     from edgekit.camera import Frame
     from edgekit.detect.dataset import load_detection_set
-    from edgekit.detect.evaluate import coco_map
+    from edgekit.detect.evaluate import MAP_HEAD_OPTIONS, coco_map
     from edgekit.image import ImageReadError, read_image
 
     dataset = load_detection_set(directory, m.labels)
-    pipeline = Pipeline(m.runtime, m.labels, warmup=0, task="detect", task_options=m.task_options)
+    # mAP is measured over the whole precision-recall curve, as the build's gate measures it:
+    # the bundle's deployment threshold (e.g. 0.25) would cut the curve short and lower the figure
+    options = {**m.task_options, **MAP_HEAD_OPTIONS}
+    pipeline = Pipeline(m.runtime, m.labels, warmup=0, task="detect", task_options=options)
     found, unreadable = {}, 0
     for i, entry in enumerate(dataset.images):
         try:
