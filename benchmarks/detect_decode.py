@@ -168,7 +168,7 @@ def part2(model: str, images: Path, count: int, task_options: dict) -> None:
             infer.append(t1 - t0)
             dec.append(time.perf_counter_ns() - t1)
             found.append(len(result))
-        shapes = [list(d["shape"]) for d in m.runtime.output_details()]
+        shapes = [[int(v) if str(v).isdigit() else v for v in d["shape"]] for d in m.runtime.output_details()]
         print(f"\n{m.name} ({m.precision or 'bare file'}), layout {decode.layout}, outputs {shapes}, "
               f"{len(tensors)} images x {count // len(tensors)} rounds, "
               f"threads {getattr(m.runtime, 'num_threads', '?')}")
