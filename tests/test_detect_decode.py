@@ -384,3 +384,23 @@ def test_class_aware_and_agnostic():
     scores = np.float32([0.9, 0.8])
     assert nms(boxes, scores, np.array([0, 1]), 0.5, 10).tolist() == [0, 1]
     assert nms(boxes, scores, np.array([0, 1]), 0.5, 10, class_agnostic=True).tolist() == [0]
+
+
+def test_quantised_ssd_logits_decode_as_their_real_values():
+    """int8 logits: the threshold goes through the logit and the quantisation; the result is the float one."""
+    rng = np.random.default_rng(3)
+    anchors = generate(check_ssd_anchors({**BLAZEFACE, "fixed_anchor_size": False}))
+    rel = (rng.normal(0, 1, (1, 896, 4))).astype(np.float32)
+    logits = rng.normal(-5, 2.5, (1, 896, 3)).astype(np.float32)
+    scale, zero_point = 0.08, 10
+    q = np.clip(np.round(logits / scale) + zero_point, -128, 127).astype(np.int8)
+    qb_scale = 0.03
+    qb = np.clip(np.round(rel / qb_scale), -128, 127).astype(np.int8)
+    shapes = [rel.shape, logits.shape]
+    spec = InputSpec.from_dict({"shape": [1, 128, 128, 3], "dtype": "float32"})
+    quant = [(qb_scale, 0), (scale, zero_point)]
+    quantised = detector(["a", "b"], Outputs(shapes, quant, spec), anchors=anchors.tolist())
+    floating = detector(["a", "b"], Outputs(shapes, None, spec), anchors=anchors.tolist())
+    found = quantised([qb, q])
+    assert len(found) > 3
+    assert _pairs(found) == _pairs(floating([real(qb, (qb_scale, 0)), real(q, (scale, zero_point))]))

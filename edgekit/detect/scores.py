@@ -31,11 +31,13 @@ def real(values: np.ndarray, quant: Quant) -> np.ndarray:
 def raw_threshold(threshold: float, quant: Quant, dtype: np.dtype) -> float | int | None:
     """The value ``t`` with ``raw > t`` exactly when ``real(raw) > threshold``; None when every
     raw value passes (the threshold is below the tensor's range)."""
-    if not quant or not quant[0] or np.dtype(dtype).kind not in "iu":
+    if not quant or not quant[0]:
         return threshold
     scale, zero_point = quant
     if scale < 0:  # never written by a converter; fall back to the safe, slower path
         return None
+    if np.dtype(dtype).kind not in "iu":
+        return threshold / scale + (zero_point or 0)
     bound = math.floor(threshold / scale + (zero_point or 0))  # q integer: q > x <=> q > floor(x)
     info = np.iinfo(dtype)
     if bound < info.min:
