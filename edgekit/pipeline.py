@@ -171,8 +171,7 @@ class Pipeline:
         t_pre = clock.lap()
         outputs = self.runtime.infer(tensor)
         t_infer = clock.lap()
-        # a detector maps its boxes to the frame's pixels, so it is told the frame's shape
-        decoded = self.decode(outputs, frame_shape=frame.array.shape) if self._maps_boxes else self.decode(outputs)
+        decoded = self.decode_outputs(outputs, frame.array.shape)
         t_post = clock.lap()
         timings = {
             "capture_wait": capture_wait_ns,
@@ -184,6 +183,11 @@ class Pipeline:
         }
         metrics.record(timings, clock.last)
         return FrameResult(frame.index, frame.t_capture_ns, decoded, {k: v / 1e6 for k, v in timings.items()})
+
+    def decode_outputs(self, outputs: Sequence[Any], frame_shape: tuple[int, ...]) -> TaskResult:
+        """The task head's result for one frame's outputs (a detector's boxes in that frame's pixels)."""
+        # a detector maps its boxes to the frame's pixels, so it is told the frame's shape
+        return self.decode(outputs, frame_shape=frame_shape) if self._maps_boxes else self.decode(outputs)
 
     def steps(
         self,

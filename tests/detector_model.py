@@ -26,14 +26,16 @@ BOXES = [(16.0, 32.0, 24.0, 32.0), (48.0, 32.0, 24.0, 32.0)]
 FRAME_W, FRAME_H = 320, 240
 
 
-def onnx_detector(path: Path) -> Path:
-    """Write the two-box YOLOv8-layout detector to ``path`` (opset 13)."""
+def onnx_detector(path: Path, spare: int = 0) -> Path:
+    """Write the two-box YOLOv8-layout detector to ``path`` (opset 13); ``spare`` more candidates
+    that never score (so N need not equal the class count)."""
     import onnx
     from onnx import TensorProto, helper
 
+    n_boxes = 2 + spare
     half = np.zeros((1, 1, SIZE, SIZE), np.float32)
     half[..., : SIZE // 2] = 2.0  # ReduceMean of x * mask = mean over the left half
-    base = np.zeros((1, 4 + len(LABELS), 2), np.float32)
+    base = np.zeros((1, 4 + len(LABELS), n_boxes), np.float32)
     for n, box in enumerate(BOXES):
         base[0, :4, n] = box
     pick_cat = np.zeros_like(base)
@@ -57,7 +59,7 @@ def onnx_detector(path: Path) -> Path:
     graph = helper.make_graph(
         nodes, "two_box_detector",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, SIZE, SIZE])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4 + len(LABELS), 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4 + len(LABELS), n_boxes])],
         [const("left_mask", half), const("right_mask", 2.0 - half), const("base", base),
          const("pick_cat", pick_cat), const("pick_dog", pick_dog)],
     )
@@ -68,18 +70,18 @@ def onnx_detector(path: Path) -> Path:
     return path
 
 
-def detector_bundle(dest: Path) -> Path:
+def detector_bundle(dest: Path, spare: int = 0) -> Path:
     """A ``detect`` bundle around :func:`onnx_detector`, written as edgekit build would."""
     work = dest.parent / f".{dest.name}-model"
     work.mkdir(parents=True, exist_ok=True)
-    model = onnx_detector(work / "model.onnx")
+    model = onnx_detector(work / "model.onnx", spare)
     with BundleWriter(dest) as w:
         (w.dir / "model.onnx").write_bytes(model.read_bytes())
         (w.dir / "labels.txt").write_text("\n".join(LABELS) + "\n")
         w.commit({
             "name": "twobox", "target": "cpu", "task": "detect", "default_model": "fp32",
             "models": [{"name": "fp32", "file": "model.onnx", "format": "onnx", "precision": "fp32",
-                        "input": SPEC.to_dict(), "outputs": [{"shape": [1, 6, 2], "dtype": "float32"}],
+                        "input": SPEC.to_dict(), "outputs": [{"shape": [1, 6, 2 + spare], "dtype": "float32"}],
                         "task_options": {"layout": "yolo", "score_threshold": 0.3}}],
             "labels": "labels.txt",
             "runtime": {"adapter": "edgekit.runtime.onnxrt:OnnxRuntime", "options": {"providers": ["cpu"]}},

@@ -44,6 +44,7 @@ import numpy as np
 
 from edgekit.errors import EdgekitError
 from edgekit.pipeline import Pipeline
+from edgekit.results import Decoder
 
 log = logging.getLogger("edgekit.serve")
 
@@ -107,7 +108,8 @@ def newest_mtime(print_: tuple | None) -> float:
 
 
 def _top1(result: Any) -> int | None:
-    """The top-1 class index of a FrameResult or a Classification (None for other task heads)."""
+    """The top-1 class index of a FrameResult, a Classification or Detections (the best box's
+    class; None when nothing was detected or for other task heads)."""
     top = getattr(getattr(result, "result", result), "top", None)
     return getattr(top, "index", None)
 
@@ -123,9 +125,11 @@ def warm_up(candidate: Loaded, recent: list[tuple[Any, int | None]], min_agreeme
             if np.issubdtype(out.dtype, np.floating) and not np.all(np.isfinite(out)):
                 return "it gives non-finite outputs (NaN/inf)"
         width = np.asarray(outputs[0]).shape[-1]
-        if labels and len(outputs) == 1 and width != len(labels):
+        # a class-score vector must have one value per label (a detector's head checked its
+        # class count against the labels when it chose the output layout)
+        if isinstance(pipeline.decode, Decoder) and labels and len(outputs) == 1 and width != len(labels):
             return f"its output has {width} classes for {len(labels)} labels"
-        top = _top1(pipeline.decode(outputs))
+        top = _top1(pipeline.decode_outputs(outputs, frame.array.shape))
         if running_top is not None and top is not None:
             compared += 1
             agree += int(top == running_top)
