@@ -344,3 +344,143 @@ def test_writer_lists_nested_files_replaces_an_old_bundle_and_shares_it(tmp_path
     with pytest.raises(TypeError, match="object is not JSON serialisable"), BundleWriter(tmp_path / "c") as w:
         w.commit(dict(_manifest(), extra=object()))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]
+
+
+# --- values, branches and messages the mutation run found unpinned (issue 18, docs/mutation.md) --------
+
+_LOCALE_PROBE = """
+import locale, sys
+sys.path.insert(0, sys.argv[1])
+from edgekit.bundle import load_bundle
+print(locale.getencoding())
+b = load_bundle(sys.argv[2])
+print(ascii(b.labels), ascii(b.manifest["extra"]))
+"""
+
+
+def test_labels_and_manifest_are_utf8_whatever_the_device_locale(tmp_path):
+    """A device in the C locale (Python's locale encoding is ASCII there) still reads both as UTF-8."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import edgekit.bundle
+
+    with BundleWriter(tmp_path / "b") as w:
+        (w.dir / "m.tflite").write_bytes(b"model-bytes")
+        (w.dir / "labels.txt").write_bytes("caf\u00e9\nna\u00efve\n".encode())
+        w.commit(dict(_manifest(), labels="labels.txt"))
+    m = json.loads((tmp_path / "b" / "edgekit.json").read_text())
+    m["extra"] = {"author": "Zo\u00eb"}  # another tool may write the manifest as UTF-8, not \u escapes
+    (tmp_path / "b" / "edgekit.json").write_bytes(json.dumps(m, ensure_ascii=False).encode())
+    b = load_bundle(tmp_path / "b")  # here too, so that mutmut runs this test for load_bundle and read_labels
+    assert b.labels == ["caf\u00e9", "na\u00efve"] and b.manifest["extra"] == {"author": "Zo\u00eb"}
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    root = str(Path(edgekit.bundle.__file__).resolve().parents[1])  # the edgekit under test (mutmut's copy too)
+    run = subprocess.run([sys.executable, "-c", _LOCALE_PROBE, root, str(tmp_path / "b")], env=env,
+                         capture_output=True, text=True, encoding="ascii", timeout=60)
+    assert run.returncode == 0, run.stderr[-500:]
+    encoding, result = run.stdout.splitlines()
+    assert encoding == "ANSI_X3.4-1968"  # the probe really ran in an ASCII locale
+    assert result == "['caf\\xe9', 'na\\xefve'] {'author': 'Zo\\xeb'}"
+
+
+def test_an_unreadable_labels_file_hint_is_exact(tmp_path):
+    from edgekit.bundle import read_labels
+    from edgekit.errors import ModelError
+
+    with pytest.raises(ModelError) as info:
+        read_labels(tmp_path / "missing.txt")
+    assert info.value.hint == "give a UTF-8 text file, one label per line"
+
+
+def _write_two_models(dest):
+    with BundleWriter(dest) as w:
+        (w.dir / "m.tflite").write_bytes(b"model-bytes")
+        (w.dir / "m_int8.tflite").write_bytes(b"int8-bytes")
+        entry = _manifest()["models"][0]
+        outputs = [{"name": "scores", "shape": [1, 10]}]
+        w.commit(dict(_manifest(), models=[
+            dict(entry, outputs=outputs),
+            {k: v for k, v in dict(entry, name="int8", file="m_int8.tflite").items() if k != "outputs"}]))
+    return dest
+
+
+def test_a_bundle_with_two_models_names_paths_and_outputs_each(tmp_path):
+    dest = _write_two_models(tmp_path / "b")
+    b = load_bundle(dest)
+    fp32, int8 = b.models
+    assert fp32.outputs == [{"name": "scores", "shape": [1, 10]}] and int8.outputs == []  # outputs are optional
+    assert b.model_path("int8") == dest / "m_int8.tflite" and b.model_path() == dest / "m.tflite"
+    with pytest.raises(BundleError, match="has no model 'fp16'") as err:
+        b.model("fp16")
+    assert err.value.hint == "choose one of: fp32, int8"
+
+
+@pytest.mark.parametrize(("key", "value", "kind"), [
+    ("task", 3, "str"), ("verification", [False], "dict"), ("default_model", 0, "str")])
+def test_optional_manifest_keys_are_typed(tmp_path, key, value, kind):
+    dest = _write(tmp_path / "b")
+    _edit(dest, lambda m: m.update({key: value}))
+    with pytest.raises(BundleError) as err:
+        load_bundle(dest)
+    assert err.value.message == f"{dest / 'edgekit.json'}: {key!r} is not a {kind}"
+    assert err.value.hint == "rebuild the bundle"
+    if key != "default_model":  # null is the same as absent (a bundle without a default model has no model)
+        _edit(dest, lambda m: m.update({key: None}))
+        assert load_bundle(dest).target == "cpu"
+
+
+def test_a_corrupt_manifest_message_is_cut_at_300_characters(tmp_path):
+    dest = _write(tmp_path / ("d" * max(1, 200 - len(str(tmp_path)))) / "b")  # the error runs past 300
+    (dest / "edgekit.json").write_text("{ not json")
+    with pytest.raises(BundleError, match="is corrupt") as err:
+        load_bundle(dest)
+    assert len(err.value.message) == 300
+
+
+def test_a_rejected_bundle_says_why_and_unknown_tasks_list_every_known_one(tmp_path):
+    from edgekit.results import TASK_HEADS
+
+    dest = _write(tmp_path / "b")
+    _edit(dest, lambda m: m.update(verification={"passed": False, "reason": "int8 ratio 0.8 < 0.99"}))
+    with pytest.raises(BundleError) as err:
+        load_bundle(dest)
+    assert err.value.message.endswith("failed its accuracy check at build time (int8 ratio 0.8 < 0.99)")
+    _edit(dest, lambda m: m.update(verification=None, task="segment"))
+    with pytest.raises(BundleError) as err:
+        load_bundle(dest)
+    assert err.value.message.endswith(f"(this edgekit knows {', '.join(TASK_HEADS)})")
+    assert "classify, raw" in err.value.message
+
+
+def test_a_model_entry_that_is_not_an_object_is_refused(tmp_path):
+    dest = _write(tmp_path / "b")
+    _edit(dest, lambda m: m.update(models=["m.tflite"]))
+    with pytest.raises(BundleError, match="model file None is not listed in 'files'"):
+        load_bundle(dest)
+
+
+def test_writer_makes_missing_parents_and_a_hidden_temp_dir_beside_the_bundle(tmp_path):
+    dest = tmp_path / "dist" / "nested" / "b"
+    with BundleWriter(dest) as w:
+        assert w.dir.parent == dest.parent  # the final rename stays on one filesystem
+        assert w.dir.name.startswith(".b.tmp-")  # hidden: a half-written bundle does not look like one
+        (w.dir / "m.tflite").write_bytes(b"model-bytes")
+        w.commit(_manifest())
+    assert load_bundle(dest).target == "cpu"
+
+
+def test_commit_outside_a_with_block_is_a_clear_programming_error(tmp_path):
+    with pytest.raises(AssertionError, match="^use BundleWriter as a context manager$"):
+        BundleWriter(tmp_path / "b").commit(_manifest())
+
+
+def test_cleanup_never_hides_the_error_that_stopped_the_write(tmp_path):
+    import shutil
+
+    with pytest.raises(KeyboardInterrupt), BundleWriter(tmp_path / "b") as w:
+        shutil.rmtree(w.dir)  # the temp dir is already gone when the cleanup runs
+        raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == []
