@@ -43,7 +43,7 @@ EVAL_PHOTOS = ("skimage:astronaut", "skimage:coffee", "skimage:chelsea", "skimag
 SIZES = ((320, 240), (320, 240), (320, 240), (240, 320), (256, 256), (320, 180))
 """Scene sizes (width, height) drawn from: mostly 4:3, some portrait, square and 16:9, so the
 letterbox of the model's preprocessing is exercised both ways."""
-MIN_SIDE, MAX_SIDE = 20, 0.5  # object size: >= 20 px, <= half the scene's shorter side
+MIN_SIDE, MAX_SIDE = 24, 0.5  # object size: >= 24 px, <= half the scene's shorter side
 MAX_HIDDEN = 0.45  # an object may lose at most this share of its pixels to later ones
 EVAL_SEED, CALIB_SEED, TRAIN_SEED = 13, 14, 1000
 JPEG_QUALITY = 75
