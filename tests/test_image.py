@@ -6,7 +6,19 @@ import cv2
 import numpy as np
 import pytest
 
-from edgekit.image import ImageReadError, InputSpec, Preprocessor, crop_center, pixel_lut, read_image, resize
+from edgekit.image import (
+    ImageReadError,
+    InputSpec,
+    InputSpecError,
+    Preprocessor,
+    convert_colour,
+    crop_center,
+    crop_window,
+    letterbox_window,
+    pixel_lut,
+    read_image,
+    resize,
+)
 
 
 def test_center_crop_matches_seed_window():
@@ -188,3 +200,356 @@ def test_pillow_decodes_like_opencv(tmp_path, no_opencv):
     for bad in ("cut.jpg", "junk.png"):
         with pytest.raises(ImageReadError):
             read_image(tmp_path / bad)
+
+
+# --- values, boundaries, messages and fallbacks the mutation run found unpinned (issue 18, docs/mutation.md) ---
+
+def _problem(**kw):
+    """The message of InputSpecError for a spec built from ``kw`` (None when it is fine)."""
+    try:
+        InputSpec(**{"shape": (1, 8, 8, 3), **kw}).check()
+    except InputSpecError as exc:
+        assert exc.hint == "rebuild the bundle, or fix the preprocessing given to edgekit build"
+        return exc.message
+    return None
+
+
+def test_spec_sides_and_channels_in_both_layouts():
+    nhwc, nchw = InputSpec(shape=(2, 20, 30, 3)), InputSpec(shape=(2, 3, 20, 30), layout="NCHW")
+    for spec in (nhwc, nchw):
+        assert (spec.height, spec.width, spec.channels) == (20, 30, 3)
+    assert InputSpec(shape=(1, 8, 8, 1), dtype="int16", scale=1.0).quantized
+    assert not InputSpec(shape=(1, 8, 8, 1), dtype="float16").quantized
+
+
+def test_spec_dict_form_lists_sequences_and_keeps_crop_words():
+    d = InputSpec(shape=(1, 8, 8, 3), crop=(4, 6), mean=(1.0, 2.0, 3.0), std=(4.0,)).to_dict()
+    assert (d["shape"], d["crop"], d["mean"], d["std"]) == ([1, 8, 8, 3], [4, 6], [1.0, 2.0, 3.0], [4.0])
+    assert InputSpec(shape=(1, 8, 8, 3), crop="square").to_dict()["crop"] == "square"
+    assert InputSpec(shape=(1, 8, 8, 3)).to_dict()["crop"] is None
+
+
+def test_spec_from_untrusted_dicts():
+    def refusal(d):
+        with pytest.raises(InputSpecError) as err:
+            InputSpec.from_dict(d)
+        return err.value.message
+
+    assert refusal([1, 8, 8, 3]) == "input is list, not an object"
+    assert refusal({"dtype": "float32"}) == "input has no 'shape'"
+    for shape, word in (([1, 2.5, 8, 3], "2.5"), ([1, True, 8, 3], "True"), ([1, "8", 8, 3], "'8'")):
+        assert refusal({"shape": shape}) == f"input is malformed: {word} is not a whole number"
+    assert refusal({"shape": [1, 8, 8, 3], "std": ["wide"]}).startswith("input is malformed: could not convert")
+    spec = InputSpec.from_dict({"shape": [1, 8, 8, 3], "crop": [4, 6], "mean": [1, 2, 3], "std": [2],
+                                "extra": {"kept": 1}, "source": "keras"})
+    assert spec.crop == (4, 6) and spec.mean == (1.0, 2.0, 3.0) and spec.std == (2.0,)
+    assert spec.extra == {"kept": 1, "source": "keras"}
+    assert InputSpec.from_dict({"shape": [1, 8, 8, 3], "crop": "square"}).crop == "square"
+
+
+def test_spec_choices_are_named_in_the_refusal():
+    assert _problem(dtype="float64") == "input dtype 'float64' is not one of float32, float16, uint8, int8, int16"
+    assert _problem(layout="HWC") == "input layout 'HWC' is not one of NHWC, NCHW"
+    assert _problem(colour="yuv") == "input colour 'yuv' is not one of gray, rgb, bgr"
+    assert _problem(resize="crop") == "input resize 'crop' is not one of stretch, letterbox"
+    assert _problem(interpolation="cubic") == "input interpolation 'cubic' is not one of area, linear, nearest"
+    assert len(_problem(dtype="x" * 400)) == 300  # an untrusted value cannot flood the error line
+
+
+def test_spec_shape_limits():
+    batch = "is not a batch of images (N, H, W, C or N, C, H, W; every size >= 1)"
+    for shape in ((1, 8, 8), (1, 8, 8, 3, 1), (0, 8, 8, 3), (1, 8, 0, 3), (1, 8, 8.0, 3), (1, True, 8, 3)):
+        assert _problem(shape=shape) == f"input shape {list(shape)} {batch}", shape
+    feeds = "is not an image batch edgekit feeds (1 or 3 channels, sides <= 16384)"
+    for shape in ((1, 16384, 1, 1), (1, 1, 16384, 3), (64, 8, 8, 3)):
+        assert _problem(shape=shape) is None, shape
+    for shape in ((1, 16385, 1, 1), (1, 1, 16385, 3), (1, 8, 8, 2), (1, 8, 8, 4), (65, 8, 8, 3)):
+        assert _problem(shape=shape) == f"input shape {list(shape)} {feeds}", shape
+    assert _problem(shape=(1, 1, 16385, 1), layout="NCHW") is not None  # height of NCHW
+    assert _problem(shape=(1, 1, 1, 16385), layout="NCHW") is not None  # width of NCHW
+    assert _problem(shape=(1, 3, 16384, 16384), layout="NCHW", mean=(0.0,)) is None
+
+
+def test_spec_crop_limits():
+    for crop in (None, "none", "square", (1, 1), (16384, 16384), [5, 7]):
+        assert _problem(crop=crop) is None, crop
+    for crop in ((0, 5), (5, 16385), (True, 5), (5.0, 5), (5,), (5, 5, 5), "centre", 5):
+        assert _problem(crop=crop) == (
+            f"input crop {crop!r} must be null, 'square' or [height, width] in pixels (1 to 16384)"), crop
+
+
+def test_spec_normalisation_and_quantisation_limits():
+    assert _problem(mean=(1.0, 2.0)) == "input mean (1.0, 2.0) must be 1 or 3 finite numbers"
+    assert _problem(std=(1.0, float("nan"), 1.0)) == "input std (1.0, nan, 1.0) must be 1 or 3 finite numbers"
+    assert _problem(mean=5.0) == "input mean 5.0 must be 1 or 3 finite numbers"
+    assert _problem(mean=("1",)) == "input mean ('1',) must be 1 or 3 finite numbers"
+    assert _problem(mean=[1, 2, 3], std=[255]) is None
+    assert _problem(std=(1.0, 0.0, 1.0)) == "input std [1.0, 0.0, 1.0] has a zero (pixel = (value - mean) / std)"
+    for scale in (None, 0, -0.5, float("inf"), "0.1"):
+        assert _problem(dtype="int8", scale=scale) == (
+            f"input dtype int8 needs a positive quantisation scale, not {scale!r}"), scale
+    assert _problem(dtype="int8", scale=1) is None
+    for dtype, lo, hi in (("uint8", 0, 255), ("int8", -128, 127), ("int16", -32768, 32767)):
+        assert _problem(dtype=dtype, scale=0.5, zero_point=lo) is None
+        assert _problem(dtype=dtype, scale=0.5, zero_point=hi) is None
+        for bad in (lo - 1, hi + 1):
+            assert _problem(dtype=dtype, scale=0.5, zero_point=bad) == f"input zero_point {bad} does not fit {dtype}"
+    assert _problem(dtype="uint8", scale=0.5, zero_point=1.5) == "input zero_point 1.5 does not fit uint8"
+    assert _problem(dtype="uint8", scale=0.5, zero_point=None) is None
+    assert _problem(zero_point=1000) is None  # a float input has no zero point to check
+
+
+def test_with_quantization_keeps_the_preprocessing():
+    spec = InputSpec(shape=(1, 8, 8, 3), crop="square", mean=(127.5,), std=(127.5,), name="x")
+    q = spec.with_quantization("int8", 0.5, -3)
+    assert (q.dtype, q.scale, q.zero_point) == ("int8", 0.5, -3)
+    assert (q.crop, q.mean, q.std, q.name, q.shape) == ("square", (127.5,), (127.5,), "x", (1, 8, 8, 3))
+
+
+def test_crop_windows():
+    assert crop_window(10, 20, None) == crop_window(10, 20, "none") == (0, 0, 10, 20)
+    assert crop_window(10, 20, "square") == (0, 5, 10, 10)
+    assert crop_window(20, 10, "square") == (5, 0, 10, 10)
+    assert crop_window(11, 20, (4, 5)) == (3, 7, 4, 5)
+    assert crop_window(10, 20, (30, 6)) == (0, 7, 10, 6)
+    assert crop_window(10, 20, (4, 30)) == (3, 0, 4, 20)
+    frame = np.arange(200).reshape(10, 20)
+    assert crop_center(frame, "none") is frame
+    np.testing.assert_array_equal(crop_center(frame, (4, 5)), frame[3:7, 7:12])
+
+
+def test_letterbox_windows():
+    assert letterbox_window(100, 200, 64, 64) == (16, 0, 32, 64)
+    assert letterbox_window(200, 100, 64, 64) == (0, 16, 64, 32)
+    assert letterbox_window(1, 1000, 10, 10) == (4, 0, 1, 10)  # never a zero-pixel side
+    assert letterbox_window(1000, 1, 10, 10) == (0, 4, 10, 1)
+    assert letterbox_window(30, 40, 30, 40) == (0, 0, 30, 40)
+
+
+def test_letterbox_places_the_image_in_its_window_on_black(no_cv2_too):
+    img = np.full((100, 200, 3), 200, np.uint8)
+    out = resize(img, 64, 64, mode="letterbox")
+    assert out.shape == (64, 64, 3) and out.dtype == np.uint8
+    assert (out[16:48] == 200).all() and (out[:16] == 0).all() and (out[48:] == 0).all()
+
+
+@pytest.fixture(params=["opencv", "numpy"])
+def no_cv2_too(request, monkeypatch):
+    """Run a test with OpenCV, then again as on a device without it."""
+    import edgekit.image
+
+    if request.param == "numpy":
+        monkeypatch.setattr(edgekit.image, "optional_cv2", lambda: None)
+    return request.param
+
+
+def test_resize_refuses_unknown_interpolation_and_keeps_a_frame_already_the_size(no_cv2_too):
+    frame = np.zeros((8, 8), np.uint8)
+    with pytest.raises(ValueError, match="^unknown interpolation 'cubic'; use area, linear or nearest$"):
+        resize(frame, 8, 8, interpolation="cubic")
+    assert resize(frame, 8, 8) is frame and resize(frame, 8, 8, mode="letterbox") is frame
+
+
+@pytest.mark.parametrize(("interpolation", "code"), [
+    ("area", cv2.INTER_AREA), ("linear", cv2.INTER_LINEAR), ("nearest", cv2.INTER_NEAREST)])
+def test_resize_uses_the_interpolation_asked_for(interpolation, code, no_cv2_too):
+    img = np.random.default_rng(5).integers(0, 256, (20, 60, 3), dtype=np.uint8)
+    assert letterbox_window(20, 60, 16, 24) == (4, 0, 8, 24)
+    for got, ref in ((resize(img, 16, 24, interpolation=interpolation), cv2.resize(img, (24, 16), interpolation=code)),
+                     (resize(img, 16, 24, "letterbox", interpolation)[4:12],
+                      cv2.resize(img, (24, 8), interpolation=code))):
+        # OpenCV's own result; numpy's differs by one grey level at most (fixed point vs float)
+        assert np.abs(got.astype(int) - ref).max() <= (0 if no_cv2_too == "opencv" else 1)
+    # the Preprocessor passes the spec's interpolation on
+    spec = InputSpec(shape=(1, 16, 24, 3), colour="bgr", interpolation=interpolation)
+    shaped = Preprocessor(spec).shaped(img)
+    assert np.abs(shaped.astype(int) - cv2.resize(img, (24, 16), interpolation=code)).max() <= (
+        0 if no_cv2_too == "opencv" else 1)
+
+
+def test_colour_conversion_of_every_frame_kind(no_cv2_too):
+    rng = np.random.default_rng(6)
+    bgr = rng.integers(0, 256, (9, 11, 3), dtype=np.uint8)
+    bgra = np.dstack([bgr, np.full((9, 11), 9, np.uint8)])
+    gray = bgr[..., 1].copy()
+    expected = {"gray": cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY), "rgb": bgr[..., ::-1], "bgr": bgr}
+    for colour in ("gray", "rgb", "bgr"):
+        np.testing.assert_array_equal(convert_colour(bgr, colour), expected[colour])
+        np.testing.assert_array_equal(convert_colour(bgra, colour), expected[colour])
+    assert convert_colour(gray, "gray") is gray or no_cv2_too == "numpy"
+    np.testing.assert_array_equal(convert_colour(gray, "gray"), gray)
+    np.testing.assert_array_equal(convert_colour(gray[..., None], "gray"), gray)  # HxWx1 is gray
+    for colour in ("rgb", "bgr"):
+        np.testing.assert_array_equal(convert_colour(gray, colour), np.dstack([gray] * 3))
+    assert convert_colour(bgr, "bgr") is bgr or no_cv2_too == "numpy"
+    with pytest.raises(ValueError, match="^frames have 1, 3 or 4 channels, not 2$"):
+        convert_colour(np.zeros((4, 4, 2), np.uint8), "rgb")
+
+
+def test_pixel_tables():
+    rgb = InputSpec(shape=(1, 8, 8, 3), mean=(0.0, 100.0, 200.0), std=(1.0, 2.0, 4.0), dtype="float16")
+    lut = pixel_lut(rgb)
+    assert lut.shape == (3, 256) and lut.dtype == np.float16
+    assert (lut[0, 255], lut[1, 0], lut[2, 255]) == (255.0, -50.0, 13.75)
+    with pytest.raises(ValueError, match="^input dtype int8 needs a quantisation scale$"):
+        pixel_lut(InputSpec(shape=(1, 8, 8, 1), dtype="int8"))  # unchecked: check() refuses it first
+    no_zero = InputSpec(shape=(1, 8, 8, 1), dtype="uint8", scale=1 / 255, zero_point=None)
+    np.testing.assert_array_equal(pixel_lut(no_zero)[0], np.arange(256))
+    clipped = InputSpec(shape=(1, 8, 8, 1), dtype="int16", scale=1 / 255 / 300, zero_point=-32768, mean=(1.0,))
+    table = pixel_lut(clipped)[0]
+    assert table.dtype == np.int16  # clipped to int16's range at both ends, not wrapped
+    assert (table[0], table[1], table[128], table[255]) == (-32768, -32768, 127 * 300 - 32768, 32767)
+
+
+def test_preprocessor_refuses_bad_specs_and_frames(no_cv2_too):
+    with pytest.raises(InputSpecError, match="crop"):
+        Preprocessor(InputSpec(shape=(1, 8, 8, 3), crop=(-5, 5)))
+    prep = Preprocessor(InputSpec(shape=(1, 8, 8, 3)))
+    with pytest.raises(ValueError, match="^frames must be uint8, got float32$"):
+        prep(np.zeros((8, 8, 3), np.float32))
+    for shape in ((1, 8, 8, 3), (8,), (0, 8, 3), (8, 0)):
+        with pytest.raises(ValueError, match=r"^frames must be HxW or HxWxC with pixels, got shape"):
+            prep(np.zeros(shape, np.uint8))
+    with pytest.raises(ValueError, match="^frames have 1, 3 or 4 channels, not 2$"):  # not wrapped: not cv2's
+        prep(np.zeros((8, 8, 2), np.uint8))
+
+
+@pytest.mark.parametrize("spec", [
+    InputSpec(shape=(1, 3, 6, 6), layout="NCHW", mean=(10.0, 20.0, 30.0)),
+    InputSpec(shape=(1, 6, 6, 3), dtype="int8", scale=0.5, zero_point=-100, mean=(0.0, 1.0, 2.0), std=(1.0,)),
+    InputSpec(shape=(1, 6, 6, 3), dtype="float16", mean=(0.0, 1.0, 2.0)),
+    InputSpec(shape=(1, 1, 6, 6), layout="NCHW", colour="gray", dtype="float16"),
+])
+def test_every_table_lookup_path_gives_the_formula(spec, no_cv2_too):
+    frame = np.random.default_rng(7).integers(0, 256, (6, 6, 3), dtype=np.uint8)
+    img = Preprocessor(spec).shaped(frame).reshape(6, 6, spec.channels).astype(np.float64)
+    x = (img - np.array(spec.mean)) / np.array(spec.std)
+    if spec.quantized:
+        x = np.clip(np.round(x / spec.scale) + spec.zero_point, -128, 127)
+    if spec.layout == "NCHW":
+        x = x.transpose(2, 0, 1)
+    out = Preprocessor(spec)(frame)
+    assert out.shape == spec.shape and out.dtype == np.dtype(spec.dtype) and out.flags.c_contiguous
+    np.testing.assert_array_equal(out[0], x.astype(spec.dtype))
+
+
+def test_read_image_jpeg_end_marker_window(tmp_path):
+    ok, data = cv2.imencode(".jpg", np.full((16, 16, 3), 90, np.uint8))
+    assert ok
+    data = data.tobytes()
+    (tmp_path / "padded.jpg").write_bytes(data + b"\0" * 62)  # end marker in the last 64 bytes
+    assert read_image(tmp_path / "padded.jpg").shape == (16, 16, 3)
+    (tmp_path / "far.jpg").write_bytes(data + b"\0" * 63)  # only its second byte is: looks cut off
+    with pytest.raises(ImageReadError, match="far.jpg: truncated JPEG$"):
+        read_image(tmp_path / "far.jpg")
+    (tmp_path / "empty.png").write_bytes(b"")
+    with pytest.raises(ImageReadError, match="empty.png: not a readable image$"):
+        read_image(tmp_path / "empty.png")
+
+
+def test_read_image_scales_deep_images_to_8_bits(tmp_path, no_cv2_too):
+    from PIL import Image
+
+    deep = np.array([[0x1234, 0x8000], [0xFFFF, 0x00FF]], np.uint16)
+    cv2.imwrite(str(tmp_path / "w.png"), deep)
+    Image.fromarray(deep.astype(">u2")).save(tmp_path / "be.tif")  # big-endian 16-bit (Pillow: I;16B)
+    for name in ("w.png", "be.tif"):
+        got = read_image(tmp_path / name)
+        assert got.dtype == np.uint8 and got.tolist() == [[0x12, 0x80], [0xFF, 0x00]], name
+    # float and 32-bit images have no fixed range: stretched from their min to their max
+    Image.fromarray(np.array([[0.5, 1.5], [2.5, 2.5]], np.float32)).save(tmp_path / "f.tif")
+    Image.fromarray(np.array([[-10, 0], [10, 10]], np.int32)).save(tmp_path / "i.tif")
+    Image.fromarray(np.full((2, 2), 7.0, np.float32)).save(tmp_path / "flat.tif")
+    assert read_image(tmp_path / "f.tif").dtype == np.uint8
+    assert read_image(tmp_path / "f.tif").tolist() == [[0, 128], [255, 255]]
+    assert read_image(tmp_path / "i.tif").tolist() == [[0, 128], [255, 255]]
+    assert read_image(tmp_path / "flat.tif").tolist() == [[0, 0], [0, 0]]  # no range: no division by zero
+
+
+def test_read_image_drops_alpha_into_a_contiguous_frame(tmp_path, no_cv2_too):
+    bgra = np.random.default_rng(8).integers(0, 256, (5, 7, 4), dtype=np.uint8)
+    cv2.imwrite(str(tmp_path / "a.png"), bgra)
+    img = read_image(tmp_path / "a.png")
+    assert img.flags.c_contiguous
+    np.testing.assert_array_equal(img, bgra[..., :3])
+
+
+def test_pillow_modes_become_opencv_frames(tmp_path, no_opencv):
+    from PIL import Image
+
+    two = np.array([[0, 255], [255, 0]], np.uint8)
+    Image.fromarray(two).convert("1").save(tmp_path / "bits.png")
+    Image.fromarray(two).convert("LA").save(tmp_path / "la.png")
+    gray_palette = Image.fromarray(np.array([[0, 1], [2, 3]], np.uint8), "P")
+    gray_palette.putpalette([0, 0, 0, 80, 80, 80, 160, 160, 160, 255, 255, 255])
+    gray_palette.save(tmp_path / "pgray.png")
+    colour_palette = Image.fromarray(np.array([[0, 1]], np.uint8), "P")
+    colour_palette.putpalette([255, 0, 0, 0, 0, 255])  # red, blue
+    colour_palette.save(tmp_path / "pcolour.png")
+    assert read_image(tmp_path / "bits.png").tolist() == two.tolist()
+    assert read_image(tmp_path / "la.png").tolist() == two.tolist()
+    assert read_image(tmp_path / "pgray.png").tolist() == [[0, 80], [160, 255]]
+    assert read_image(tmp_path / "pcolour.png").tolist() == [[[0, 0, 255], [255, 0, 0]]]  # B, G, R
+    (tmp_path / "bad.ppm").write_bytes(b"P6\n2 2\n255\n\x00")  # a header Pillow accepts, pixels cut off
+    with pytest.raises(ImageReadError, match="not a readable image"):
+        read_image(tmp_path / "bad.ppm")
+
+
+def test_without_pillow_or_opencv_reading_says_what_to_install(tmp_path, no_opencv, monkeypatch):
+    import sys
+
+    from edgekit.errors import BackendUnavailable
+
+    cv2.imwrite(str(tmp_path / "c.png"), np.zeros((4, 4), np.uint8))
+    monkeypatch.setitem(sys.modules, "PIL", None)  # import PIL raises ImportError
+    with pytest.raises(BackendUnavailable) as err:
+        read_image(tmp_path / "c.png")
+    assert err.value.message == "reading c.png needs Pillow or OpenCV, and neither is installed"
+    assert err.value.hint == "pip install 'edgekit-vision[images]' (Pillow, small) or 'edgekit-vision[opencv]'"
+
+
+def test_preprocessor_crops_then_converts_then_resizes(no_cv2_too):
+    frame = np.random.default_rng(9).integers(0, 256, (40, 60, 3), dtype=np.uint8)
+    spec = InputSpec(shape=(1, 10, 10, 3), colour="rgb", crop=(20, 20), interpolation="nearest")
+    window = frame[10:30, 20:40, ::-1]  # the centred 20 x 20 window, in R, G, B order
+    np.testing.assert_array_equal(Preprocessor(spec).shaped(frame), window[::2, ::2])
+    np.testing.assert_array_equal(Preprocessor(spec)(frame)[0], window[::2, ::2] / np.float32(255))
+
+
+def test_a_one_channel_model_gets_gray_whatever_its_colour_says(no_cv2_too):
+    frame = np.random.default_rng(10).integers(0, 256, (8, 8, 3), dtype=np.uint8)
+    out = Preprocessor(InputSpec(shape=(1, 8, 8, 1)))(frame)  # colour defaults to rgb
+    assert out.shape == (1, 8, 8, 1)
+    np.testing.assert_array_equal(out[0, ..., 0], cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY) / np.float32(255))
+
+
+def test_preprocess_is_the_one_off_preprocessor():
+    from edgekit.image import preprocess
+
+    frame = np.random.default_rng(11).integers(0, 256, (30, 40, 3), dtype=np.uint8)
+    spec = InputSpec(shape=(1, 8, 8, 3), dtype="int8", scale=0.5, zero_point=-3)
+    np.testing.assert_array_equal(preprocess(frame, spec), Preprocessor(spec)(frame))
+
+
+def test_with_opencv_images_are_decoded_by_opencv(tmp_path):
+    # a 16-bit PGM: OpenCV keeps it 16-bit (shifted to 8 bits), Pillow widens it to 32-bit "I" (stretched)
+    cv2.imwrite(str(tmp_path / "g.pgm"), np.array([[0x1234, 0x8000]], np.uint16))
+    assert read_image(tmp_path / "g.pgm").tolist() == [[0x12, 0x80]]
+
+
+@pytest.mark.xfail(strict=True, reason="Pillow opens a 16-bit PGM as mode I: stretched min-max, not shifted "
+                                       "like OpenCV (edgekit.image._decode_pillow; reported, not fixed)")
+def test_pillow_decodes_a_16_bit_pgm_like_opencv(tmp_path, no_opencv):
+    cv2.imwrite(str(tmp_path / "g.pgm"), np.array([[0x1234, 0x8000]], np.uint16))
+    assert read_image(tmp_path / "g.pgm").tolist() == [[0x12, 0x80]]
+
+
+def test_a_palette_is_gray_only_when_every_entry_is(tmp_path, no_opencv):
+    from PIL import Image
+
+    for name, colour in (("yellow", (200, 200, 0)), ("red", (255, 0, 0)), ("magenta", (255, 0, 255))):
+        im = Image.fromarray(np.zeros((1, 2), np.uint8), "P")
+        im.putpalette(list(colour))
+        im.save(tmp_path / f"{name}.png")
+        assert Image.open(tmp_path / f"{name}.png").mode == "P"
+        assert read_image(tmp_path / f"{name}.png").tolist() == [[list(colour[::-1])] * 2], name
