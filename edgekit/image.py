@@ -381,6 +381,8 @@ def _decode_pillow(path: str | Path, data: np.ndarray) -> np.ndarray | None:
             im.load()  # decodes now: a truncated file raises here (OSError)
             if im.mode in ("I;16", "I;16B", "I;16L"):
                 return np.asarray(im, dtype=np.uint16)
+            if im.mode == "I" and im.format == "PPM":  # a 16-bit PGM, widened to 32 bits by Pillow
+                return np.asarray(im).clip(0, 65535).astype(np.uint16)
             if im.mode in ("I", "F"):
                 return np.asarray(im)
             gray = im.mode in ("L", "1", "LA") or (im.mode == "P" and _palette_is_gray(im))

@@ -537,8 +537,6 @@ def test_with_opencv_images_are_decoded_by_opencv(tmp_path):
     assert read_image(tmp_path / "g.pgm").tolist() == [[0x12, 0x80]]
 
 
-@pytest.mark.xfail(strict=True, reason="Pillow opens a 16-bit PGM as mode I: stretched min-max, not shifted "
-                                       "like OpenCV (edgekit.image._decode_pillow; reported, not fixed)")
 def test_pillow_decodes_a_16_bit_pgm_like_opencv(tmp_path, no_opencv):
     cv2.imwrite(str(tmp_path / "g.pgm"), np.array([[0x1234, 0x8000]], np.uint16))
     assert read_image(tmp_path / "g.pgm").tolist() == [[0x12, 0x80]]
