@@ -146,10 +146,11 @@ class DetectGate:
         try:
             chosen = choose_layout(layout, shapes, detect_config(spec, nc, opts))
         except ModelError as exc:
+            message = f"--task detect: {exc.message}"  # say which choice led here (a classifier given detect)
             if not labels:
-                raise
+                raise ModelError(message, exc.hint) from exc
             # a COCO model scored on a few of its classes: the labels must still list them all
-            raise ModelError(exc.message, f"check that the {len(labels)} labels ({', '.join(labels[:4])}"
+            raise ModelError(message, f"check that the {len(labels)} labels ({', '.join(labels[:4])}"
                              f"{', ...' if len(labels) > 4 else ''}) are all the model's classes in its order "
                              "(--labels FILE; an eval set's categories may be fewer), or use --task raw") from exc
         detector = Detector(detect_config(spec, nc, {**opts, **EVAL_OPTIONS}), chosen, labels, spec)
