@@ -1,4 +1,9 @@
-"""``make demo``'s benchmark step: make the demo clip, then benchmark every bundle that runs here.
+"""``make demo``'s benchmark step: the accuracy of every bundle built, then make the demo clip and
+benchmark every bundle that runs here.
+
+The accuracy table reads each bundle's edgekit.json ``verification`` (what the build measured
+on the eval set, never re-run here): the classifier's top-1 and the detector's mAP@[.5:.95]
+(mAP@.5 beside it), original and converted per model, target by target.
 
 The clip (640x360 MJPG, 15 fps) is built from the committed camera-like frames (real photos
 from scikit-image) with evaluation items held up in the seed's 200x200 centre window, so the
@@ -63,8 +68,46 @@ def runnable_bundles(dist: Path) -> list[Path]:
     return keep
 
 
+METRICS = {"top1": "top-1", "map": "mAP@[.5:.95]", "cosine_worst_output": "cosine"}
+
+
+def accuracy_rows(dist: Path) -> list[list[str]]:
+    """One row per model of every bundle in ``dist``: bundle, target, task, metric, original,
+    converted, ratio, gate (and mAP@.5 for a detector), from the bundles' verification."""
+    rows = []
+    for path in sorted(p for p in dist.iterdir() if (p / "edgekit.json").is_file()):
+        bundle = load_bundle(path, check_hashes=False, allow_rejected=True)
+        ver = bundle.manifest.get("verification") or {}
+        metric = METRICS.get(ver.get("metric"), str(ver.get("metric")))
+        for name, per in sorted((ver.get("models") or {}).items()):
+            res = per.get("eval") or per.get("holdout") or {}
+            at50 = res.get("map50") or {}
+            rows.append([path.name, bundle.target, bundle.manifest.get("task", "classify"), name, metric,
+                         _num(res.get("original")), _num(res.get("converted", res.get("agreement"))),
+                         _num(res.get("ratio")), _num(at50.get("original")), _num(at50.get("converted")),
+                         "PASS" if res.get("passed", ver.get("passed")) else "FAIL"])
+    return rows
+
+
+def _num(value: object) -> str:
+    return f"{value:.4f}" if isinstance(value, (int, float)) else "-"
+
+
+def print_accuracy(dist: Path) -> None:
+    """Print :func:`accuracy_rows` as a table."""
+    head = ["bundle", "target", "task", "model", "metric", "original", "converted", "ratio", "orig@.5", "conv@.5",
+            "gate"]
+    rows = accuracy_rows(dist)
+    if not rows:
+        return
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    for r in [head, ["-" * w for w in widths], *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    print()
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Make the clip and run ``edgekit bench`` on every runnable bundle; the bench's exit code."""
+    """Print the accuracy table, make the clip, ``edgekit bench`` every runnable bundle; the bench's exit code."""
     from edgekit.cli import main as cli
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -74,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", default="3")
     args = ap.parse_args(argv)
     dist = Path(args.dist)
+    print_accuracy(dist)
     clip = make_clip(dist / "demo_clip.avi")
     bundles = runnable_bundles(dist)
     if not bundles:
