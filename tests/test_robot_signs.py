@@ -1,5 +1,6 @@
 """The sign demo end to end: FakeVector shows known images, the real SDK client watches,
-a model classifies, the debouncer decides, and the fake robot records what was said."""
+a real model classifies (ONNX Runtime here, LiteRT through the CLI), the debouncer decides,
+and the fake robot records what was said."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from real_models import Hooked, onnx_runtime
 
 from edgekit.bundle import BundleWriter, load_bundle
 from edgekit.errors import UsageError
 from edgekit.image import InputSpec
-from edgekit.runtime.fake import FakeRuntime
 from robot.openset import Gate, fit_margin
 from robot.signs import Debouncer, background_index, main, run_demo
 
@@ -44,10 +45,10 @@ def sign_frame(label: str, seed: int = 0) -> np.ndarray:
     return frame
 
 
-def brightness_model(tensor: np.ndarray) -> list[np.ndarray]:
-    logits = float(tensor.mean()) * WEIGHTS[0] + BIAS
-    e = np.exp(logits - logits.max())
-    return [(e / e.sum())[None].astype(np.float32)]
+def brightness_model():
+    """The real model (ONNX Runtime): softmax of logits linear in the crop's mean, as the
+    LiteRT bundle below computes."""
+    return onnx_runtime(SPEC, weights=WEIGHTS[0].tolist(), bias=BIAS.tolist())
 
 
 def write_frames(folder: Path, labels: list[str]) -> Path:
@@ -133,7 +134,7 @@ def test_demo_says_each_shown_sign_once_and_shows_it(tmp_path):
     # 6 frames of background, a held 8 frames, a one-frame b flicker, a again, background, b
     sequence = ["background"] * 6 + ["a"] * 8 + ["b"] + ["a"] * 8 + ["background"] * 6 + ["b"] * 8
     frames = [sign_frame(label, i) for i, label in enumerate(sequence)]
-    runtime = FakeRuntime(brightness_model, SPEC)
+    runtime = brightness_model()
     with FakeVector(frames, fps=20, loop=False) as fake, \
             VectorSource(fake.serial, config_home=fake.home, connect_timeout_s=2) as cam:
         report = run_demo(
@@ -160,12 +161,11 @@ def test_robot_lost_mid_demo_keeps_the_measurements_and_reports_the_failure():
     frames = [sign_frame("a", i) for i in range(5)]
     with FakeVector(frames, fps=20) as fake, \
             VectorSource(fake.serial, config_home=fake.home, connect_timeout_s=2) as cam:
-        def vanishing_model(tensor):
-            if runtime.calls == 8:
+        def vanish(calls):
+            if calls == 8:
                 fake.vanish()  # the robot drives out of Wi-Fi range mid-run
-            return brightness_model(tensor)
-
-        runtime = FakeRuntime(vanishing_model, SPEC)
+        # fault injection on cue around the real model: the robot goes at the 9th inference
+        runtime = Hooked(brightness_model(), vanish)
         report = run_demo(cam, runtime, LABELS, say=lambda text: cam.say(text, wait=False), warmup=2)
     assert report.failure is not None and report.failure.reason == "disconnected"
     assert report.said == ["a"]
@@ -177,7 +177,7 @@ def test_cli_with_an_injected_runtime_prints_labels_fps_and_percentiles(tmp_path
     frames = write_frames(tmp_path / "frames", ["background", "a", "b", "background", "a"])
     out = io.StringIO()
     rc = main(["--fake", str(frames), "--fps", "25", "--hold", "6", "--agree", "3", "--json",
-               str(tmp_path / "report.json")], runtime=FakeRuntime(brightness_model, SPEC), labels=LABELS, out=out)
+               str(tmp_path / "report.json")], runtime=brightness_model(), labels=LABELS, out=out)
     text = out.getvalue()
     assert rc == 0, text
     report = json.loads((tmp_path / "report.json").read_text())
@@ -190,7 +190,7 @@ def test_cli_with_an_injected_runtime_prints_labels_fps_and_percentiles(tmp_path
 
 
 def test_cli_errors_are_one_line_with_a_fix(tmp_path, capsys):
-    rc = main(["--fake", str(tmp_path / "nothing-here")], runtime=FakeRuntime(brightness_model, SPEC),
+    rc = main(["--fake", str(tmp_path / "nothing-here")], runtime=brightness_model(),
               labels=LABELS)
     err = capsys.readouterr().err
     assert rc == 2 and "robot.signs: error:" in err and "does not exist" in err
