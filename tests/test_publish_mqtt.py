@@ -12,11 +12,11 @@ import time
 
 import numpy as np
 import pytest
+from real_models import onnx_runtime
 from test_daemon_mqtt_prometheus import MOSQUITTO, Broker, Subscriber, free_port, make_config, running, wait_until
 
-from edgekit.camera import open_camera
+from edgekit.camera import Frame, open_camera
 from edgekit.image import InputSpec
-from edgekit.runtime.fake import FakeRuntime
 from edgekit.serve.daemon import Daemon
 from edgekit.serve.events import PublishPolicy
 from edgekit.serve.mqtt import MqttOptions, MqttPublisher
@@ -26,30 +26,53 @@ pytestmark = pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto not install
 LABELS = ["cat", "dog", "bird"]
 
 
-def clip_runtime() -> FakeRuntime:
-    """A model watching a scripted clip at 15 fps: cat 3 s, dog 2 s, nothing sure 1 s, bird 2 s,
-    repeated, with noise on every score (what makes a naive "publish on change" flicker)."""
-    rng = np.random.default_rng(0)
-    schedule = [(0, 45), (1, 30), (None, 15), (2, 30)]
-    frames = iter(range(10**9))
+SPEC = InputSpec(shape=(1, 16, 16, 3))
+SCHEDULE = [(0, 45), (1, 30), (None, 15), (2, 30)]  # (class, frames) at 15 fps
 
-    def scores(_tensor):
-        i = next(frames) % sum(n for _, n in schedule)
-        for label, n in schedule:
-            if i < n:
-                break
-            i -= n
-        s = rng.uniform(0.05, 0.3, 3).astype(np.float32)
-        if label is not None:
-            s[label] = rng.uniform(0.55, 0.9)
-        return [(s / s.sum())[None]]
 
-    return FakeRuntime(scores, InputSpec(shape=(1, 16, 16, 3)), delay_s=0.002)
+def clip_frame(index: int) -> np.ndarray:
+    """Frame ``index`` of a scripted clip at 15 fps: cat 3 s, dog 2 s, nothing sure 1 s, bird 2 s,
+    repeated. Each frame is a flat colour whose R, G, B levels are the three classes' evidence,
+    with noise on every one (what makes a naive "publish on change" flicker)."""
+    rng = np.random.default_rng(index)
+    i = index % sum(n for _, n in SCHEDULE)
+    for label, n in SCHEDULE:
+        if i < n:
+            break
+        i -= n
+    s = rng.uniform(0.05, 0.3, 3)
+    if label is not None:
+        s[label] = rng.uniform(0.55, 0.9)
+    rgb = np.broadcast_to(np.round(s * 255).astype(np.uint8), (48, 64, 3))
+    return np.ascontiguousarray(rgb[..., ::-1])  # BGR, as cameras deliver
+
+
+class ClipCamera:
+    """The scripted clip played by the real synthetic camera: its pacing, indices and capture
+    thread, with each frame's picture replaced by :func:`clip_frame` of its index."""
+
+    def __init__(self, uri: str, options: dict):
+        self.source = open_camera(uri, **options)
+
+    def __iter__(self):
+        for frame in self.source:
+            yield Frame(clip_frame(frame.index), frame.t_capture_ns, frame.index)
+
+    def stats(self) -> dict:
+        return self.source.stats()
+
+    def close(self) -> None:
+        self.source.close()
+
+
+def clip_runtime():
+    """The real model watching the clip (ONNX Runtime): each class's score is its colour
+    channel's share of the frame's brightness."""
+    return onnx_runtime(SPEC, kind="channel_share")
 
 
 def new_daemon(config, runtime=clip_runtime) -> Daemon:
-    return Daemon(config, runtime_factory=runtime, labels=LABELS,
-                  camera_factory=lambda uri, options: open_camera(uri, **options))
+    return Daemon(config, runtime_factory=runtime, labels=LABELS, camera_factory=ClipCamera)
 
 
 class Audit(Subscriber):
