@@ -101,11 +101,12 @@ def onnx_runtime(spec: InputSpec, kind: str = "mean_linear", **kwargs: Any) -> O
 
 
 class Hooked:
-    """A real runtime with a hook called before each inference (``hook(calls_so_far)``) and a
-    count of inferences: fault injection on cue (a robot vanishing mid-run) around a real model."""
+    """A real runtime with a hook called before each inference (``hook(calls_so_far)``), a
+    count of inferences and whether it was closed: fault injection on cue (a robot vanishing
+    mid-run) around a real model, and a record of what the code under test did with it."""
 
     def __init__(self, runtime: Any, hook: Callable[[int], None] | None = None):
-        self.runtime, self.hook, self.calls = runtime, hook, 0
+        self.runtime, self.hook, self.calls, self.closed = runtime, hook, 0, False
         self.input_spec = runtime.input_spec
 
     def infer(self, tensor: np.ndarray) -> list[np.ndarray]:
@@ -115,11 +116,15 @@ class Hooked:
         self.calls += 1
         return out
 
-    def __getattr__(self, name: str) -> Any:  # describe, close, output_quantization ...
+    def close(self) -> None:
+        self.closed = True
+        self.runtime.close()
+
+    def __getattr__(self, name: str) -> Any:  # describe, output_quantization ...
         return getattr(self.runtime, name)
 
     def __enter__(self) -> Hooked:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.runtime.close()
+        self.close()

@@ -1,8 +1,8 @@
 """The serve daemon through its Python API: newest-frame pipeline, skips, faults, health, outputs.
 
 Real parts: edgekit's camera sources (synthetic pattern), the real HTTP endpoint, real
-prometheus_client exposition, real files. The model is a FakeRuntime (a real model runs in
-tests/test_daemon_mqtt_prometheus.py) so timings here are controlled.
+prometheus_client exposition, real files, and a real ONNX model (ONNX Runtime) wherever the
+test only needs a model; a FakeRuntime where the test sets the inference time or makes it fail.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from real_models import onnx_runtime
 
 from edgekit.camera import Frame, open_camera
 from edgekit.camera.mailbox import FrameMailbox
@@ -39,9 +40,15 @@ SPEC = InputSpec(shape=(1, 16, 16, 3))
 LABELS = ["cat", "dog", "bird"]
 
 
+def real_runtime():
+    """A real model (ONNX Runtime) on the daemon's 16x16 RGB input: 'dog' wins on every frame
+    (score 0.7 to 0.79, rising with the frame's brightness), cat and bird share the rest."""
+    return onnx_runtime(SPEC, weights=[0.0, 0.5, 0.0], bias=np.log([0.1, 0.7, 0.2]).tolist())
+
+
 def fake_runtime(delay_s: float = 0.0, fn=None) -> FakeRuntime:
     # FakeRuntime for timing control and fault injection only: delay_s sets the inference time the
-    # skip/backpressure counts depend on, fn raises on cue; a real LiteRT model serves in the tests that open one.
+    # skip/backpressure counts depend on, fn raises on cue; every other test runs real_runtime.
     scores = np.array([[0.1, 0.7, 0.2]], np.float32)
     return FakeRuntime(fn or (lambda t: [scores]), SPEC, delay_s=delay_s)
 
@@ -194,7 +201,7 @@ def test_camera_faster_than_model_skips_frames_and_latency_stays_bounded(tmp_pat
     config = make_config(tmp_path, camera={"uri": "synthetic:64x48@200"})
     daemon = Daemon(
         config,
-        runtime_factory=lambda: fake_runtime(0.025),
+        runtime_factory=lambda: fake_runtime(0.025),  # timing control: a 25 ms model, 5 ms frames
         labels=LABELS,
         camera_factory=lambda uri, options: open_camera(uri, **options),
     )
@@ -228,7 +235,7 @@ def test_camera_that_fails_n_times_then_comes_back(tmp_path):
         return open_camera(uri, **options)
 
     config = make_config(tmp_path, camera={"reconnect_min_s": 0.05, "reconnect_max_s": 1.0})
-    daemon = Daemon(config, runtime_factory=fake_runtime, camera_factory=camera, labels=LABELS)
+    daemon = Daemon(config, runtime_factory=real_runtime, camera_factory=camera, labels=LABELS)
     with running(daemon):
         status, body = http_get(daemon, "/healthz")
         if len(attempts) <= 3:  # still failing: health must be red and say why
@@ -256,7 +263,7 @@ def test_camera_lost_mid_stream_turns_health_red_then_recovers(tmp_path):
         return open_camera("synthetic:64x48@100")
 
     config = make_config(tmp_path, camera={"reconnect_min_s": 0.3, "reconnect_max_s": 0.3})
-    daemon = Daemon(config, runtime_factory=fake_runtime, camera_factory=camera, labels=LABELS)
+    daemon = Daemon(config, runtime_factory=real_runtime, camera_factory=camera, labels=LABELS)
     seen = []
     with running(daemon):
         deadline = time.monotonic() + 6
@@ -285,7 +292,7 @@ def test_bad_frames_are_counted_and_skipped(tmp_path):
     # interval > inference time, so nothing is skipped and every frame is looked at
     daemon = Daemon(
         config,
-        runtime_factory=fake_runtime,
+        runtime_factory=real_runtime,
         labels=LABELS,
         camera_factory=lambda uri, options: ListSource(arrays, interval_s=0.03),
     )
@@ -324,6 +331,7 @@ def test_stats_metrics_and_health_endpoints_agree(tmp_path):
     config = make_config(tmp_path)
     daemon = Daemon(
         config,
+        # FakeRuntime for timing control: a known 2 ms inference shows the histogram is in seconds
         runtime_factory=lambda: fake_runtime(0.002),
         labels=LABELS,
         camera_factory=lambda uri, options: open_camera(uri, **options),
@@ -359,7 +367,7 @@ def test_stats_metrics_and_health_endpoints_agree(tmp_path):
 
 def test_stop_finishes_the_current_frame(tmp_path):
     config = make_config(tmp_path)
-    runtime = fake_runtime(0.4)
+    runtime = fake_runtime(0.4)  # timing control: an inference still running when stop() arrives
     daemon = Daemon(config, runtime_factory=lambda: runtime, labels=LABELS)
     daemon.start()
     threading.Timer(0.15, daemon.stop).start()  # arrives while the first inference runs
@@ -372,7 +380,7 @@ def test_stop_finishes_the_current_frame(tmp_path):
 
 def test_clip_mode_processes_to_the_end_then_returns(tmp_path):
     config = make_config(tmp_path, camera={"uri": "synthetic:64x48", "options": {"frames": 5}, "on_end": "stop"})
-    daemon = Daemon(config, runtime_factory=fake_runtime, labels=LABELS)
+    daemon = Daemon(config, runtime_factory=real_runtime, labels=LABELS)
     stats = daemon.run()
     assert stats["frames"]["captured"] == 5
     assert stats["frames"]["processed"] >= 1 and stats["frames"]["processed"] + stats["frames"]["skipped"] == 5

@@ -11,12 +11,12 @@ from edgekit.errors import UsageError
 from edgekit.serve.config import from_dict
 from edgekit.serve.daemon import Daemon, open_source
 from edgekit.serve.publish import JsonLinesSink
-from tests.test_daemon import fake_runtime, http_get, make_config, running, wait_until
+from tests.test_daemon import http_get, make_config, real_runtime, running, wait_until
 
 
 def test_camera_credentials_never_leave_the_process(tmp_path):
     config = make_config(tmp_path, camera={"uri": "rtsp://admin:s3cret@127.0.0.1:1/stream"})
-    daemon = Daemon(config, runtime_factory=fake_runtime, labels=["a", "b", "c"])
+    daemon = Daemon(config, runtime_factory=real_runtime, labels=["a", "b", "c"])
     with running(daemon):
         wait_until(lambda: "camera_error" in json.loads(http_get(daemon, "/healthz")[1]), timeout=10)
         bodies = [http_get(daemon, p)[1].decode() for p in ("/healthz", "/stats", "/metrics")]
@@ -35,12 +35,12 @@ def test_non_finite_numbers_are_refused(table, key):
 
 def test_wrong_camera_option_is_fatal_not_retried_forever(tmp_path):
     config = make_config(tmp_path, camera={"options": {"bogus": 1}})
-    daemon = Daemon(config, runtime_factory=fake_runtime, labels=["a", "b", "c"])
+    daemon = Daemon(config, runtime_factory=real_runtime, labels=["a", "b", "c"])
     with pytest.raises(UsageError, match="bogus"):  # at start: checked against the scheme table
         daemon.start()
     daemon.close()
     # A camera factory of the caller's own is not checked at start: the capture thread gives up.
-    daemon = Daemon(config, runtime_factory=fake_runtime, labels=["a", "b", "c"], camera_factory=open_source)
+    daemon = Daemon(config, runtime_factory=real_runtime, labels=["a", "b", "c"], camera_factory=open_source)
     daemon.start()
     with pytest.raises(UsageError, match="bogus"):
         daemon.run(duration_s=10)

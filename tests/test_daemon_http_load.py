@@ -20,7 +20,7 @@ import pytest
 
 from edgekit.errors import UsageError
 from edgekit.serve.daemon import Daemon
-from tests.test_daemon import LABELS, fake_runtime, http_get, make_config, running, wait_until
+from tests.test_daemon import LABELS, fake_runtime, http_get, make_config, real_runtime, running, wait_until
 
 
 def raw_get(address: tuple[str, int], path: str = "/metrics", timeout: float = 10.0) -> tuple[int, float]:
@@ -36,7 +36,7 @@ def raw_get(address: tuple[str, int], path: str = "/metrics", timeout: float = 1
 
 
 def test_200_concurrent_metrics_clients_are_all_answered_within_2_s(tmp_path):
-    daemon = Daemon(make_config(tmp_path), runtime_factory=fake_runtime, labels=LABELS)
+    daemon = Daemon(make_config(tmp_path), runtime_factory=real_runtime, labels=LABELS)
     with running(daemon):
         wait_until(lambda: daemon.stats()["frames"]["processed"] >= 5)
         address = daemon.http_address
@@ -55,7 +55,7 @@ def test_200_concurrent_metrics_clients_are_all_answered_within_2_s(tmp_path):
 
 
 def test_idle_sockets_do_not_pin_threads_and_the_endpoint_still_answers(tmp_path):
-    daemon = Daemon(make_config(tmp_path), runtime_factory=fake_runtime, labels=LABELS)
+    daemon = Daemon(make_config(tmp_path), runtime_factory=real_runtime, labels=LABELS)
     with running(daemon):
         wait_until(lambda: daemon.stats()["frames"]["processed"] >= 5)
         base = threading.active_count()
@@ -92,7 +92,7 @@ def test_idle_sockets_are_closed_after_the_idle_timeout():
 
 
 def test_clients_that_hang_up_early_leave_no_traceback(tmp_path, caplog, capfd):
-    daemon = Daemon(make_config(tmp_path), runtime_factory=fake_runtime, labels=LABELS)
+    daemon = Daemon(make_config(tmp_path), runtime_factory=real_runtime, labels=LABELS)
     caplog.set_level(logging.DEBUG, logger="edgekit")
     with running(daemon):
         wait_until(lambda: daemon.stats()["frames"]["processed"] >= 5)
@@ -115,7 +115,7 @@ def test_watchdog_and_ready_are_sent_to_the_notify_socket(tmp_path, monkeypatch)
     sock.settimeout(5)
     monkeypatch.setenv("NOTIFY_SOCKET", str(path))
     monkeypatch.setenv("WATCHDOG_USEC", "200000")  # WatchdogSec=0.2: a ping every 0.1 s
-    daemon = Daemon(make_config(tmp_path), runtime_factory=fake_runtime, labels=LABELS)
+    daemon = Daemon(make_config(tmp_path), runtime_factory=real_runtime, labels=LABELS)
     messages: list[str] = []
     try:
         with running(daemon):
@@ -216,7 +216,7 @@ def test_output_under_a_file_is_one_line_not_a_traceback(tmp_path, model_file):
 
 def test_a_malformed_camera_uri_is_fatal_at_start(tmp_path):
     config = make_config(tmp_path, camera={"uri": "synthetic:320x240@-5"})
-    daemon = Daemon(config, runtime_factory=fake_runtime, labels=LABELS)
+    daemon = Daemon(config, runtime_factory=real_runtime, labels=LABELS)
     t0 = time.monotonic()
     with pytest.raises(UsageError, match="bad camera URI"):
         daemon.start()

@@ -1,5 +1,5 @@
 """The daemon's parts on their own: systemd watchdog, counters, camera health, model
-supervision with backoff, and the capture thread (real threads, FakeRuntime, real sockets)."""
+supervision with backoff, and the capture thread (real threads, a real ONNX model, real sockets)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 import pytest
+from real_models import Hooked
 
 from edgekit.camera import Frame
 from edgekit.camera.mailbox import FrameMailbox
@@ -18,7 +19,7 @@ from edgekit.serve.config import override
 from edgekit.serve.stats import Counters, camera_health, percentiles, stats_line
 from edgekit.serve.supervisor import ModelSupervisor
 from edgekit.serve.systemd import Watchdog
-from tests.test_daemon import fake_runtime, make_config
+from tests.test_daemon import make_config, real_runtime
 
 
 def test_watchdog_pings_at_half_the_interval_systemd_asked_for(tmp_path, monkeypatch):
@@ -71,7 +72,7 @@ def test_supervisor_reopens_a_failing_model_with_backoff(tmp_path):
         opens.append(1)
         if 2 <= len(opens) <= 4:
             raise CameraError("Edge TPU not found")  # still unplugged
-        return fake_runtime()  # fault injection: the factory fails on cue, then opens a stand-in
+        return Hooked(real_runtime())  # the factory fails on cue, then opens a real model (closed is recorded)
 
     counters, sink = Counters(), PipelineMetrics(warmup=0, window=10)
     model = ModelSupervisor(config, factory, ["cat", "dog", "bird"], sink, counters, clock=lambda: 0)
@@ -171,10 +172,10 @@ def test_supervisor_streak_resets_on_success_and_backoff_restarts_after_a_good_r
                          camera={"reconnect_min_s": 0.5, "reconnect_max_s": 8.0})
     plan = iter([None, "unplugged", "unplugged", None, "unplugged", None])  # what each open does
 
-    def factory():  # fault injection: the factory fails on cue, else opens a stand-in
+    def factory():  # fault injection: the factory fails on cue, else opens a real model
         if next(plan):
             raise CameraError("Edge TPU not found")
-        return fake_runtime()
+        return real_runtime()
 
     counters = Counters()
     model = ModelSupervisor(config, factory, ["cat", "dog", "bird"], PipelineMetrics(warmup=0), counters,
@@ -208,10 +209,12 @@ def test_supervisor_streak_resets_on_success_and_backoff_restarts_after_a_good_r
 class _CloseFails:
     """A runtime whose close() raises (a wedged driver): fault injection the real adapters cannot do on cue."""
 
-    input_spec = fake_runtime().input_spec
+    def __init__(self):
+        self.model = real_runtime()
+        self.input_spec = self.model.input_spec
 
     def infer(self, tensor):
-        return fake_runtime().infer(tensor)
+        return self.model.infer(tensor)
 
     def describe(self):
         return {"backend": "wedged"}
