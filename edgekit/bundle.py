@@ -162,6 +162,10 @@ def load_bundle(path: str | Path, check_hashes: bool = True, allow_rejected: boo
     except (KeyError, TypeError) as exc:
         raise BundleError(f"{mpath} has a malformed model entry: {exc}", "rebuild the bundle") from exc
     _check_task(mpath, bundle)
+    from edgekit.openset import check_manifest  # numpy: imported when a bundle is loaded, not with this module
+
+    if problem := check_manifest(manifest.get("openset")):
+        raise BundleError(f"{mpath}: {problem}", "rebuild the bundle")
     verification = manifest.get("verification") or {}
     if verification.get("passed") is False and not allow_rejected:
         raise BundleError(

@@ -60,7 +60,7 @@ def build(
     calib_steps: int | None = 300,
     memory_check: bool = True,
     min_map_ratio: float = 0.99,
-    task_options: dict | None = None,
+    task_options: dict | None = None, background_class: str | None = None,
 ) -> list[TargetBuild]:
     """Build one verified bundle per target.
 
@@ -86,6 +86,7 @@ def build(
         min_cosine: ``raw`` models: the worst output's cosine similarity below this fails a variant.
         calib_steps, memory_check: most images int8 calibration runs (None: all); False skips the memory check.
         task_options: ``detect`` head options (``layout``, ``ssd_anchors`` ...) for the bundle and the gate.
+        background_class: the label meaning "nothing there" (default ``background``; builders/openset.py).
 
     Returns one TargetBuild per target. Raises VerificationFailed (after building the other
     targets) when any target misses the accuracy gate; other errors as EdgekitError.

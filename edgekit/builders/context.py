@@ -21,6 +21,7 @@ from edgekit.builders.calibration import ImageSet, TensorStream
 from edgekit.builders.contract import BuilderOutput, BuildRequest
 from edgekit.builders.detect_gate import as_reference, detect_result
 from edgekit.builders.log import BuildLog
+from edgekit.builders.openset import background_of, fit_variant
 from edgekit.builders.source import SourceModel
 from edgekit.builders.spool import Spool, chunk_size
 from edgekit.builders.verify import Comparison
@@ -40,6 +41,8 @@ class BuildContext:
     the index of the class scores among the source's outputs (None for ``raw`` and ``detect``).
     ``detect`` (a :class:`~edgekit.builders.detect_gate.DetectGate`, detect only) decodes every
     model's outputs the same way and keeps the original's detections per data set.
+    ``background``: the index of the class meaning "nothing there" (classify); with an eval
+    set, each variant's open-set thresholds are fitted in :meth:`verify` (builders/openset.py).
     """
 
     request: BuildRequest
@@ -60,9 +63,12 @@ class BuildContext:
     converted_outputs: list[dict] = field(default_factory=list)
     chunk: int = field(default=1, init=False)  # images per chunk (set from the input size)
     converter_calib: ImageSet | None = field(default=None, init=False)  # what int8 calibration sees
+    background: int | None = field(default=None, init=False)  # the no-sign class (classify; builders/openset.py)
     _saved: Path | None = None
 
     def __post_init__(self) -> None:
+        if self.task == "classify":  # before any work: a --background-class that is not a label is one line
+            self.background = background_of(self.labels, self.request.background_class)
         self._float = Preprocessor(self.float_spec)
         # what converted TFLite models take: channels-last, whatever the original's layout
         self._nhwc = Preprocessor(InputSpec.from_dict(
@@ -143,9 +149,12 @@ class BuildContext:
                 comparison = Comparison(self.source.output_names, self.class_output)
                 references = [spool.chunks(self.chunk) for spool in self.reference[dataset]]
                 found: list = []
+                class_rows: list[np.ndarray] = []  # the open-set fit's input (a few KB: N x classes)
                 for batch in images.batches(prep, self.chunk):
                     refs, outputs = [next(r) for r in references], run(batch)
                     comparison.add(refs, outputs)
+                    if labelled and self.background is not None:
+                        class_rows.append(np.asarray(outputs[self.class_output]).reshape(len(batch), -1))
                     if self.detect is not None:
                         found += self.detect.decode(dataset, [as_reference(r, o) for r, o in zip(refs, outputs)],
                                                     len(found))
@@ -155,6 +164,8 @@ class BuildContext:
                     res.update(detect_result(self.detect, dataset, found, self.min_ratio))
                 elif labelled:
                     res["passed"] = res.get("ratio") is not None and res["ratio"] >= self.min_ratio
+                if class_rows:
+                    res["openset"] = fit_variant(np.concatenate(class_rows), images.labels, self.background)
                 elif self.task == "raw":
                     res["passed"] = res["cosine"] is not None and res["cosine"] >= self.request.min_cosine
                 out[dataset] = res

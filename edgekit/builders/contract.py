@@ -98,6 +98,7 @@ class BuildRequest:
     memory_check: bool = True
     min_map_ratio: float = 0.99
     task_options: dict[str, Any] = field(default_factory=dict)
+    background_class: str | None = None
 
     def __post_init__(self) -> None:
         # Frozen: normalise through object.__setattr__, once, so every reader sees one shape.

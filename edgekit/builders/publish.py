@@ -16,6 +16,8 @@ from typing import Any
 
 from edgekit.builders.context import BuildContext
 from edgekit.builders.contract import BuilderOutput, TargetBuild
+from edgekit.builders.openset import log_line
+from edgekit.builders.openset import manifest_entry as openset_entry
 from edgekit.builders.resources import peak_rss
 from edgekit.bundle import BundleWriter, sha256_file
 from edgekit.errors import EdgekitError, UsageError
@@ -51,6 +53,8 @@ def build_target(ctx: BuildContext, target: Target, t_start: float) -> TargetBui
             (writer.dir / "labels.txt").write_text("\n".join(ctx.labels) + "\n", encoding="utf-8")
         seconds = round(time.perf_counter() - t0, 2)
         manifest = bundle_manifest(ctx, target, output, seconds, t_start)
+        if log_line(manifest.get("openset")):
+            ctx.log.info(log_line(manifest["openset"]))
         (writer.dir / "build.log").write_text(ctx.log.text(), encoding="utf-8")
         ctx.log.check()  # Ctrl-C during the last step: do not publish the bundle
         return _publish(ctx, target, writer, manifest, seconds)
@@ -104,6 +108,8 @@ def bundle_manifest(ctx: BuildContext, target: Target, output: BuilderOutput, se
         "provenance": _provenance(ctx, seconds, t_start),
         "verification": verification_summary(output.verification, output.default_model, ctx),
     }
+    if ctx.task == "classify" and ctx.labels:
+        manifest["openset"] = openset_entry(ctx.labels, ctx.background, output.verification, output.default_model)
     if output.delegation is not None:
         manifest["delegation"] = output.delegation
     if output.edgetpu is not None:

@@ -49,6 +49,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("-T", "--task-option", dest="task_option", action="append", type=key_value, metavar="KEY=VALUE",
                    help="detect head option written into the bundle and used by the gate, e.g. -T layout=yolo "
                         "-T score_threshold=0.4 (values are JSON); repeatable")
+    p.add_argument("--background-class", metavar="LABEL",
+                   help="classify: the label meaning 'nothing there' (default: background); with --eval the "
+                        "open-set thresholds are fitted on it and stored in the manifest")
     p.add_argument("--input-size", metavar="HxW", help="image size for an ONNX input with symbolic height/width")
     p.add_argument("--min-cosine", type=float, default=0.98,
                    help="raw task: fail when the worst output's cosine similarity is below this (default 0.98)")
@@ -98,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
                         min_tpu_ops=args.min_tpu_ops, strict_tpu_ops=args.strict_tpu_ops,
                         task=args.task, input_size=args.input_size, min_cosine=args.min_cosine,
                         calib_steps=args.calib_steps, memory_check=not args.no_memory_check,
-                        min_map_ratio=args.min_map_ratio,
+                        min_map_ratio=args.min_map_ratio, background_class=args.background_class,
                         task_options={k: option_value(v) for k, v in args.task_option or []})
     except VerificationFailed as exc:
         # The report matters most when the gate failed: JSON on stdout too, then the one-line error.
