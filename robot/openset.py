@@ -2,9 +2,11 @@
 
 A frame counts toward an announcement only when (a) its top class is not the background
 class, (b) its score clears ``min_confidence`` and (c) its margin over the runner-up clears
-``min_margin``. The margin threshold is fitted on held-out images (items and plain scenes)
-by ``python -m robot.thresholds`` and stored beside the bundle, so a model without a
-background class still has a second signal. The :class:`Debouncer` then needs ``agree``
+``min_margin``. The build fits the margin on its eval set when the model has a background
+class and stores it in the bundle's manifest (``openset``, :mod:`edgekit.openset`, which also
+holds the math); ``python -m robot.thresholds`` fits it after the build on any held-out images
+(items and plain scenes) and writes it beside the bundle, so a model without a background
+class still has a second signal. The :class:`Debouncer` then needs ``agree``
 such frames in a row and says a label once per appearance.
 """
 
@@ -17,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from edgekit.errors import UsageError
+from edgekit.openset import fit_margin, margins
+
+__all__ = ["Debouncer", "Gate", "build_thresholds", "describe_background", "fit_margin", "margins",
+           "read_thresholds", "thresholds_path", "write_thresholds"]
 
 CAMERA_FRAME_S = 1 / 15  # a real Vector's frame interval: the clock when update() is given no time
 THRESHOLDS_SUFFIX = ".signs.json"  # written beside the bundle: dist/demo-cpu -> dist/demo-cpu.signs.json
@@ -85,36 +89,6 @@ class Debouncer:
         return vote
 
 
-def margins(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row of a ``(N, classes)`` score array: top index, top score, top minus runner-up."""
-    scores = np.asarray(scores, dtype=np.float64)
-    order = np.argsort(-scores, axis=1)
-    top = np.take_along_axis(scores, order[:, :1], axis=1)[:, 0]
-    second = np.take_along_axis(scores, order[:, 1:2], axis=1)[:, 0] if scores.shape[1] > 1 else 0 * top
-    return order[:, 0], top, top - second
-
-
-def fit_margin(item_margin: np.ndarray, item_ok: np.ndarray, bg_margin: np.ndarray, bg_passes: np.ndarray,
-               max_false_rate: float) -> dict[str, float]:
-    """The smallest margin threshold at which at most ``max_false_rate`` of the held-out
-    background images would pass the gate, and what it leaves of the items.
-
-    ``item_ok``: the item was classified right and passes the other checks; ``bg_passes``:
-    the background image's top class is not background and clears ``min_confidence``.
-    """
-    bg_margin, bg_passes = np.asarray(bg_margin, np.float64), np.asarray(bg_passes, bool)
-    chosen = 0.0
-    if len(bg_margin):
-        # ascending: the first threshold that meets the bound keeps the most items
-        for t in np.unique(np.concatenate([[0.0], bg_margin + 1e-6])):
-            chosen = float(t)
-            if np.mean(bg_passes & (bg_margin >= t)) <= max_false_rate:
-                break
-    false_rate = float(np.mean(bg_passes & (bg_margin >= chosen))) if len(bg_margin) else 0.0
-    recall = float(np.mean(item_ok & (item_margin >= chosen))) if len(item_margin) else 0.0
-    return {"min_margin": round(min(chosen, 1.0), 6), "background_false_rate": false_rate, "item_recall": recall}
-
-
 def thresholds_path(bundle: str | Path) -> Path:
     """Where ``robot.thresholds`` writes a bundle's fitted thresholds: beside it, not inside it
     (every file inside a bundle is hashed in its manifest)."""
@@ -150,3 +124,21 @@ def describe_background(labels: Sequence[str], background: int | None) -> str | 
     return (f"warning: this model's {len(labels)} labels have no background class, so it cannot tell "
             "\"nothing there\": plain scenes are rejected only by --min-confidence and the margin "
             "(fit one with python -m robot.thresholds)")
+
+
+def build_thresholds(spec: str | Path) -> dict[str, Any] | None:
+    """The open-set thresholds the build fitted for the bundle ``spec`` (``BUNDLE[:VARIANT]``):
+    that model's entry of the manifest's ``openset``, or None when the build fitted none.
+
+    The loader has range-checked the entry (:func:`edgekit.openset.check_manifest`).
+    """
+    from edgekit.bundle import load_bundle
+    from edgekit.model import split_model_spec
+
+    path, variant = split_model_spec(spec)
+    if not (path / "edgekit.json").is_file():
+        return None  # a bare model file: no manifest
+    manifest = load_bundle(path, check_hashes=False, allow_rejected=True).manifest
+    openset = manifest.get("openset") or {}
+    entry = (openset.get("models") or {}).get(variant or manifest.get("default_model"), openset)
+    return entry if isinstance(entry.get("min_margin"), (int, float)) else None

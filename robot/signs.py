@@ -34,7 +34,7 @@ from edgekit.errors import CameraError, EdgekitError, UsageError
 from edgekit.metrics import RUN_WINDOW, LatencyRecorder
 from edgekit.options import add_runtime_options, runtime_options
 from edgekit.pipeline import Pipeline
-from robot.openset import Debouncer, describe_background, read_thresholds, thresholds_path
+from robot.openset import Debouncer, build_thresholds, describe_background, read_thresholds, thresholds_path
 
 __all__ = ["Announcement", "Debouncer", "DemoReport", "background_index", "main", "run_demo"]
 
@@ -198,8 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-confidence", type=float, default=0.8, help="score a frame needs to count (default 0.8)")
     p.add_argument("--agree", type=int, default=3, help="frames in a row that must agree (default 3)")
     p.add_argument("--min-margin", type=float, metavar="M",
-                   help="score lead over the runner-up a frame needs (default: the fitted one from --thresholds, "
-                   "else 0)")
+                   help="score lead over the runner-up a frame needs (default: --thresholds, else the one the "
+                   "build fitted (the bundle's manifest), else <bundle>.signs.json, else 0)")
     p.add_argument("--thresholds", metavar="FILE",
                    help="fitted thresholds (default: <bundle>.signs.json beside the bundle, when there)")
     p.add_argument("--rearm", type=float, default=0.5, metavar="S",
@@ -304,12 +304,19 @@ def _open_runtime(args: argparse.Namespace, runtime: Any, labels: Sequence[str] 
 
 
 def _min_margin(args: argparse.Namespace) -> tuple[float, str]:
-    """The margin threshold: --min-margin, else the fitted one (--thresholds or beside the bundle), else 0."""
+    """The margin threshold: --min-margin, else --thresholds FILE, else the one the build fitted
+    (the manifest's ``openset``), else the one fitted after it (beside the bundle), else 0."""
     path = args.thresholds or (thresholds_path(args.bundle) if args.bundle else None)
     if args.min_margin is not None:
         if not 0.0 <= args.min_margin <= 1.0:
             raise UsageError("--min-margin must be within 0..1")
         return args.min_margin, ""
+    built = build_thresholds(args.bundle) if args.bundle and not args.thresholds else None
+    if built is not None:
+        rate = built.get("false_announcement_rate")
+        return float(built["min_margin"]), (f" (fitted at build on {built['images']['background']} background "
+                                            f"images, score >= {built['min_score']:g}: false announcements "
+                                            f"{'n/a' if rate is None else f'{rate:.1%}'})")
     if path is None or (not args.thresholds and not path.is_file()):
         return 0.0, " (no fitted thresholds: python -m robot.thresholds)"
     data = read_thresholds(path)

@@ -10,6 +10,11 @@ It picks the smallest margin over the runner-up at which at most ``--max-false-r
 scenes would still count toward an announcement, prints what that leaves of the items, and
 writes ``<bundle>.signs.json`` beside the bundle, where ``robot.signs`` finds it. Beside, not
 inside: every file inside a bundle is hashed in its manifest, and the build side owns it.
+
+``edgekit build --eval`` already fits the margin for a model with a background class and
+stores it in the manifest (``openset``), which ``robot.signs`` prefers; this tool is for
+models without one, for scenes the eval set lacks (``--background-dir``), or after the build.
+``robot.signs --thresholds FILE`` picks such a file over the build's fit.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import EdgekitError, UsageError
-from robot.openset import fit_margin, margins, thresholds_path, write_thresholds
+from edgekit.openset import fit_margin, margins
+from robot.openset import build_thresholds, thresholds_path, write_thresholds
 
 
 def load_eval(root: Path, labels: Sequence[str], background: str, extra: Sequence[Path]):
@@ -135,6 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{result['background_false_rate_without_margin']:.1%} -> {result['background_false_rate']:.1%} "
           f"of {result['scenes']}; items kept {result['item_recall_without_margin']:.1%} -> "
           f"{result['item_recall']:.1%} of {result['items']}; wrote {out}")
+    built = build_thresholds(args.bundle)
+    if built is not None and not args.out:
+        print(f"note: the build fitted margin {built['min_margin']:.3f} into the bundle's manifest; "
+              f"robot.signs uses that one unless given --thresholds {out}")
     if result["item_recall"] < 0.5 * result["item_recall_without_margin"]:
         print("warning: no margin keeps the items and rejects the plain scenes: this model is confidently "
               "wrong on scenes; train it with a background class (python -m robot.train --background N)")
