@@ -114,6 +114,8 @@ def dict_builder(ctx, target, out_dir):
 
 def _target(tmp_path, builder):
     path = tmp_path / f"{builder}.toml"
+    # FakeRuntime only as the adapter's name in the manifest: the copied .keras file has no real runtime
+    # adapter, and no test here opens the bundle (the test is about the manifest the builder's output makes)
     path.write_text(f'name = "custom"\nsummary = "a custom target"\nbuilder = "tests.test_build_contract:{builder}"\n'
                     'adapter = "edgekit.runtime.fake:FakeRuntime"\n[build]\nvariants = ["raw"]\nopset = 9\n'
                     '[runtime.options]\nthreads = 4\nmode = "x"\n')

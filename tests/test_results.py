@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from real_models import onnx_runtime
 
 from edgekit.camera import Frame
 from edgekit.errors import BackendUnavailable, UsageError
@@ -24,7 +25,6 @@ from edgekit.results import (
     softmax,
     top_k,
 )
-from edgekit.runtime.fake import FakeRuntime
 
 
 def test_dequantize_widens_before_subtracting_the_zero_point():
@@ -162,8 +162,8 @@ def test_the_table_resolves_heads_lazily_by_dotted_path(monkeypatch):
 def test_pipeline_chooses_its_decoder_by_task(monkeypatch):
     monkeypatch.setitem(TASK_HEADS, "mean", TaskHead(f"{__name__}:mean_head", ("scale",), "mean score"))
     spec = InputSpec(shape=(1, 4, 4, 1), colour="gray")
-    # FakeRuntime for exact outputs: the test checks which head decodes, so the scores must be known to the digit
-    runtime = FakeRuntime(lambda x: [np.array([[0.25, 0.75]], np.float32)], spec)
+    # a real model (ONNX Runtime) whose logits are 0.25 + mean, 0.75 - mean: exactly [0.25, 0.75] on the black frame
+    runtime = onnx_runtime(spec, weights=[1.0, -1.0], bias=[0.25, 0.75], softmax=False)
     frame = Frame(np.zeros((4, 4), np.uint8), 0, 7)
     classify = Pipeline(runtime, ["a", "b"], top_k=1, warmup=0).step(frame)
     assert classify.result is classify.classification and classify.to_dict()["top"][0]["label"] == "b"

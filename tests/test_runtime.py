@@ -379,7 +379,7 @@ def test_tensorrt_device_must_be_a_cuda_index(tmp_path, models):
 
 
 @pytest.mark.parametrize("adapter", sorted({row.adapter for row in BACKENDS.values()})
-                         + ["edgekit.runtime.fake:FakeRuntime"])
+                         + ["edgekit.runtime.fake:FakeRuntime"])  # the fake keeps the contract too
 def test_declared_options_are_the_constructor_keywords(adapter):
     import inspect
 
