@@ -99,6 +99,15 @@ def test_the_manifest_entry_is_range_checked(openset, problem):
     assert problem in check_manifest(openset)
 
 
+def test_without_eval_the_log_names_the_background_class_and_fits_nothing():
+    from edgekit.builders.openset import log_line, manifest_entry
+
+    entry = manifest_entry(["bag", "background"], 1, {"int8": {"holdout": {"agreement": 1.0}}}, "int8")
+    assert entry["background_class"] == "background" and "min_margin" not in entry
+    assert log_line(entry).startswith("open-set: background class 'background'; no --eval")
+    assert check_manifest(entry) is None
+
+
 def test_a_usable_entry_passes_the_check():
     assert check_manifest(None) is None
     assert check_manifest({"background_class": "background", "min_score": 0.8, "min_margin": 0.0,

@@ -73,6 +73,8 @@ def log_line(openset: dict[str, Any] | None) -> str | None:
         return None
     if not openset.get("can_tell_nothing_there"):
         return f"open-set: {NO_BACKGROUND}"
+    if "min_margin" not in openset:  # no --eval
+        return f"open-set: background class {openset['background_class']!r}; {openset['note']}"
     energy = openset.get("max_energy")
     signal = f"margin >= {openset['min_margin']:.3f}" + (f" and energy <= {energy:.3f}" if energy is not None else "")
     return (f"open-set: {signal} at score >= {openset['min_score']:g}: false announcements on "
