@@ -218,21 +218,49 @@ def test_real_sigint_stops_at_the_next_step_and_writes_nothing(tmp_path, capsys,
     assert list((tmp_path / "dist").iterdir()) == []
 
 
-def test_builder_error_removes_the_stale_bundle(tmp_path, capsys, monkeypatch):
-    import edgekit.builders.tflite as tflite
-    from edgekit.errors import ModelError
+def _erfinv_model(path):
+    """A small Keras model with Erfinv, an op with no TFLite builtin kernel: the real TFLite
+    converter (builtins only, no select TF ops) rejects it in about a second."""
+    import keras
+    from keras import layers, ops
 
-    stale = tmp_path / "dist" / "demo-cpu"
+    inp = keras.Input((32, 32, 1))
+    x = ops.erfinv(ops.tanh(layers.Conv2D(2, 3)(inp)))
+    keras.Model(inp, layers.Dense(2, activation="softmax")(layers.GlobalAveragePooling2D()(x))).save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def converter_failure(tmp_path_factory):
+    """``edgekit build`` on the Erfinv model once, over a stale bundle: (exit code, stderr, dist)."""
+    import io
+    from contextlib import redirect_stderr
+
+    tmp = tmp_path_factory.mktemp("erfinv")
+    stale = tmp / "dist" / "erfinv-cpu"
     stale.mkdir(parents=True)
     (stale / "edgekit.json").write_text("{}")
+    err = io.StringIO()
+    with redirect_stderr(err):
+        code = main(["build", *base(tmp, model=_erfinv_model(tmp / "erfinv.keras"))])
+    return code, err.getvalue(), tmp / "dist"
 
-    def broken(*a, **k):
-        raise ModelError("TFLite conversion (fp32) failed: simulated")
 
-    monkeypatch.setattr(tflite, "convert", broken)
-    code, err = run_cli(capsys, *base(tmp_path))
-    assert code == 2 and "simulated" in error_line(err)
-    assert not stale.exists()
+def test_a_real_converter_failure_is_one_line_and_removes_the_stale_bundle(converter_failure):
+    code, err, dist = converter_failure
+    assert "Traceback" not in err
+    line = error_line(err)
+    assert code == 2 and "TFLite conversion (fp32) failed: " in line and "Erfinv" in line
+    assert "ops TFLite cannot convert" in err  # the fix line
+    assert not (dist / "erfinv-cpu").exists()  # the stale bundle is gone, no new one stands in its place
+    assert [p.name for p in dist.iterdir()] == []
+
+
+@pytest.mark.xfail(strict=True, reason="edgekit.builders.tflite.convert keeps the converter's first line, an MLIR "
+                   "location; the op the converter names further down ('Custom ops: Erfinv') is what helps")
+def test_a_real_converter_failure_names_the_op_in_plain_words(converter_failure):
+    line = error_line(converter_failure[1])
+    assert "loc(callsite" not in line and "Erfinv" in line
 
 
 def _onnx(path, op, opset=17, **attrs):
