@@ -301,6 +301,7 @@ def test_unpaced_file_delivers_every_frame_in_order_then_ends(clip, clip_frames)
     assert ts == sorted(ts) and ts[-1] <= time.perf_counter_ns()
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_paced_file_runs_at_the_file_rate(clip):
     t0 = time.perf_counter()
     with open_camera(str(clip)) as cam:
@@ -315,6 +316,7 @@ def test_paced_file_runs_at_the_file_rate(clip):
     assert stats["paced"] is True and stats["skipped"] == 0
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_paced_file_gives_a_slow_consumer_the_newest_frame(clip, clip_frames):
     """The consumer needs 3.5 frame periods per frame: it must get the newest due frame
     (index jumps of 3-4), never an old queued one, and the skips are counted."""
@@ -334,7 +336,7 @@ def test_paced_file_gives_a_slow_consumer_the_newest_frame(clip, clip_frames):
     # the frame was due less than one period (+ decode and scheduling slack) before it was
     # handed over: the newest frame, not a queued one
     ages = [age for _, age in delivered]
-    assert np.median(ages) < 1 / FPS + 0.01 and max(ages) < 1 / FPS + 0.1
+    assert np.median(ages) < 1 / FPS + 0.03 and max(ages) < 1 / FPS + 0.1  # a queue: 2.5 periods older per frame
     # skipped = the index gaps + the frames passed over at the end when the clip ran out
     assert stats["skipped"] == int(np.sum(steps - 1)) + (N - 1 - indices[-1]) > 0
     assert stats["captured"] == stats["delivered"] + stats["skipped"] == N
@@ -343,6 +345,7 @@ def test_paced_file_gives_a_slow_consumer_the_newest_frame(clip, clip_frames):
         np.testing.assert_array_equal(frame.array, clip_frames[frame.index])
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_close_from_another_thread_ends_a_paced_wait(clip):
     cam = open_camera(str(clip), fps=0.5)  # next frame due in 2 s
     next(cam)
@@ -361,6 +364,7 @@ def test_file_loop_keeps_counting(clip, clip_frames):
     np.testing.assert_array_equal(frames[2 * N + 4].array, clip_frames[4])
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_fps_option_overrides_the_file_rate(clip):
     t0 = time.perf_counter()
     with open_camera(str(clip), fps=200) as cam:
@@ -443,6 +447,7 @@ def test_folder_natural_order_skips_corrupt_images(folder):
     assert stats["read_errors"] == 2 and stats["delivered"] == 10 and stats["frame_count"] == 12
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_folder_paced_and_looped(folder):
     t0 = time.perf_counter()
     with open_camera(str(folder), fps=100, loop=True) as cam:
@@ -523,6 +528,7 @@ class RateCapture:
         self.released.set()
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_grabber_keeps_only_the_newest_frame(clip):
     """Camera at 200 fps, consumer at ~40 fps: each frame handed over is at most about one
     camera period old, the indices jump, the skips are counted, and nothing piles up."""
@@ -541,11 +547,13 @@ def test_grabber_keeps_only_the_newest_frame(clip):
     assert np.all(steps >= 1) and np.median(steps) >= 3
     assert stats["skipped"] == int(np.sum(steps - 1))
     assert stats["captured"] >= indices[-1] + 1
-    # newest, not queued: age stays around one camera period and does not grow
-    assert np.median(ages) < 0.01 and max(ages[-5:]) < 0.03
+    # newest, not queued: age stays around one camera period and does not grow (generous bounds:
+    # a queue would age each frame ~20 ms more than the last, ~0.14 s at the median, ~0.25 s at the end)
+    assert np.median(ages) < 0.05 and max(ages[-5:]) < 0.1
     assert stats["capture_fps"] == pytest.approx(200, rel=0.3)
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_opencv_source_on_a_plain_file(clip, clip_frames):
     """Any OpenCV-openable source goes through the same grabber; index = capture number."""
     with OpenCVSource(str(clip), api=cv2.CAP_FFMPEG, timeout_s=0.3) as cam:
@@ -586,6 +594,7 @@ class StopsAfter:
         self.released.set()
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 @pytest.mark.parametrize("mode", ["fail", "block"])
 def test_camera_that_stops_mid_run_raises_not_hangs(clip, mode):
     cap = StopsAfter(clip, 5, mode)
@@ -632,6 +641,7 @@ def test_corrupt_reads_are_counted_and_skipped(clip_frames):
     np.testing.assert_array_equal(seen[-1], clip_frames[2])
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_a_crashing_grabber_is_reported_at_once():
     """A bug in a read function (not a bad frame) must surface, not look like a slow camera."""
 
@@ -649,6 +659,7 @@ def test_a_crashing_grabber_is_reported_at_once():
     cam.close()
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_frame_mailbox_keeps_the_newest_and_close_is_sticky():
     box = FrameMailbox()
     assert box.put("a") is False and box.put("b") is True  # "a" was replaced untaken
@@ -660,7 +671,7 @@ def test_frame_mailbox_keeps_the_newest_and_close_is_sticky():
     box.close()
     assert box.closed and box.take(5) == "c"  # a frame put before close can still be taken
     t0 = time.monotonic()
-    assert box.take(5) is None and time.monotonic() - t0 < 0.1  # closed and empty: no wait
+    assert box.take(5) is None and time.monotonic() - t0 < 1  # closed and empty: no 5 s wait
 
 
 def test_live_source_goes_through_the_frame_mailbox_and_counts_every_frame():
@@ -695,6 +706,7 @@ def test_capture_fps_uses_the_metrics_formula():
     assert counters.snapshot()["capture_fps"] == pytest.approx(metrics_fps(stamps)) == pytest.approx(75.0)
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_a_grabber_crashing_after_a_frame_delivers_it_then_reports_at_once():
     class Boom(BaseException):
         pass
@@ -715,6 +727,7 @@ def test_a_grabber_crashing_after_a_frame_delivers_it_then_reports_at_once():
     cam.close()
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_first_frame_timeout(clip):
     cam = LatestFrameSource(lambda: (False, None), name="silent", open_timeout_s=0.2)
     t0 = time.monotonic()
@@ -724,6 +737,7 @@ def test_first_frame_timeout(clip):
     cam.close()
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_close_wakes_a_waiting_consumer():
     gate = threading.Event()
     cam = LatestFrameSource(lambda: (gate.wait(5), None), name="waiting", open_timeout_s=5)
@@ -734,6 +748,7 @@ def test_close_wakes_a_waiting_consumer():
     gate.set()
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_missing_v4l2_device_fails_fast():
     t0 = time.monotonic()
     with pytest.raises(CameraError, match="v4l2:99: cannot open") as info:
@@ -791,6 +806,7 @@ def mjpeg_server():
     server.server_close()
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_http_mjpeg_stream_then_stall(mjpeg_server):
     port, jpeg = mjpeg_server
     want = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
@@ -807,6 +823,7 @@ def test_http_mjpeg_stream_then_stall(mjpeg_server):
         assert time.monotonic() - t0 < 3
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_unreachable_streams_fail_fast():
     for uri in ("http://127.0.0.1:1/stream.mjpg", "rtsp://127.0.0.1:1/live"):
         t0 = time.monotonic()
@@ -894,6 +911,7 @@ def test_picamera2_errors(fake_picamera2):
     assert fake_picamera2.INSTANCES[-1].closed  # a failed configure still closes the camera
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_picamera2_that_stops_mid_run(fake_picamera2):
     fake_picamera2.HANG_AFTER = 3
     cam = Picamera2Source(0, size=(64, 48), timeout_s=0.3)

@@ -196,6 +196,7 @@ def test_sd_notify_speaks_the_systemd_protocol(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------- pipeline
+@pytest.mark.slow  # asserts on wall-clock time
 def test_camera_faster_than_model_skips_frames_and_latency_stays_bounded(tmp_path):
     frame_interval_ms = 5.0  # 200 fps camera, 25 ms model: 4 of 5 frames must be skipped
     config = make_config(tmp_path, camera={"uri": "synthetic:64x48@200"})
@@ -225,6 +226,7 @@ def test_camera_faster_than_model_skips_frames_and_latency_stays_bounded(tmp_pat
     assert indices == sorted(indices) and indices[-1] - indices[0] > 2 * len(indices)  # newest frames, gaps
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_camera_that_fails_n_times_then_comes_back(tmp_path):
     attempts = []
 
@@ -327,6 +329,7 @@ def test_failing_model_is_counted_then_reopened(tmp_path):
     assert stats["errors"]["inference"] == 3 and len(opened) == 2
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_stats_metrics_and_health_endpoints_agree(tmp_path):
     config = make_config(tmp_path)
     daemon = Daemon(
@@ -365,6 +368,7 @@ def test_stats_metrics_and_health_endpoints_agree(tmp_path):
     assert stats["camera"]["captured"] >= stats["frames"]["processed"]  # the source's own stats
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_stop_finishes_the_current_frame(tmp_path):
     config = make_config(tmp_path)
     runtime = fake_runtime(0.4)  # timing control: an inference still running when stop() arrives

@@ -35,6 +35,7 @@ def raw_get(address: tuple[str, int], path: str = "/metrics", timeout: float = 1
     return status, time.perf_counter() - t0
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_200_concurrent_metrics_clients_are_all_answered_within_2_s(tmp_path):
     daemon = Daemon(make_config(tmp_path), runtime_factory=real_runtime, labels=LABELS)
     with running(daemon):
@@ -54,6 +55,7 @@ def test_200_concurrent_metrics_clients_are_all_answered_within_2_s(tmp_path):
     assert slowest < 2.0, f"slowest answer {slowest:.2f} s"
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_idle_sockets_do_not_pin_threads_and_the_endpoint_still_answers(tmp_path):
     daemon = Daemon(make_config(tmp_path), runtime_factory=real_runtime, labels=LABELS)
     with running(daemon):
@@ -71,6 +73,7 @@ def test_idle_sockets_do_not_pin_threads_and_the_endpoint_still_answers(tmp_path
     assert during - base <= 4, f"{during - base} threads for 300 idle sockets"
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_idle_sockets_are_closed_after_the_idle_timeout():
     from http.server import BaseHTTPRequestHandler
 
@@ -135,6 +138,7 @@ def test_watchdog_and_ready_are_sent_to_the_notify_socket(tmp_path, monkeypatch)
     assert messages[-1] == "STOPPING=1"
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_no_watchdog_ping_while_the_loop_is_stuck(tmp_path, monkeypatch):
     path = tmp_path / "notify.sock"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -214,6 +218,7 @@ def test_output_under_a_file_is_one_line_not_a_traceback(tmp_path, model_file):
     assert proc.stderr.count("\n") == 2
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_a_malformed_camera_uri_is_fatal_at_start(tmp_path):
     config = make_config(tmp_path, camera={"uri": "synthetic:320x240@-5"})
     daemon = Daemon(config, runtime_factory=real_runtime, labels=LABELS)

@@ -365,6 +365,7 @@ def healthz(port: int) -> int:
         return exc.code
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 @needs_mosquitto
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_finishes_flushes_publishes_offline_and_exits_0(tmp_path, broker, tiny_tflite, signum):

@@ -149,6 +149,7 @@ def test_exit_0_without_a_model_file_is_a_failure(fake_compiler, model, tmp_path
         compile_model(model("small_int8"), tmp_path / "out")
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_timeout_kills_the_compiler_and_its_child(fake_compiler, model, tmp_path):
     fake_compiler("timeout")
     t0 = time.monotonic()

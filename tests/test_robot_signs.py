@@ -130,6 +130,7 @@ def test_background_index_by_name_or_seed_layout():
 # end to end with the real SDK client and FakeVector
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_demo_says_each_shown_sign_once_and_shows_it(tmp_path):
     # 6 frames of background, a held 8 frames, a one-frame b flicker, a again, background, b
     sequence = ["background"] * 6 + ["a"] * 8 + ["b"] + ["a"] * 8 + ["background"] * 6 + ["b"] * 8

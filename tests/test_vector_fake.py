@@ -164,6 +164,7 @@ def test_vanish_and_restart_on_the_same_port():
     assert fake.home is None and not home.exists()
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_a_forgotten_fake_with_open_streams_does_not_hang_interpreter_exit(tmp_path):
     # handler threads are daemons, and the SDK client is left connected on purpose
     code = textwrap.dedent("""
