@@ -34,6 +34,7 @@ def colour_frames():
     return frames
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_frames_are_bgr_arrays_with_indices_timestamps_and_stats():
     with FakeVector(colour_frames(), fps=20, loop=True) as fake, \
             VectorSource(fake.serial, config_home=fake.home, **FAST) as cam:
@@ -57,6 +58,7 @@ def test_frames_are_bgr_arrays_with_indices_timestamps_and_stats():
     assert stats["reconnects"] == 0
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_a_slow_consumer_gets_the_newest_frame_not_a_queue():
     with FakeVector(fps=30) as fake, VectorSource(fake.serial, config_home=fake.home, **FAST) as cam:
         frames = []
@@ -70,7 +72,7 @@ def test_a_slow_consumer_gets_the_newest_frame_not_a_queue():
     assert min(gaps) >= 3, gaps
     assert stats["skipped"] >= 10
     ages_ms = [(t - f.t_capture_ns) / 1e6 for f, t in frames[1:]]
-    assert max(ages_ms) < 150, ages_ms  # fresh: at most about one frame interval old
+    assert max(ages_ms) < 300, ages_ms  # fresh: a queue would add ~170 ms per step (333 ms by the 3rd)
 
 
 def test_say_and_show_reach_the_robot():
@@ -88,6 +90,7 @@ def test_say_and_show_reach_the_robot():
         np.testing.assert_array_equal(fake.shown[1], picture)  # pure colours survive RGB565 exactly
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_speaking_to_a_vanished_robot_is_a_disconnect_error():
     with FakeVector(fps=10) as fake:
         cam = VectorSource(fake.serial, config_home=fake.home, **FAST).open()
@@ -146,6 +149,7 @@ def test_robot_not_found():
     assert err.value.reason == "not_found" and "not reachable" in err.value.message
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_robot_vanishing_mid_stream_ends_iteration_with_a_clear_error():
     with FakeVector(fps=20) as fake:
         cam = VectorSource(fake.serial, config_home=fake.home, **FAST)
@@ -179,6 +183,7 @@ def test_reconnect_rides_out_a_dropout():
     assert indices == sorted(set(indices))  # indices keep counting across the reconnect
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_close_from_another_thread_ends_iteration_cleanly():
     with FakeVector(fps=20) as fake:
         cam = VectorSource(fake.serial, config_home=fake.home, **FAST).open()
@@ -190,6 +195,7 @@ def test_close_from_another_thread_ends_iteration_cleanly():
         assert time.monotonic() - t0 < 3 and count >= 3
 
 
+@pytest.mark.slow  # asserts on wall-clock time
 def test_close_wakes_a_consumer_waiting_on_a_quiet_camera_and_fps_needs_two_frames():
     one = [np.zeros((360, 640, 3), np.uint8)]
     with FakeVector(one, fps=20, loop=False) as fake:  # one frame, then nothing new
