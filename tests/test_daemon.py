@@ -317,7 +317,7 @@ def test_failing_model_is_counted_then_reopened(tmp_path):
             return [np.array([[0.2, 0.3, 0.5]], np.float32)]
 
         opened.append(1)
-        return fake_runtime(fn=fn)
+        return fake_runtime(fn=fn)  # fault injection: the first model fails from its third inference on
 
     config = make_config(tmp_path, model={"reopen_after_errors": 3})
     daemon = Daemon(config, runtime_factory=runtime, labels=LABELS)
