@@ -256,11 +256,21 @@ def test_a_real_converter_failure_is_one_line_and_removes_the_stale_bundle(conve
     assert [p.name for p in dist.iterdir()] == []
 
 
-@pytest.mark.xfail(strict=True, reason="edgekit.builders.tflite.convert keeps the converter's first line, an MLIR "
-                   "location; the op the converter names further down ('Custom ops: Erfinv') is what helps")
 def test_a_real_converter_failure_names_the_op_in_plain_words(converter_failure):
     line = error_line(converter_failure[1])
-    assert "loc(callsite" not in line and "Erfinv" in line
+    assert "loc(callsite" not in line
+    assert "no TFLite builtin kernel for Erfinv (the converter would need them as custom ops)" in line
+
+
+def test_converter_errors_in_plain_words():
+    from edgekit.builders.tflite import converter_error
+
+    assert converter_error("x\nFlex ops: FlexErf, FlexFoo\nDetails:") == \
+        "no TFLite builtin kernel for FlexErf, FlexFoo (the converter would need them as TensorFlow (flex) ops)"
+    assert converter_error("<unknown>:0: error: loc(fused[...]): 'tf.Foo' op is not supported\nmore") == \
+        "tf.Foo is not supported"
+    assert converter_error("  first line\nsecond") == "first line"
+    assert converter_error("") == ""
 
 
 def _onnx(path, op, opset=17, **attrs):
