@@ -7,8 +7,8 @@ on the same input:
 
 - ``BGR frame``: edgekit's Preprocessor on the numpy BGR frame every other camera delivers.
 - ``Vector JPEG``: both start from the image as the SDK hands it over, opened lazily on the
-  received JPEG; the naive one decodes the whole frame, edgekit's VectorSource (``prepare=``)
-  decodes only gray at the scale the model allows (``edgekit.vector.window``), then crops.
+  received JPEG; the naive one decodes the whole frame to RGB, edgekit's VectorSource
+  (``prepare=``) decodes it straight to gray (``edgekit.vector.window``), then crops.
   Decoding is counted on both sides.
 - ``Vector decoded PIL``: both start from an already decoded PIL image (the SDK's annotator
   decodes frames on its own thread unless switched off); edgekit crops with PIL, then converts.

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import EdgekitError
+from edgekit.imgops import area_shrink, area_shrink_matches_opencv
 from edgekit.imgops import convert_colour as _np_convert_colour
 from edgekit.imgops import resize as _np_resize
 from edgekit.quiet import optional_cv2
@@ -241,6 +242,8 @@ def _resize(frame: np.ndarray, height: int, width: int, interpolation: str) -> n
     cv2 = optional_cv2()
     if cv2 is None:
         return _np_resize(frame, height, width, interpolation)
+    if interpolation == "area" and area_shrink_matches_opencv(frame.shape[:2], (height, width)):
+        return area_shrink(frame, height, width)  # OpenCV's numbers, 2-6x sooner at odd ratios
     inter = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR, "nearest": cv2.INTER_NEAREST}[interpolation]
     return cv2.resize(frame, (width, height), interpolation=inter)
 

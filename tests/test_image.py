@@ -551,3 +551,60 @@ def test_a_palette_is_gray_only_when_every_entry_is(tmp_path, no_opencv):
         im.save(tmp_path / f"{name}.png")
         assert Image.open(tmp_path / f"{name}.png").mode == "P"
         assert read_image(tmp_path / f"{name}.png").tolist() == [[list(colour[::-1])] * 2], name
+
+
+# --- area shrink block by block (edgekit.imgops.area_shrink): OpenCV's INTER_AREA numbers, sooner ----------------
+
+def photo_gray() -> np.ndarray:
+    from skimage import data
+
+    return cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2GRAY)
+
+
+@pytest.mark.parametrize(("src", "dst", "used"), [
+    ((200, 200), (32, 32), True),    # the demo: 200x200 window -> 32x32, runs of 25 -> 4
+    ((360, 640), (96, 128), True),   # runs of 15 and 5
+    ((100, 100), (32, 32), True),
+    ((200, 200), (28, 28), False),   # runs of 50: an even product, ties possible
+    ((360, 640), (32, 32), False),   # runs of 45 and 20: even
+    ((360, 640), (180, 320), False),  # whole ratios: OpenCV's fixed-point path is faster
+    ((360, 640), (224, 224), False),  # 35 multiply-adds a pixel: OpenCV is faster
+    ((32, 32), (64, 64), False),     # growing is not a shrink
+])
+def test_area_shrink_gives_opencvs_numbers_where_the_preprocessor_uses_it(src, dst, used):
+    from edgekit import imgops
+
+    assert imgops.area_shrink_matches_opencv(src, dst) is used
+    if dst[0] > src[0]:
+        with pytest.raises(ValueError, match="cannot grow"):
+            imgops.area_shrink(np.zeros(src, np.uint8), *dst)
+        return
+    rng = np.random.default_rng(7)
+    photo = cv2.resize(photo_gray(), src[::-1], interpolation=cv2.INTER_LINEAR)
+    images = [photo, rng.integers(0, 256, src, dtype=np.uint8), rng.integers(0, 256, (*src, 3), dtype=np.uint8)]
+    images += [rng.integers(0, 256, src, dtype=np.uint8) for _ in range(20)]
+    for img in images:
+        ref = cv2.resize(img, dst[::-1], interpolation=cv2.INTER_AREA)
+        got = imgops.area_shrink(img, *dst)
+        assert got.shape == ref.shape and got.dtype == np.uint8
+        diff = np.abs(got.astype(int) - ref)
+        if used:  # odd runs: no exact ties, so both round every output the same way
+            np.testing.assert_array_equal(got, ref)
+        else:  # ties (x.5) are decided by float error, or OpenCV's fixed point rounds them up
+            assert diff.max() <= 1
+
+
+def test_preprocessor_takes_the_block_path_and_keeps_opencvs_tensor(monkeypatch):
+    from skimage import data
+
+    from edgekit import image, imgops
+
+    frame = cv2.resize(cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR), (640, 360), interpolation=cv2.INTER_AREA)
+    spec = InputSpec(shape=(1, 32, 32, 1), colour="gray", crop=(200, 200), dtype="uint8", scale=1 / 255,
+                     zero_point=0)
+    calls = []
+    monkeypatch.setattr(image, "area_shrink", lambda *a: calls.append(a[1:]) or imgops.area_shrink(*a))
+    out = Preprocessor(spec)(frame)
+    gray = cv2.cvtColor(frame[80:280, 220:420], cv2.COLOR_BGR2GRAY)
+    np.testing.assert_array_equal(out[0, :, :, 0], cv2.resize(gray, (32, 32), interpolation=cv2.INTER_AREA))
+    assert calls == [(32, 32)]

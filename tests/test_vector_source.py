@@ -294,8 +294,8 @@ def spec(size: int, channels: int = 1):
     return InputSpec(shape=(1, size, size, channels), colour="gray" if channels == 1 else "rgb", crop=(200, 200))
 
 
-@pytest.mark.parametrize(("size", "channels", "window"), [(32, 1, (100, 100)), (64, 1, (200, 200)),
-                                                           (200, 1, (200, 200)), (32, 3, (100, 100, 3))])
+@pytest.mark.parametrize(("size", "channels", "window"), [(32, 1, (200, 200)), (64, 1, (200, 200)),
+                                                           (200, 1, (200, 200)), (32, 3, (200, 200, 3))])
 def test_model_window_from_the_jpeg_gives_the_tensor_of_the_full_frame(size, channels, window):
     import io
 
@@ -312,10 +312,15 @@ def test_model_window_from_the_jpeg_gives_the_tensor_of_the_full_frame(size, cha
     assert got.shape == window and got.dtype == np.uint8
     pre = Preprocessor(spec(size, channels))
     full = pre(cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR))  # the slow way
-    assert np.abs(pre(got) - full).mean() < 1 / 255  # the same region, the same tensor up to rounding
+    diff = np.abs(pre(got) - full) * 255  # grey levels
+    assert diff.mean() < 0.05  # the same region at full scale: the same tensor up to rounding (1-2 % off by one)
+    # gray is the JPEG's luma, BGR->gray of the colour decode differs where that clips (saturated
+    # colours): a few pixels at 200x200, averaged away by any shrink
+    assert diff.max() <= (0 if channels == 3 else 2 if size < 200 else 20) + 1e-3
+    assert (diff > 2 + 1e-3).mean() < 0.001
     decoded = Image.open(io.BytesIO(jpeg))
     decoded.load()  # no JPEG bytes left behind it: PIL crops first, then converts
-    assert np.abs(pre(model_window(decoded, spec(size, channels))) - full).mean() < 2 / 255
+    assert np.abs(pre(model_window(decoded, spec(size, channels))) - full).max() * 255 <= 1 + 1e-3  # PIL's L
     assert np.array_equal(model_window(frame, spec(size, channels)).shape[:2], (200, 200))
 
 
@@ -325,5 +330,5 @@ def test_prepared_source_hands_over_the_window_and_the_sdk_stops_decoding_frames
             VectorSource(fake.serial, config_home=fake.home, prepare=spec(32), **FAST) as cam:
         got = [f for _, f in zip(range(4), cam, strict=False)]
         assert cam.robot.camera.image_annotator.annotation_enabled is False
-    assert all(f.array.shape == (100, 100) and f.array.dtype == np.uint8 for f in got)
+    assert all(f.array.shape == (200, 200) and f.array.dtype == np.uint8 for f in got)
     assert [f.index for f in got] == sorted({f.index for f in got})

@@ -47,8 +47,8 @@ class VectorSource:
         max_reconnects: give up after this many failed attempts in a row (None: never).
         backoff_s: ``(first, longest)`` wait between reconnect attempts.
         prepare: a model's :class:`~edgekit.image.InputSpec`: hand over only its crop window,
-            gray for a gray model, decoded from the JPEG at the smallest scale its input
-            allows (:func:`edgekit.vector.window.model_window`), instead of the whole frame.
+            decoded from the JPEG straight to gray for a gray model
+            (:func:`edgekit.vector.window.model_window`), instead of the whole BGR frame.
             The SDK's image annotator is switched off (nothing here draws on frames), so the
             SDK no longer decodes every full frame on its own thread.
 
