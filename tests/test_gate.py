@@ -44,6 +44,7 @@ class _Ctx:
     task: str = "classify"
     min_ratio: float = 0.99
     request: _Request = field(default_factory=_Request)
+    detect: object = None  # a detector's gate: its layout
 
 
 def _res(ratio, passed, **more):
@@ -108,6 +109,43 @@ def test_a_variant_that_was_never_measured_fails_the_gate():
 def test_an_ungated_summary_has_no_reason():
     s = verification_summary({"fp32": {}}, "fp32", _Ctx(evalset=None))
     assert s["reason"] is None and s["note"] == "no --eval: agreement on held-back calibration images, not gated"
+
+
+@dataclass
+class _Layout:
+    layout: str = "yolo"
+
+
+def _map_res(ratio, passed, original=0.4):
+    return {"eval": {"ratio": ratio, "original": original, "converted": round(original * (ratio or 0), 4),
+                     "map50": 0.6, "per_class": {"star": 0.5}, "passed": passed}}
+
+
+def test_a_detector_summary_carries_map50_per_class_and_the_layout():
+    ctx = _Ctx(task="detect", detect=_Layout("yolo"))
+    s = verification_summary({"fp32": _map_res(1.0, True), "int8": _map_res(0.995, True)}, "int8", ctx)
+    assert (s["metric"], s["passed"], s["ratio"], s["map50"], s["layout"]) == ("map", True, 0.995, 0.6, "yolo")
+    assert s["per_class"] == {"star": 0.5}
+    classify = verification_summary({"fp32": _res(1.0, True)}, "fp32", _Ctx())
+    assert not {"map50", "per_class", "layout"} & set(classify)  # a classifier's summary has none of them
+
+
+def test_a_detector_missing_the_map_gate_says_both_maps_and_the_ratio():
+    ctx = _Ctx(task="detect", detect=_Layout())
+    s = verification_summary({"fp32": _map_res(1.0, True), "int8": _map_res(0.95, False)}, "fp32", ctx)
+    assert s["passed"] is False
+    assert s["reason"] == "int8 mAP@[.5:.95] 0.3800 vs original 0.4000: ratio 0.95 < 0.99"
+    s = verification_summary({"fp32": {"eval": {"ratio": None, "passed": False}}}, "fp32", ctx)
+    assert s["reason"] == ("fp32: the original model scores mAP 0 on the eval set "
+                           "(wrong labels, preprocessing or detect layout?)")
+
+
+def test_a_detector_without_eval_reports_agreement_not_gated():
+    ctx = _Ctx(evalset=None, task="detect", detect=_Layout())
+    s = verification_summary({"fp32": {"holdout": {"agreement": 0.9}}}, "fp32", ctx)
+    assert (s["metric"], s["gated"], s["passed"]) == ("map_agreement_heldback", False, True)
+    assert s["note"] == ("no --eval: mAP of each model against the original's own detections on the held-back "
+                         "calibration images (agreement), not gated")
 
 
 # --- the real build ---------------------------------------------------------------------------------
