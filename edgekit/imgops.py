@@ -17,8 +17,8 @@ Resizing is two small matrix products (rows, then columns), with the weight matr
 An area shrink repeats every ``src / gcd(src, dst)`` input pixels, so it is done block by
 block with one small matrix (:func:`area_shrink`): for 200 -> 32 that is a 4x25 matrix applied
 to 8 blocks, a few multiply-adds per pixel. That is also faster than OpenCV's ``INTER_AREA``
-at non-integer ratios (which :mod:`edgekit.image` then uses it for, see :func:`area_cost`),
-and it gives OpenCV's numbers: both sum the same weights in float and round once.
+at most non-integer ratios, and where it provably rounds as OpenCV does
+(:func:`area_shrink_matches_opencv`) :mod:`edgekit.image` uses it even with OpenCV installed.
 """
 
 from __future__ import annotations
@@ -100,9 +100,11 @@ def area_shrink_matches_opencv(src: tuple[int, int], dst: tuple[int, int]) -> bo
 
     Exactly OpenCV's: the output is ``S / (py * px)`` with ``S`` an integer and ``py``, ``px``
     the input run lengths per block, and both libraries compute it in float32 and round once.
-    When ``py * px`` is odd no output can be an exact tie (``k + 1/2``), and with ``py * px <=
-    1024`` the nearest one is over 50 times further than float32's error on 8-bit sums, so both
-    round the same way. (With an even product, ties do occur, and float error decides them.)
+    When ``py * px`` is odd no output can be an exact tie (``k + 1/2``): with ``py * px <= 1024``
+    the nearest is at least 1/2048 away, while float32's rounding error on these sums of 8-bit
+    values is typically about 1e-5, so both round the same way (tests/test_image.py compares
+    exactly, on a photo and on noise). With an even product ties occur and float error decides
+    them: up to one grey level apart, so OpenCV is used there.
     Faster: OpenCV has a fixed-point path for whole ratios (2x, 3x...), which wins; elsewhere its
     generic path costs about 1 ns per input pixel, and the blocks win while they need at most
     16 multiply-adds per pixel and channel (benchmarks/preprocess.py; 200x200 -> 32x32 gray:
