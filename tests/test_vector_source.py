@@ -332,3 +332,30 @@ def test_prepared_source_hands_over_the_window_and_the_sdk_stops_decoding_frames
         assert cam.robot.camera.image_annotator.annotation_enabled is False
     assert all(f.array.shape == (200, 200) and f.array.dtype == np.uint8 for f in got)
     assert [f.index for f in got] == sorted({f.index for f in got})
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_model_window_without_opencv_is_pillows_and_the_same_tensor(channels, monkeypatch):
+    """The SDK does not install OpenCV: without it Pillow decodes (gray: its luma only) and crops."""
+    import io
+
+    import cv2
+    from PIL import Image
+
+    import edgekit.image
+    import edgekit.vector.window as window
+    from edgekit.image import Preprocessor
+
+    frame = photo_frame()
+    jpeg = cv2.imencode(".jpg", frame, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes()
+    with_cv2 = window.model_window(Image.open(io.BytesIO(jpeg)), spec(32, channels))
+    monkeypatch.setattr(window, "optional_cv2", lambda: None)
+    monkeypatch.setattr(edgekit.image, "optional_cv2", lambda: None)
+    lazy = Image.open(io.BytesIO(jpeg))
+    got = window.model_window(lazy, spec(32, channels))
+    assert got.shape == with_cv2.shape and got.flags.writeable and got.flags.c_contiguous
+    # the same decoder underneath (libjpeg): gray is the luma in both; colour may differ by a level
+    assert np.abs(got.astype(int) - with_cv2).max() <= (0 if channels == 1 else 2)
+    assert lazy.mode == "RGB"  # the SDK's image is left as it was (draft() works on a copy)
+    pre = Preprocessor(spec(32, channels))
+    assert np.abs(pre(got) - pre(with_cv2)).max() * 255 <= 1 + 1e-3

@@ -27,8 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edgekit.quiet import optional_cv2
+
 if TYPE_CHECKING:
     from edgekit.image import InputSpec
+
 
 def model_window(image: Any, spec: InputSpec) -> np.ndarray:
     """The model's crop window of one SDK camera image, gray 2-D or BGR (OpenCV convention).
@@ -42,14 +45,13 @@ def model_window(image: Any, spec: InputSpec) -> np.ndarray:
     An image already decoded (no JPEG bytes left behind it) is cropped as a PIL image first,
     then converted: still no full-frame copy.
     """
-    import cv2
-
     from edgekit.image import convert_colour, crop_center
 
     if isinstance(image, np.ndarray):
         return np.ascontiguousarray(convert_colour(crop_center(image, spec.crop),
                                                    "gray" if spec.channels == 1 else "bgr"))
-    data = _jpeg_bytes(image)
+    cv2 = optional_cv2()
+    data = _jpeg_bytes(image) if cv2 is not None else None
     if data is not None:
         flag = cv2.IMREAD_GRAYSCALE if spec.channels == 1 else cv2.IMREAD_COLOR
         decoded = cv2.imdecode(np.frombuffer(data, np.uint8), flag)
@@ -67,15 +69,23 @@ def _jpeg_bytes(image: Any) -> bytes | None:
 
 
 def _pil_window(image: Any, spec: InputSpec) -> np.ndarray:
-    """Crop with PIL first, then convert only the window (PIL's L uses the same BT.601
-    weights as OpenCV, rounded in 16 rather than 15 bits: within a grey level)."""
+    """Crop with PIL first, then convert only the window: no OpenCV needed (the SDK does not
+    install it). A JPEG not decoded yet is decoded straight to its luma for a gray model
+    (Pillow's ``draft``: the same numbers as OpenCV's gray decode); an image already decoded is
+    converted by PIL's L, the same BT.601 weights as OpenCV rounded in 16 rather than 15 bits
+    (within a grey level)."""
     from edgekit.image import crop_window
 
+    gray = spec.channels == 1
+    data = _jpeg_bytes(image) if gray else None
+    if data is not None:  # a copy of our own: draft() changes the image it is called on
+        from PIL import Image
+
+        image = Image.open(io.BytesIO(data))
+        image.draft("L", image.size)
     width, height = image.size
     top, left, ch, cw = crop_window(height, width, spec.crop)
     window = image.crop((left, top, left + cw, top + ch))
-    if spec.channels == 1:
+    if gray:
         return np.asarray(window.convert("L")).copy()
-    import cv2
-
-    return cv2.cvtColor(np.asarray(window.convert("RGB")), cv2.COLOR_RGB2BGR)
+    return np.ascontiguousarray(np.asarray(window.convert("RGB"))[:, :, ::-1])  # BGR, OpenCV's order
