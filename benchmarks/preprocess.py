@@ -15,9 +15,9 @@ on the same input:
 - ``whole PIL->numpy``: the old Vector path (the whole frame to numpy BGR, then preprocess).
 
 The frame is a real photo (scikit-image's ``astronaut``) scaled and cropped to 640x360, JPEG
-quality 90 for the Vector rows. Calls alternate, p50 of each. Goals: Vector <= 0.3, BGR <= 0.2.
+quality 90 (``--quality``) for the Vector rows. Calls alternate, p50 of each. Goals: Vector <= 0.3, BGR <= 0.2.
 
-    python benchmarks/preprocess.py [--count 2000]
+    python benchmarks/preprocess.py [--count 2000] [--quality 90]
 """
 
 from __future__ import annotations
@@ -91,9 +91,10 @@ def measure(edge, naive, make_e, make_n, count: int) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=2000)
+    ap.add_argument("--quality", type=int, default=90, help="JPEG quality of the Vector rows' frame (default 90)")
     args = ap.parse_args(argv)
     frame = camera_frame()
-    jpeg = cv2.imencode(".jpg", frame, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes()
+    jpeg = cv2.imencode(".jpg", frame, [cv2.IMWRITE_JPEG_QUALITY, args.quality])[1].tobytes()
     pil = lazy(jpeg)
     pil.load()
     print(f"{'model input':<22}{'edgekit p50':>13}{'naive PIL p50':>15}{'ratio':>9}   input")
