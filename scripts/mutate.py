@@ -61,9 +61,10 @@ MODULES: dict[str, Module] = {
             for f in ("failed", "succeeded", "retry", "close", "ok", "open"))),
     "mailbox": Module("edgekit/camera/mailbox.py", ("tests/test_mailbox.py", "tests/test_camera.py", "-k", "mailbox")),
     # the detect head: YOLO decoding, NMS, boxes back onto the frame (the TF-converted models are slow tests)
-    "detect_yolo": Module("edgekit/detect/yolo.py", ("tests/test_detect_decode.py",)),
-    "detect_nms": Module("edgekit/detect/nms.py", ("tests/test_detect_decode.py",)),
-    "detect_boxes": Module("edgekit/detect/boxes.py", ("tests/test_detect_boxes.py", "tests/test_detect_decode.py")),
+    "detect_yolo": Module("edgekit/detect/yolo.py", ("tests/test_detect_decode.py", "tests/test_detect_mutants.py")),
+    "detect_nms": Module("edgekit/detect/nms.py", ("tests/test_detect_decode.py", "tests/test_detect_mutants.py")),
+    "detect_boxes": Module("edgekit/detect/boxes.py", (
+        "tests/test_detect_boxes.py", "tests/test_detect_decode.py", "tests/test_detect_mutants.py")),
 }
 
 

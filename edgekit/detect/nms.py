@@ -87,5 +87,5 @@ def nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou_threshol
         # straight to the full run instead of paying for many growing rounds
         guess = int(take * max_detections / len(kept) * 1.25)
         take = len(order) if guess >= len(order) // 3 else max(guess, 2 * take)
-    kept = kept[np.argsort(-s[kept], kind="stable")]
+    kept = kept[np.lexsort((kept, -s[kept]))]  # best first, ties by index whichever path ran
     return kept[:max_detections]

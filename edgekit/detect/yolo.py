@@ -63,7 +63,7 @@ def channels_first(output: np.ndarray, width: int | None) -> np.ndarray:
     arr = arr[0] if arr.ndim == 3 else arr
     a, b = arr.shape
     if width is not None:
-        return arr if a == width and b != width else arr.T if b == width else arr
+        return arr.T if b == width and a != width else arr  # square: channels first, as Ultralytics exports
     return arr if a <= b else arr.T
 
 
