@@ -427,3 +427,11 @@ def test_detections_without_a_frame_are_in_input_pixels():
 def test_detections_text_separates_objects_by_two_spaces():
     found = Detections((Detection(2, "cat", 0.91, (1, 2, 30, 40)), Detection(0, "dog", 0.5, (0, 0, 1, 1))))
     assert str(found) == "cat 0.91 [1, 2, 30, 40]  dog 0.50 [0, 0, 1, 1]"
+
+
+def test_nms_of_many_boxes_that_all_score_zero_keeps_none_without_dividing_by_zero():
+    from edgekit.detect.nms import nms
+
+    boxes = np.tile(np.array([[0.0, 0.0, 10.0, 10.0]]), (100, 1)) + np.arange(100)[:, None] * 20
+    kept = nms(boxes, np.zeros(100, np.float32), np.zeros(100, np.int64), 0.5, 5)
+    assert kept.dtype == np.int64 and len(kept) <= 5

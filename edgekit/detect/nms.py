@@ -85,7 +85,7 @@ def nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou_threshol
             break
         # boxes kept per box tried so far, extrapolated: crowded scenes (most boxes suppressed) go
         # straight to the full run instead of paying for many growing rounds
-        guess = int(take * max_detections / len(kept) * 1.25)
+        guess = int(take * max_detections / max(len(kept), 1) * 1.25)  # none kept (all scores 0): go big
         take = len(order) if guess >= len(order) // 3 else max(guess, 2 * take)
     kept = kept[np.lexsort((kept, -s[kept]))]  # best first, ties by index whichever path ran
     return kept[:max_detections]
