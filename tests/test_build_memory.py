@@ -150,10 +150,10 @@ def test_a_calibration_set_the_old_build_could_not_hold_builds_in_bounded_memory
     assert peak < RSS_BOUND, f"peak RSS {peak / GB:.2f} GB"
     manifest = json.loads((out / "wide-cpu" / "edgekit.json").read_text())
     calib = manifest["provenance"]["calibration"]
-    assert (calib["images"], calib["held_back"], calib["converter_images"]) == (480, 120, 300)
+    assert (calib["images"], calib["held_back"], calib["converter_images"]) == (480, 120, 150)
     assert manifest["provenance"]["peak_rss_bytes_so_far"] <= peak
     held_back = manifest["verification"]["models"]["int8"]["holdout"]
     assert held_back["n"] == 120 and held_back["agreement"] >= 0.9
     log = (out / "wide-cpu" / "build.log").read_text()
-    assert "the converter sees the first 300 of the 480 calibration images" in log
+    assert "the converter sees the first 150 of the 480 calibration images" in log
     assert "reference outputs of the original model: done in" in log and "peak RSS so far" in log

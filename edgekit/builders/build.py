@@ -57,7 +57,7 @@ def build(
     task: str | None = None,
     input_size: tuple[int, int] | str | None = None,
     min_cosine: float = 0.98,
-    calib_steps: int | None = 300,
+    calib_steps: int | None = 150,
     memory_check: bool = True,
     min_map_ratio: float = 0.99,
     task_options: dict | None = None, background_class: str | None = None,

@@ -26,8 +26,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="fail when converted/original top-1 is below this (default 0.99, the MLPerf bar)")
     p.add_argument("--calib-count", type=int, default=500, help="calibration images to draw (default 500)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    p.add_argument("--calib-steps", type=int, default=300,
-                   help="images the int8 converter calibrates on, at most (default 300; ~0.1 s each at 224x224)")
+    p.add_argument("--calib-steps", type=int, default=150,
+                   help="images the int8 converter calibrates on, at most (default 150; ~0.1 s each at 224x224)")
     p.add_argument("--no-memory-check", action="store_true",
                    help="build even when the estimated memory or temporary disk exceeds what is available")
     p.add_argument("--variants", help="override the target's variants, e.g. fp32,int8")
