@@ -22,7 +22,8 @@ from edgekit.errors import CameraError, UsageError
 from edgekit.metrics import RUN_WINDOW, LatencyRecorder
 from edgekit.pipeline import Pipeline
 from robot.openset import Debouncer
-from robot.signs import DemoReport, _finish, _open_robot, _Speaker, print_report
+from robot.report import print_report
+from robot.signs import DemoReport, _finish, _open_robot, _Speaker
 
 NOTHING = -1  # the debouncer's "class" of a frame without a box: never said
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from detect_outputs import SPEC, Outputs
 
 from edgekit.detect.anchors import anchors_for, check_anchors, check_ssd_anchors, generate
 from edgekit.detect.head import LAYOUTS, OPTIONS, detect_config, detector
@@ -19,24 +20,11 @@ from edgekit.errors import EdgekitError, ModelError, UsageError
 from edgekit.image import InputSpec
 from edgekit.results import TASK_HEADS
 
-SPEC = InputSpec.from_dict({"shape": [1, 64, 64, 3], "dtype": "float32"})
 BLAZEFACE = {"num_layers": 4, "min_scale": 0.1484375, "max_scale": 0.75, "input_size_height": 128,
              "input_size_width": 128, "strides": [8, 16, 16, 16], "aspect_ratios": [1.0], "fixed_anchor_size": True}
 MOBILENET_SSD = {"num_layers": 6, "min_scale": 0.2, "max_scale": 0.95, "input_size_height": 300,
                  "input_size_width": 300, "strides": [16, 32, 64, 128, 256, 512],
                  "aspect_ratios": [1.0, 2.0, 0.5, 3.0, 0.3333], "reduce_boxes_in_lowest_layer": True}
-
-
-class Outputs:
-    """A runtime's detect-relevant contract: ``input_spec``, ``output_details``, ``output_quantization``."""
-
-    def __init__(self, shapes, quant=None, spec=SPEC):
-        self.input_spec = spec
-        self._shapes = shapes
-        self.output_quantization = quant
-
-    def output_details(self):
-        return [{"shape": list(s)} for s in self._shapes]
 
 
 def _one_line(exc: EdgekitError) -> str:

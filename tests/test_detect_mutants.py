@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+from detect_outputs import Outputs
 
 from edgekit.detect import nms as nms_module
 from edgekit.detect import yolo
@@ -22,20 +23,6 @@ from edgekit.detect.nms import nms
 from edgekit.detect.scores import real
 from edgekit.errors import BackendUnavailable
 from edgekit.image import InputSpec
-
-SPEC = InputSpec.from_dict({"shape": [1, 64, 64, 3], "dtype": "float32"})
-
-
-class Outputs:
-    """A runtime's detect-relevant contract: ``input_spec``, ``output_details``, ``output_quantization``."""
-
-    def __init__(self, shapes, quant=None, spec=SPEC):
-        self.input_spec = spec
-        self._shapes = shapes
-        self.output_quantization = quant
-
-    def output_details(self):
-        return [{"shape": list(s)} for s in self._shapes]
 
 
 def _config(num_classes=2, **kw) -> DetectConfig:
