@@ -40,11 +40,14 @@ class Prediction:
 class Classification:
     """The top-k classes of one output, best first.
 
-    ``softmax_applied`` says whether edgekit applied a softmax (the model emitted logits).
+    ``softmax_applied`` says whether edgekit applied a softmax (the model emitted logits);
+    then ``energy`` is the logits' free energy ``-logsumexp(z)`` (low for what the model knows;
+    the sign demo's open-set gate compares it with the bundle's ``max_energy``), else None.
     """
 
     predictions: tuple[Prediction, ...]
     softmax_applied: bool = False
+    energy: float | None = None
 
     @property
     def top(self) -> Prediction:
@@ -54,6 +57,7 @@ class Classification:
         return {
             "top": [{"index": p.index, "label": p.label, "score": round(p.score, 6)} for p in self.predictions],
             "softmax_applied": self.softmax_applied,
+            **({} if self.energy is None else {"energy": round(self.energy, 6)}),
         }
 
     def __str__(self) -> str:
@@ -136,17 +140,32 @@ class Decoder:
 
     def scores(self, outputs: Sequence[np.ndarray]) -> tuple[np.ndarray, bool]:
         """Dequantised class scores of the first batch item, and whether softmax was applied."""
-        raw = np.asarray(outputs[self.output_index])
-        raw = raw[0] if raw.ndim > 1 else raw
-        scale, zero_point = self.quantization or (None, None)
-        values = dequantize(raw.reshape(-1), scale, zero_point)
-        if self.softmax == "always" or (self.softmax == "auto" and not looks_like_probabilities(values)):
+        values = self._values(outputs)
+        if self._applies_softmax(values):
             return softmax(values), True
         return values, False
 
+    def _values(self, outputs: Sequence[np.ndarray]) -> np.ndarray:
+        raw = np.asarray(outputs[self.output_index])
+        raw = raw[0] if raw.ndim > 1 else raw
+        scale, zero_point = self.quantization or (None, None)
+        return dequantize(raw.reshape(-1), scale, zero_point)
+
+    def _applies_softmax(self, values: np.ndarray) -> bool:
+        return self.softmax == "always" or (self.softmax == "auto" and not looks_like_probabilities(values))
+
     def __call__(self, outputs: Sequence[np.ndarray]) -> Classification:
-        values, applied = self.scores(outputs)
-        return Classification(top_k(values, self.k, self.labels), applied)
+        values = self._values(outputs)
+        if not self._applies_softmax(values):
+            return Classification(top_k(values, self.k, self.labels), False)
+        return Classification(top_k(softmax(values), self.k, self.labels), True, free_energy(values))
+
+
+def free_energy(logits: np.ndarray) -> float:
+    """``-logsumexp(z)`` of one logit vector (Liu et al. 2020): low for inputs the model knows."""
+    from edgekit.openset import energy
+
+    return float(energy(np.asarray(logits).reshape(1, -1))[0])
 
 
 def output_quantization(runtime: Any, index: int = 0) -> tuple[float, int] | None:

@@ -2,7 +2,8 @@
 
 A frame counts toward an announcement only when (a) its top class is not the background
 class, (b) its score clears ``min_confidence`` and (c) its margin over the runner-up clears
-``min_margin``. The build fits the margin on its eval set when the model has a background
+``min_margin`` and, for a model that emits logits, its energy ``-logsumexp(z)`` is at most
+``max_energy``. The build fits the margin on its eval set when the model has a background
 class and stores it in the bundle's manifest (``openset``, :mod:`edgekit.openset`, which also
 holds the math); ``python -m robot.thresholds`` fits it after the build on any held-out images
 (items and plain scenes) and writes it beside the bundle, so a model without a background
@@ -13,6 +14,7 @@ such frames in a row and says a label once per appearance.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,8 +24,8 @@ from typing import Any
 from edgekit.errors import UsageError
 from edgekit.openset import fit_margin, margins
 
-__all__ = ["Debouncer", "Gate", "build_thresholds", "describe_background", "fit_margin", "margins",
-           "read_thresholds", "thresholds_path", "write_thresholds"]
+__all__ = ["Debouncer", "Gate", "build_thresholds", "describe_background", "fit_margin", "gate_thresholds",
+           "margins", "read_thresholds", "thresholds_path", "write_thresholds"]
 
 CAMERA_FRAME_S = 1 / 15  # a real Vector's frame interval: the clock when update() is given no time
 THRESHOLDS_SUFFIX = ".signs.json"  # written beside the bundle: dist/demo-cpu -> dist/demo-cpu.signs.json
@@ -36,10 +38,13 @@ class Gate:
     min_confidence: float = 0.8
     min_margin: float = 0.0
     background: int | None = None
+    max_energy: float | None = None
 
-    def accepts(self, index: int, score: float, margin: float = 1.0) -> bool:
-        """True when class ``index`` at ``score``, ``margin`` above the runner-up, may count."""
-        return index != self.background and score >= self.min_confidence and margin >= self.min_margin
+    def accepts(self, index: int, score: float, margin: float = 1.0, energy: float | None = None) -> bool:
+        """True when class ``index`` at ``score``, ``margin`` above the runner-up (and with the
+        logits' ``energy``, None for a softmax output: not checked), may count."""
+        known = self.max_energy is None or energy is None or energy <= self.max_energy
+        return index != self.background and score >= self.min_confidence and margin >= self.min_margin and known
 
 
 @dataclass
@@ -57,6 +62,7 @@ class Debouncer:
     background: int | None = None
     rearm_s: float = 0.5
     min_margin: float = 0.0
+    max_energy: float | None = None
     _candidate: int | None = None
     _streak: int = 0
     _announced: int | None = None
@@ -65,12 +71,13 @@ class Debouncer:
 
     @property
     def gate(self) -> Gate:
-        return Gate(self.min_confidence, self.min_margin, self.background)
+        return Gate(self.min_confidence, self.min_margin, self.background, self.max_energy)
 
-    def update(self, index: int, score: float, margin: float = 1.0, t_s: float | None = None) -> int | None:
-        """Feed one frame's top class (and its margin over the runner-up, and the capture time
-        in seconds; default one camera frame after the previous call); returns the class index
-        to announce, or None."""
+    def update(self, index: int, score: float, margin: float = 1.0, t_s: float | None = None,
+               energy: float | None = None) -> int | None:
+        """Feed one frame's top class (and its margin over the runner-up, the capture time in
+        seconds, default one camera frame after the previous call, and the logits' energy);
+        returns the class index to announce, or None."""
         self._t = self._t + CAMERA_FRAME_S if t_s is None else t_s
         if self._away_since is not None and self._t - self._away_since >= self.rearm_s - 1e-9:
             self._announced, self._away_since = None, None  # gone long enough: the next one is new
@@ -78,7 +85,7 @@ class Debouncer:
             self._away_since = None  # still there
         elif self._announced is not None and self._away_since is None:
             self._away_since = self._t
-        vote = index if self.gate.accepts(index, score, margin) else None
+        vote = index if self.gate.accepts(index, score, margin, energy) else None
         if vote is None or vote != self._candidate:
             self._candidate, self._streak = vote, (0 if vote is None else 1)
         else:
@@ -142,3 +149,39 @@ def build_thresholds(spec: str | Path) -> dict[str, Any] | None:
     openset = manifest.get("openset") or {}
     entry = (openset.get("models") or {}).get(variant or manifest.get("default_model"), openset)
     return entry if isinstance(entry.get("min_margin"), (int, float)) else None
+
+
+def gate_thresholds(bundle: str | None, thresholds: str | None, min_margin: float | None,
+                    max_energy: float | None) -> tuple[float, float | None, str]:
+    """The gate's second signal: ``(min margin, max energy or None, where they came from)``.
+
+    The margin: ``min_margin`` when given, else the ``thresholds`` file, else the one the
+    build fitted (the manifest's ``openset``), else the one fitted after it (beside the
+    bundle), else 0. The energy: ``max_energy`` when given, else the build's (logit models only).
+    """
+    margin, note = _min_margin(bundle, thresholds, min_margin)
+    if max_energy is not None:
+        if not math.isfinite(max_energy):
+            raise UsageError("--max-energy must be a finite number")
+        return margin, max_energy, note
+    built = build_thresholds(bundle) if bundle else None
+    energy = built.get("max_energy") if built else None
+    return margin, (float(energy) if isinstance(energy, (int, float)) else None), note
+
+
+def _min_margin(bundle: str | None, thresholds: str | None, min_margin: float | None) -> tuple[float, str]:
+    path = Path(thresholds) if thresholds else (thresholds_path(bundle) if bundle else None)
+    if min_margin is not None:
+        if not 0.0 <= min_margin <= 1.0:
+            raise UsageError("--min-margin must be within 0..1")
+        return min_margin, ""
+    built = build_thresholds(bundle) if bundle and not thresholds else None
+    if built is not None:
+        rate = built.get("false_announcement_rate")
+        return float(built["min_margin"]), (f" (fitted at build on {built['images']['background']} background "
+                                            f"images, score >= {built['min_score']:g}: false announcements "
+                                            f"{'n/a' if rate is None else f'{rate:.1%}'})")
+    if path is None or (not thresholds and not path.is_file()):
+        return 0.0, " (no fitted thresholds: python -m robot.thresholds)"
+    data = read_thresholds(path)
+    return float(data["min_margin"]), f" (fitted: {path})"

@@ -34,7 +34,7 @@ from edgekit.errors import CameraError, EdgekitError, UsageError
 from edgekit.metrics import RUN_WINDOW, LatencyRecorder
 from edgekit.options import add_runtime_options, runtime_options
 from edgekit.pipeline import Pipeline
-from robot.openset import Debouncer, build_thresholds, describe_background, read_thresholds, thresholds_path
+from robot.openset import Debouncer, describe_background, gate_thresholds
 from robot.report import print_report
 
 __all__ = ["Announcement", "Debouncer", "DemoReport", "background_index", "main", "run_demo"]
@@ -133,7 +133,8 @@ def run_demo(
             preds = result.classification.predictions
             top = preds[0]
             margin = top.score - (preds[1].score if len(preds) > 1 else 0.0)
-            if debouncer.update(top.index, top.score, margin, frame.t_capture_ns / 1e9) is not None:
+            energy = result.classification.energy
+            if debouncer.update(top.index, top.score, margin, frame.t_capture_ns / 1e9, energy) is not None:
                 report.announcements.append(speaker.announce(top, frame.index, frame.t_capture_ns))
             if until is not None and until(frame):
                 break
@@ -201,6 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-margin", type=float, metavar="M",
                    help="score lead over the runner-up a frame needs (default: --thresholds, else the one the "
                    "build fitted (the bundle's manifest), else <bundle>.signs.json, else 0)")
+    p.add_argument("--max-energy", type=float, metavar="E",
+                   help="for a model that emits logits: the highest energy -logsumexp(z) a frame may have "
+                   "(default: the one the build fitted, when it did)")
     p.add_argument("--thresholds", metavar="FILE",
                    help="fitted thresholds (default: <bundle>.signs.json beside the bundle, when there)")
     p.add_argument("--rearm", type=float, default=0.5, metavar="S",
@@ -260,17 +264,19 @@ def _run(args: argparse.Namespace, runtime: Any, labels: Sequence[str] | None, o
         background = background_index(labels, args.background)
         if args.background and background is None:
             raise UsageError(f"no label {args.background!r} in the model's labels")
-        min_margin, fitted = _min_margin(args)
+        min_margin, max_energy, fitted = gate_thresholds(args.bundle, args.thresholds, args.min_margin,
+                                                         args.max_energy)
         source, serial, until = _open_robot(args, stack, getattr(runtime, "input_spec", None))
         describe = runtime.describe() if hasattr(runtime, "describe") else {}
         print(f"robot.signs: Vector {serial}{' (fake)' if args.fake else ''}; model {name} "
               f"[{describe.get('backend', '?')} {describe.get('version', '')}]; {len(labels)} labels, "
               f"background: {labels[background] if background is not None else 'none'}; "
-              f"gate: score >= {args.min_confidence}, margin >= {min_margin:g}{fitted}", file=out)
+              f"gate: score >= {args.min_confidence}, margin >= {min_margin:g}"
+              f"{'' if max_energy is None else f', energy <= {max_energy:g}'}{fitted}", file=out)
         warning = describe_background(labels, background)
         if warning:
             print(warning, file=out)
-        debouncer = Debouncer(args.agree, args.min_confidence, background, args.rearm, min_margin)
+        debouncer = Debouncer(args.agree, args.min_confidence, background, args.rearm, min_margin, max_energy)
         say = None if args.no_speech else (lambda text: source.say(text, wait=False))
 
         def show(text: str) -> Any:
@@ -302,26 +308,6 @@ def _open_runtime(args: argparse.Namespace, runtime: Any, labels: Sequence[str] 
 
         labels = load_bundle(args.bundle, allow_rejected=True).labels
     return runtime, list(labels or []), getattr(runtime, "name", type(runtime).__name__)
-
-
-def _min_margin(args: argparse.Namespace) -> tuple[float, str]:
-    """The margin threshold: --min-margin, else --thresholds FILE, else the one the build fitted
-    (the manifest's ``openset``), else the one fitted after it (beside the bundle), else 0."""
-    path = args.thresholds or (thresholds_path(args.bundle) if args.bundle else None)
-    if args.min_margin is not None:
-        if not 0.0 <= args.min_margin <= 1.0:
-            raise UsageError("--min-margin must be within 0..1")
-        return args.min_margin, ""
-    built = build_thresholds(args.bundle) if args.bundle and not args.thresholds else None
-    if built is not None:
-        rate = built.get("false_announcement_rate")
-        return float(built["min_margin"]), (f" (fitted at build on {built['images']['background']} background "
-                                            f"images, score >= {built['min_score']:g}: false announcements "
-                                            f"{'n/a' if rate is None else f'{rate:.1%}'})")
-    if path is None or (not args.thresholds and not path.is_file()):
-        return 0.0, " (no fitted thresholds: python -m robot.thresholds)"
-    data = read_thresholds(path)
-    return float(data["min_margin"]), f" (fitted: {path})"
 
 
 def _load_truth(args: argparse.Namespace) -> list[str] | None:

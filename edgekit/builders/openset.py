@@ -81,7 +81,15 @@ def log_line(openset: dict[str, Any] | None) -> str | None:
             f"{openset['images']['background']} held-out background images "
             f"{_pct(openset['false_announcement_rate_without'])} -> {_pct(openset['false_announcement_rate'])}, "
             f"items kept {_pct(openset['item_recall'])} (of {_pct(openset['item_recall_without'])} named right "
-            f"at that score)" + ("" if energy is not None else "; no energy signal: softmax output"))
+            f"at that score)" + _energy_note(openset))
+
+
+def _energy_note(openset: dict[str, Any]) -> str:
+    if openset.get("max_energy") is not None:
+        return ""
+    if openset.get("signal") == "margin+energy":  # logits, but no plain scene counted even without it
+        return "; no energy limit needed: no held-out background image counts at that score"
+    return "; no energy signal: softmax output"
 
 
 def _pct(value: float | None) -> str:
