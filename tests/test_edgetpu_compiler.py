@@ -85,10 +85,12 @@ def test_all_mapped(fake_compiler, model, tmp_path):
     src = model("small_int8")
     out = tmp_path / "out"
     result = compile_model(src, out, min_runtime_version=13)
-    # an argument list reached the process unchanged: no shell in between
-    assert json.loads(argv_file.read_text()) == [
-        "--out_dir", str(out.resolve()), "--show_operations", "--min_runtime_version", "13", str(src.resolve()),
-    ]  # fmt: skip
+    # an argument list reached the process unchanged: no shell in between; the compiler writes into a
+    # fresh folder inside out/, removed once the checked model and log are moved into place
+    argv = json.loads(argv_file.read_text())
+    assert argv[2:] == ["--show_operations", "--min_runtime_version", "13", str(src.resolve())]
+    assert argv[0] == "--out_dir" and Path(argv[1]).parent == out.resolve() and not Path(argv[1]).exists()
+    assert sorted(p.name for p in out.iterdir()) == ["small_int8_edgetpu.log", "small_int8_edgetpu.tflite"]
     assert result.status == "compiled" and result.reason == ""
     assert result.compiled_path == out / "small_int8_edgetpu.tflite" and result.compiled_path.is_file()
     r = result.report
@@ -253,7 +255,8 @@ def test_parse_summary_without_table_on_stdout_uses_the_log():
     assert r["on_chip_memory_used_bytes"] == parse_size("6.91MiB")
     assert r["on_chip_memory_remaining_bytes"] == 2304
     assert r["off_chip_memory_used_bytes"] == int(round(9.70 * 1024**2))
-    assert r["operation_log"] == "out/signs_int8_edgetpu.log" and r["output_model"] == "out/signs_int8_edgetpu.tflite"
+    # the compiler's paths are reduced to file names: a manifest names no host path
+    assert r["operation_log"] == "signs_int8_edgetpu.log" and r["output_model"] == "signs_int8_edgetpu.tflite"
     assert len(r["operations"]) == 9 and r["operations"][-1]["status"].startswith("Operation is working")
     # without the log, the counts still come from the summary lines
     assert parse_compiler_output(V15_STDOUT)["tpu_ops"] == 11

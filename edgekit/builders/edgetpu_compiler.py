@@ -17,11 +17,13 @@ the compiler's own message.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import signal
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,22 +75,40 @@ def find_compiler(explicit: str | None = None) -> str | None:
             path = path / COMPILER
         found = shutil.which(str(path)) if path.is_file() else None
         if not found:
+            what = "is not executable (chmod +x it)" if path.is_file() else "does not exist"
             raise CompilerError(
-                f"{explicit} is not an executable edgetpu_compiler",
+                f"{explicit} is not an executable edgetpu_compiler: {what}",
                 "give the path of edgetpu_compiler (x86-64 Linux, Coral's apt package edgetpu-compiler)",
             )
         return str(Path(found).resolve())
     return shutil.which(COMPILER)
 
 
+def _unusable_on_path() -> str | None:
+    """Why an ``edgetpu_compiler`` on PATH was passed over (not executable), or None."""
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = Path(directory or ".") / COMPILER
+        if candidate.is_file() and not os.access(candidate, os.X_OK):
+            return f"the {COMPILER} found on PATH is not executable (chmod +x it); the model was not compiled"
+    return None
+
+
+# Above the compiler's own 180 s timer (version 16), so its "Compilation timeout" message
+# is what the user reads when a compile is merely slow; ours catches a compiler that hangs.
+DEFAULT_TIMEOUT_S = 210.0
+
+
 def compile_model(
     tflite_path: str | Path,
     out_dir: str | Path,
     compiler: str | None = None,
-    timeout_s: float = 180,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
     min_runtime_version: int | None = None,
 ) -> CompileResult:
     """Compile a full-integer int8 ``.tflite`` for the Edge TPU.
+
+    The compiler writes into a fresh folder inside ``out_dir``; only a checked model (and its
+    log) is moved into place: a failed compile leaves nothing, an earlier run's files never count.
 
     Args:
         tflite_path: the plain int8 model (kept; the compiled one is written beside it).
@@ -98,11 +118,11 @@ def compile_model(
         min_runtime_version: the oldest Edge TPU runtime that must run the model
             (compiler ``--min_runtime_version``); None keeps the compiler's default.
 
-    Returns:
-        A :class:`CompileResult`; status "not compiled" when no compiler is installed.
+    Returns a :class:`CompileResult`; status "not compiled" when no compiler is installed.
 
     Raises:
-        CompilerError: the compiler failed, timed out, wrote no model, or mapped 0 ops.
+        CompilerError: the compiler failed, timed out, wrote no (or an empty) model, or
+            mapped 0 ops.
     """
     tflite_path = Path(tflite_path)
     out_dir = Path(out_dir)
@@ -110,29 +130,52 @@ def compile_model(
         raise UsageError(f"bad --min-runtime-version {min_runtime_version!r}", "give an integer such as 13 or 14")
     exe = find_compiler(compiler)
     if exe is None:
-        return CompileResult(None, "not compiled", ABSENT_REASON, {})
+        return CompileResult(None, "not compiled", _unusable_on_path() or ABSENT_REASON, {})
     if not tflite_path.is_file():
         raise CompilerError(f"model {tflite_path} does not exist", "build the int8 model first")
     out_dir.mkdir(parents=True, exist_ok=True)
-    # Absolute paths: a relative name starting with "-" would read as a flag.
-    args = [exe, "--out_dir", str(out_dir.resolve()), "--show_operations"]
-    if min_runtime_version is not None:
-        args += ["--min_runtime_version", str(int(min_runtime_version))]
-    args.append(str(tflite_path.resolve()))
-    stdout, output = _run_compiler(args, timeout_s)
-
-    stem = tflite_path.stem
-    compiled = out_dir / f"{stem}_edgetpu.tflite"
-    log_path = out_dir / f"{stem}_edgetpu.log"
-    log_text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.is_file() else None
-    report = parse_compiler_output(stdout, log_text)
-    report.update(
-        command=[Path(exe).name, "--out_dir", out_dir.name, *args[3:-1], tflite_path.name],  # no host paths
-        min_runtime_version=int(min_runtime_version) if min_runtime_version is not None else None,
-        log_file=log_path.name if log_text is not None else None,
-    )
-    _check_compiled(compiled, report, output)
+    work = Path(tempfile.mkdtemp(prefix=".edgetpu-", dir=out_dir))  # same file system: the moves are renames
+    try:
+        # Absolute paths: a relative name starting with "-" would read as a flag.
+        args = [exe, "--out_dir", str(work.resolve()), "--show_operations"]
+        if min_runtime_version is not None:
+            args += ["--min_runtime_version", str(int(min_runtime_version))]
+        args.append(str(tflite_path.resolve()))
+        stdout, output = _run_compiler(args, timeout_s)
+        written, log_path = _outputs(work, stem := tflite_path.stem, stdout)
+        log_text = log_path.read_text(encoding="utf-8", errors="replace") if log_path else None
+        report = parse_compiler_output(stdout, log_text)
+        report.update(
+            command=[Path(exe).name, "--out_dir", out_dir.name, *args[3:-1], tflite_path.name],  # no host paths
+            min_runtime_version=int(min_runtime_version) if min_runtime_version is not None else None,
+            log_file=f"{stem}_edgetpu.log" if log_path else None,
+        )
+        _check_compiled(written, f"{stem}_edgetpu.tflite", report, output)
+        if log_path:
+            os.replace(log_path, out_dir / report["log_file"])
+        os.replace(written, compiled := out_dir / f"{stem}_edgetpu.tflite")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return CompileResult(compiled, "compiled", "", report)
+
+
+def _outputs(work: Path, stem: str, stdout: str) -> tuple[Path | None, Path | None]:
+    """The model and operation log the compiler wrote into ``work`` (None where absent).
+
+    The names are ``<stem>_edgetpu.tflite/.log``; failing that, the file named on the
+    "Output model:" / "Operation log:" lines, or the only file of that kind in ``work``.
+    """
+    found = []
+    for suffix, line in ((".tflite", "Output model"), (".log", "Operation log")):
+        path = work / f"{stem}_edgetpu{suffix}"
+        if not path.is_file():
+            named = re.findall(rf"^{line}: (.+)$", stdout, re.M)
+            path = work / Path(named[-1].strip()).name if named else path
+        if not path.is_file():
+            only = [p for p in work.iterdir() if p.suffix == suffix and p.is_file()]
+            path = only[0] if len(only) == 1 else path
+        found.append(path if path.is_file() else None)
+    return found[0], found[1]
 
 
 def _run_compiler(args: list[str], timeout_s: float) -> tuple[str, str]:
@@ -143,26 +186,46 @@ def _run_compiler(args: list[str], timeout_s: float) -> tuple[str, str]:
         raise CompilerError(
             f"edgetpu_compiler timed out after {timeout_s:g} s (killed); its output: "
             f"{_compiler_message(output, banner=True) or 'none'}",
-            "raise the timeout, or compile a smaller model; the compiler's own limit is 180 s",
+            "the compiler hung or the model is too large for it; run it by hand to see: edgetpu_compiler -s MODEL",
         )
-    if rc != 0 or re.search(r"^Compilation failed", output, re.M):
+    if rc != 0 or _FAILED.search(output):
         raise CompilerError(
-            f"edgetpu_compiler failed (exit {rc}): {_compiler_message(output) or 'no output'}",
+            f"edgetpu_compiler failed ({_exit_status(rc)}): {_compiler_message(output) or 'no output'}",
             "make sure the model is full-integer int8 with static shapes: edgekit inspect MODEL --target edgetpu",
         )
     return stdout, output
 
 
-def _check_compiled(compiled: Path, report: dict[str, Any], output: str) -> None:
-    """Refuse a compile that wrote no model, or one with no op on the Edge TPU (it is deleted)."""
-    if not compiled.is_file():
+# Lines that mean failure whatever the exit code (the threads behind tests/fixtures/edgetpu
+# show "Compilation failed!" after a 0 exit; the others end a compile that wrote nothing).
+_FAILED = re.compile(r"^\s*(Compilation failed|Internal compiler error|Invalid model|Model not quantized)", re.M)
+
+
+def _exit_status(rc: int) -> str:
+    """``exit 1``, or ``killed by SIGSEGV`` for a negative return code."""
+    if rc >= 0:
+        return f"exit {rc}"
+    try:
+        return f"killed by {signal.Signals(-rc).name}"
+    except ValueError:
+        return f"killed by signal {-rc}"
+
+
+def _check_compiled(written: Path | None, name: str, report: dict[str, Any], output: str) -> None:
+    """Refuse a compile that wrote no (or an empty) model, or one with no op on the Edge TPU."""
+    if written is None:
         raise CompilerError(
-            f"edgetpu_compiler exited 0 but wrote no {compiled.name}: {_compiler_message(output) or 'no output'}",
+            f"edgetpu_compiler exited 0 but wrote no {name}: {_compiler_message(output) or 'no output'}",
+            "run the compiler by hand to see what it did",
+        )
+    if written.stat().st_size == 0:
+        raise CompilerError(
+            f"edgetpu_compiler wrote an empty {name}: {_compiler_message(output) or 'no output'}",
             "run the compiler by hand to see what it did",
         )
     if report.get("tpu_ops") == 0:
         statuses = "; ".join(f"{r['op']} x{r['count']}: {r['status']}" for r in report.get("operations", []))
-        compiled.unlink(missing_ok=True)  # a model with nothing on the TPU must not be shipped as compiled
+        # a model with nothing on the TPU must not be shipped as compiled (it is not moved into place)
         raise CompilerError(
             f"edgetpu_compiler mapped 0 of {report.get('total_ops', '?')} operations to the Edge TPU"
             + (f" ({statuses})" if statuses else ""),
@@ -195,6 +258,8 @@ def _run(args: list[str], timeout_s: float) -> tuple[int | None, str, str]:
         return None, out or "", err or ""
     except BaseException:
         _kill_group(proc)  # Ctrl-C: in its own session the compiler would not get the SIGINT
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(_KILL_GRACE_S)  # reaped, not left a zombie
         raise
 
 
@@ -244,6 +309,11 @@ def tpu_op_threshold(report: Any, min_share: float, fail: bool = False) -> str |
     """
     if not 0.0 <= float(min_share) <= 1.0:
         raise UsageError(f"--min-tpu-ops {min_share} is not a share", "give a number from 0 to 1, e.g. 0.95")
+    if isinstance(report, dict) and (report.get("tpu_ops") is None or not report.get("total_ops")):
+        message = f"edgetpu_compiler's output gave no readable op counts: --min-tpu-ops {float(min_share):g} unchecked"
+        if fail:
+            raise CompilerError(message, "run the compiler by hand (edgetpu_compiler -s MODEL) to see its report")
+        return message
     tpu, total = tpu_share(report)
     share = tpu / total if total else 0.0
     if share >= float(min_share):
@@ -265,7 +335,7 @@ def compile_for_edgetpu(
     min_runtime_version: int | None = None,
     min_tpu_ops: float | None = None,
     strict_tpu_ops: bool = False,
-    timeout_s: float = 180,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> dict[str, Any]:
     """The whole Edge TPU step of ``edgekit build``: offline check, compile, threshold.
 
@@ -292,12 +362,7 @@ def compile_for_edgetpu(
         if message:
             warnings.append(message)
     if result.status == "compiled":
-        off_chip = result.report.get("off_chip_memory_used_bytes") or 0
-        if off_chip:
-            warnings.append(
-                f"{off_chip / 1024**2:.2f} MiB of parameters stream from the host on every inference "
-                "(they do not fit the on-chip cache)"
-            )
+        warnings += _report_warnings(result.report, checked=min_tpu_ops is not None)
     return {
         "status": result.status,
         "reason": result.reason,
@@ -307,3 +372,21 @@ def compile_for_edgetpu(
         "compiler": result.report or None,
         "warnings": warnings,
     }
+
+
+def _report_warnings(report: dict[str, Any], checked: bool) -> list[str]:
+    """What a compiled model's report says the user should know: streamed parameters, and a
+    report edgekit could not read (a compiler other than Coral's, or a new output format)."""
+    warnings = []
+    if not report.get("compiler_version"):
+        warnings.append("edgetpu_compiler printed no 'Edge TPU Compiler version' line: is it Coral's compiler?")
+    if (report.get("tpu_ops") is None or not report.get("total_ops")) and not checked:
+        warnings.append("edgetpu_compiler's output gave no readable op counts: the Edge TPU share is unknown")
+    off_chip = report.get("off_chip_memory_used_bytes") or 0
+    if off_chip:
+        warnings.append(
+            f"{off_chip / 1024**2:.2f} MiB of parameters stream from the host on every inference "
+            "(they do not fit the on-chip cache)"
+        )
+    return warnings
+

@@ -11,8 +11,10 @@ from typing import Any
 
 MAPPED = "Mapped to Edge TPU"
 
-_SIZE = re.compile(r"([\d.]+)\s*(B|KiB|MiB|GiB)\b")
-_UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
+_SIZE = re.compile(r"([\d.]+)\s*(B|KiB|MiB|GiB|KB|kB|MB|GB)\b")
+# The compiler prints binary units (5.90MiB, 41.75KiB, 0.00B); decimal ones are read too.
+_UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "KB": 1000, "kB": 1000, "MB": 1000**2,
+          "GB": 1000**3}
 _FIELDS = {
     "input_model": r"^Input model: (.+)$",
     "output_model": r"^Output model: (.+)$",
@@ -32,8 +34,12 @@ _COUNTS = {
     "reported_cpu_ops": r"^Number of operations that will run on CPU: (\d+)",
     "compile_ms": r"^Model compiled successfully in (\d+) ms",
 }
-_TABLE_HEADER = re.compile(r"^Operator\s+Count\s+Status\s*$")
+_TABLE_HEADER = re.compile(r"^Operator\s+Count\s+Status\s*$", re.I)
 _TABLE_ROW = re.compile(r"^([A-Za-z0-9_\-]+)\s+(\d+)\s+(\S.*?)\s*$")
+_TABLE_RULE = re.compile(r"^[-=+|:\s]+$")  # a ruler under the header ("-----  -----  ------")
+_MAPPED_STATUS = re.compile(r"^mapped to edge\s?tpu\b", re.I)
+# Printed when some ops fall back; without readable counts it still rules out "all mapped".
+_FALLBACK = re.compile(r"not all operations are supported by the Edge TPU", re.I)
 
 
 def parse_size(text: str) -> int | None:
@@ -42,28 +48,49 @@ def parse_size(text: str) -> int | None:
     return int(round(float(m.group(1)) * _UNITS[m.group(2)])) if m else None
 
 
+def _file_name(path: str) -> str:
+    """The last component of a path the compiler printed (POSIX or Windows separators)."""
+    return re.split(r"[\\/]", path.strip())[-1]
+
+
 def _last(pattern: str, text: str) -> re.Match | None:
     """The last match of a multi-line ``pattern`` in ``text``, or None."""
     matches = list(re.finditer(pattern, text, re.M))
     return matches[-1] if matches else None
 
 
+def is_mapped(status: str) -> bool:
+    """True for the status "Mapped to Edge TPU" (any case or spacing a re-implementation may print)."""
+    return bool(_MAPPED_STATUS.match(" ".join(status.split())))
+
+
+def has_operation_table(text: str) -> bool:
+    """True when ``text`` holds an ``Operator  Count  Status`` header (rows readable or not)."""
+    return any(_TABLE_HEADER.match(_cells(line)) for line in text.splitlines())
+
+
+def _cells(line: str) -> str:
+    """A table line with ``|`` cell borders and outer blanks removed."""
+    return line.replace("|", " ").strip()
+
+
 def parse_operation_table(text: str) -> list[dict[str, Any]]:
     """Rows of the compiler's ``Operator  Count  Status`` table (stdout with -s, or the .log)."""
     rows: list[dict[str, Any]] = []
     in_table = False
-    for line in text.splitlines():
-        if _TABLE_HEADER.match(line.strip()):
+    for raw in text.splitlines():
+        line = _cells(raw)
+        if _TABLE_HEADER.match(line):
             in_table, rows = True, []  # the last table wins (stdout may repeat the log's)
             continue
-        if not in_table or not line.strip():
+        if not in_table or not line or _TABLE_RULE.match(raw):
             continue
-        m = _TABLE_ROW.match(line.strip())
+        m = _TABLE_ROW.match(line)
         if not m:
             in_table = False
             continue
-        status = m.group(3)
-        rows.append({"op": m.group(1), "count": int(m.group(2)), "status": status, "on_tpu": status == MAPPED})
+        status = " ".join(m.group(3).split())
+        rows.append({"op": m.group(1), "count": int(m.group(2)), "status": status, "on_tpu": is_mapped(status)})
     return rows
 
 
@@ -76,7 +103,10 @@ def parse_compiler_output(stdout: str, log_text: str | None = None) -> dict[str,
     ``cpu_ops``, ``operations`` (rows of the Operator/Count/Status table), ``all_mapped``.
 
     The compiler prints the "will run on Edge TPU/CPU" counts only when some ops fall
-    back; otherwise the counts come from the table, or (no table) all ops are mapped.
+    back; otherwise the counts come from the table, or (no table) all ops are mapped. A
+    table whose rows cannot be read, or the fallback paragraph without counts, leaves
+    ``tpu_ops``/``cpu_ops`` None (unknown) rather than claiming every op is mapped.
+    Paths the compiler printed are reduced to file names (no host paths in a manifest).
     """
     report: dict[str, Any] = {}
     m = re.search(r"Edge TPU Compiler version (\S+)", stdout) or (
@@ -86,7 +116,7 @@ def parse_compiler_output(stdout: str, log_text: str | None = None) -> dict[str,
     # With --search_delegate the compiler prints one summary per attempt: the last is the model written.
     for key, pattern in _FIELDS.items():
         m = _last(pattern, stdout)
-        report[key] = m.group(1).strip() if m else None
+        report[key] = _file_name(m.group(1)) if m else None
     for key, pattern in _SIZES.items():
         m = _last(pattern, stdout)
         report[key] = parse_size(m.group(1)) if m else None
@@ -104,6 +134,8 @@ def parse_compiler_output(stdout: str, log_text: str | None = None) -> dict[str,
         tpu = reported
     elif rows:
         tpu = table_tpu
+    elif has_operation_table(log_text or "") or has_operation_table(stdout) or _FALLBACK.search(stdout):
+        tpu = None  # a table or a fallback paragraph we could not read: unknown, not "all mapped"
     else:
         tpu = total  # the compiler is silent about fallback only when everything maps
     report["total_ops"] = total

@@ -113,9 +113,13 @@ def _compiler(env: Env) -> Check:
             "(to build Edge TPU bundles; devices do not need it)",
         )
     code, text = run_program([compiler, "--version"])
-    return Check(
-        "edgetpu",
-        "edgetpu_compiler",
-        OK if code == 0 else WARN,
-        (text.splitlines() or ["?"])[0] if code == 0 else f"{compiler} fails: {text[:120]}",
-    )
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if code != 0:
+        return Check("edgetpu", "edgetpu_compiler", WARN, f"{compiler} --version fails: {'; '.join(lines)[:160]}",
+                     "reinstall it: sudo apt install --reinstall edgetpu-compiler")
+    version = next((ln for ln in lines if ln.startswith("Edge TPU Compiler version")), None)
+    if version is None:  # a wrapper or another program under that name
+        return Check("edgetpu", "edgetpu_compiler", WARN,
+                     f"{compiler} --version does not print 'Edge TPU Compiler version': {'; '.join(lines)[:160]}",
+                     "put Coral's compiler first on PATH (sudo apt install edgetpu-compiler)")
+    return Check("edgetpu", "edgetpu_compiler", OK, version)
