@@ -14,6 +14,7 @@ the ones it missed are counted as skipped, never queued.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
@@ -91,11 +92,14 @@ class VectorSource:
         self._received = 0
         self._delivered = 0
         self._reconnects = 0
+        self._bad = 0  # images that could not be decoded (skipped), in all
+        self._bad_in_row = 0
         self._arrivals: deque[int] = deque(maxlen=300)
         self._first_arrival: int | None = None
         self._last_arrival: int | None = None
         self._last_activity: int | None = None
         self._sdk: Any = None
+        self._control_request: Any = None  # a pending request for behaviour control (a Future)
 
     # ---- connection ------------------------------------------------------------------
     def open(self) -> VectorSource:
@@ -113,9 +117,10 @@ class VectorSource:
             self.serial, self.config_home, timeout_s=self.connect_timeout_s, behavior_control=self.behavior_control
         )
         try:
-            if self.prepare is not None:
-                # annotate_image() copies, i.e. fully decodes, every frame on the SDK's thread
-                robot.camera.image_annotator.annotation_enabled = False
+            # annotate_image() copies, i.e. fully decodes, every frame on the SDK's thread (and a
+            # frame it cannot decode would end the feed); nothing here draws on the SDK's frames
+            robot.camera.image_annotator.annotation_enabled = False
+            _skip_undecodable(robot.camera, self._bad_image)
             robot.events.subscribe(self._on_image, self._sdk.events.Events.new_camera_image)
             robot.camera.init_camera_feed()
             # init_camera_feed calls loop.create_task from this thread, which does not wake the
@@ -147,6 +152,21 @@ class VectorSource:
         # an untaken older image is replaced: skipped, counted as received - delivered
         self._mailbox.put((index, image.raw_image, now_ns - age_ns))
 
+    def _bad_image(self, detail: str) -> None:
+        """An image the SDK or we could not decode: skipped; too many in a row end the stream."""
+        with self._lock:
+            self._bad += 1
+            self._bad_in_row += 1
+            in_row = self._bad_in_row
+            self._last_activity = time.perf_counter_ns()
+        if in_row == MAX_BAD_IN_ROW:
+            self._mailbox.put(VectorError(
+                "image",
+                f"Vector {self.serial} sent {in_row} camera images in a row that cannot be decoded ({detail})",
+                "the SDK reads JPEG camera frames (image_encoding JPEG_COLOR or JPEG_GRAY): check the robot's "
+                "firmware or the program standing in for it",
+            ))
+
     @property
     def robot(self) -> Any:
         """The connected ``anki_vector.Robot`` (changes after a reconnect); connects if needed."""
@@ -169,9 +189,14 @@ class VectorSource:
                 self._reconnect(item)
                 continue
             index, image, t_ns = item
+            try:
+                array = _to_bgr(image) if self.prepare is None else model_window(image, self.prepare)
+            except (OSError, ValueError, SyntaxError) as exc:  # Pillow's errors for a broken JPEG
+                self._bad_image(f"image {index}: {connection.first_line(exc)}")
+                continue
             with self._lock:
                 self._delivered += 1
-            array = _to_bgr(image) if self.prepare is None else model_window(image, self.prepare)
+                self._bad_in_row = 0
             yield Frame(array=array, t_capture_ns=t_ns, index=index)
 
     def _wait_newer(self) -> tuple[int, Any, int] | VectorError | None:
@@ -243,13 +268,32 @@ class VectorSource:
         """Make Vector say ``text``; see :func:`edgekit.vector.speech.say_text`."""
         from edgekit.vector.speech import say_text
 
-        return say_text(self.robot, text, wait=wait)
+        return say_text(self._in_control(), text, wait=wait)
 
     def show(self, image: np.ndarray | str, duration_s: float = 2.0, wait: bool = True) -> Any:
         """Show an RGB image or a text label on the face; see :func:`edgekit.vector.speech.show_face`."""
         from edgekit.vector.speech import show_face
 
-        return show_face(self.robot, image, duration_s=duration_s, wait=wait)
+        return show_face(self._in_control(), image, duration_s=duration_s, wait=wait)
+
+    def _in_control(self) -> Any:
+        """The robot, with behaviour control asked for again if Vector took it back.
+
+        Vector takes control back when it is picked up, put on its charger or spoken to; the
+        SDK then holds every command 10 s waiting for a grant it never asks for again
+        (connection.on_connection_thread), so ask (once at a time) before the command.
+        """
+        robot = self.robot
+        conn = getattr(robot, "conn", None)
+        if not self.behavior_control or conn is None or conn.control_granted_event.is_set():
+            return robot
+        with self._lock:
+            pending = self._control_request
+            if pending is None or pending.done():
+                with contextlib.suppress(Exception):  # the command's own wait reports a refusal
+                    level = self._sdk.connection.ControlPriorityLevel.DEFAULT_PRIORITY
+                    self._control_request = conn.request_control(level, timeout=self.connect_timeout_s)
+        return robot
 
     # ---- bookkeeping -----------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -257,13 +301,13 @@ class VectorSource:
 
         ``camera_fps``: (n-1)/span over all images received; ``recent_fps``: the same over
         the last 300; ``received``, ``delivered``, ``skipped`` (received but superseded
-        before the consumer asked), ``reconnects``.
+        before the consumer asked, or not decodable), ``undecodable``, ``reconnects``.
         """
         with self._lock:
             arrivals = list(self._arrivals)
             received, delivered = self._received, self._delivered
             first, last = self._first_arrival, self._last_arrival
-            reconnects = self._reconnects
+            reconnects, bad = self._reconnects, self._bad
         span_ns = last - first if first is not None and last is not None else 0
         # None, not 0.0, while there is no interval to measure yet
         return {
@@ -272,6 +316,7 @@ class VectorSource:
             "received": received,
             "delivered": delivered,
             "skipped": received - delivered,
+            "undecodable": bad,
             "reconnects": reconnects,
         }
 
@@ -293,6 +338,36 @@ class VectorSource:
 
 
 _CLOSED = object()  # put in the mailbox by close(): the iteration ends
+MAX_BAD_IN_ROW = 10  # undecodable camera images in a row that end the stream (~0.7 s at 15 fps)
+
+
+def _skip_undecodable(camera: Any, report: Any) -> None:
+    """Make the SDK's camera skip an image it cannot open instead of ending its feed.
+
+    wirepod_vector_sdk 0.8.1 opens every CameraFeed image with ``Image.open`` whatever its
+    ``image_encoding`` (CameraComponent._unpack_image); one that is not a JPEG/PNG raises in
+    the feed task, which then ends for good. ``report(detail)`` is called for each such image.
+    """
+    unpack = camera._unpack_image
+
+    def guarded(msg: Any) -> None:
+        try:
+            unpack(msg)
+        except (OSError, ValueError, SyntaxError) as exc:  # PIL.UnidentifiedImageError is an OSError
+            report(f"image {getattr(msg, 'image_id', '?')}, {_encoding_name(msg)}, {len(msg.data)} bytes: "
+                   f"{connection.first_line(exc).split(' <')[0]}")
+
+    camera._unpack_image = guarded
+
+
+def _encoding_name(msg: Any) -> str:
+    """The ImageChunk encoding of a CameraFeedResponse by name (its number if unknown)."""
+    try:
+        from anki_vector.messaging import protocol
+
+        return protocol.ImageChunk.ImageEncoding.Name(msg.image_encoding)
+    except (ImportError, ValueError, AttributeError):
+        return f"encoding {getattr(msg, 'image_encoding', '?')}"
 
 
 def _to_bgr(image: Any) -> np.ndarray:

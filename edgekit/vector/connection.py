@@ -72,14 +72,19 @@ def config_path(config_home: str | Path | None = None) -> Path:
 
 
 def read_config(serial: str, config_home: str | Path | None = None) -> dict[str, str]:
-    """The sdk_config.ini section for ``serial`` (checked: name, ip, cert, guid present,
-    certificate file readable). Raises VectorError(reason="config") with a fix hint."""
+    """The sdk_config.ini section for ``serial`` (checked: name, ip, cert, guid present, port a
+    port number, the certificate a readable PEM file). Raises VectorError(reason="config")
+    with a fix hint."""
     path = config_path(config_home)
-    parser = configparser.ConfigParser(strict=False)
-    parser.read(path)
+    parser = configparser.ConfigParser(strict=False)  # as the SDK reads it
+    try:
+        parser.read(path, encoding="utf-8")
+        sections = {s.lower(): {k: v.strip() for k, v in parser[s].items()} for s in parser.sections()}
+    except (configparser.Error, UnicodeDecodeError) as exc:
+        raise VectorError("config", f"{path} is not a valid SDK configuration: {first_line(exc)}",
+                          CONFIGURE_HINT) from exc
     if not parser.sections():
         raise VectorError("config", f"no Vector SDK configuration at {path}", CONFIGURE_HINT)
-    sections = {s.lower(): s for s in parser.sections()}
     if serial.lower() not in sections:
         known = ", ".join(parser.sections())
         raise VectorError(
@@ -87,13 +92,29 @@ def read_config(serial: str, config_home: str | Path | None = None) -> dict[str,
             f"{path} has no robot with serial {serial}",
             f"use one of the configured serials ({known}) or {CONFIGURE_HINT}",
         )
-    section = dict(parser[sections[serial.lower()]])
+    section = sections[serial.lower()]
     missing = [k for k in ("name", "ip", "cert", "guid") if not section.get(k)]
     if missing:
         raise VectorError("config", f"{path} [{serial}] lacks {', '.join(missing)}", CONFIGURE_HINT)
-    if not Path(section["cert"]).is_file():
-        raise VectorError("config", f"the certificate {section['cert']} named in {path} is missing", CONFIGURE_HINT)
+    port = section.get("port", "443")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise VectorError("config", f"{path} [{serial}] has port {port!r}, not a port number",
+                          "give a number from 1 to 65535, or remove the line (the default is 443)")
+    _check_certificate(Path(section["cert"]), path)
     return section
+
+
+def _check_certificate(cert: Path, ini: Path) -> None:
+    """Refuse a certificate file that is missing, unreadable or not PEM (grpc would only
+    log "Could not load any root certificate" and the connect would time out)."""
+    try:
+        text = cert.read_bytes()[:1 << 20]
+    except OSError as exc:
+        what = "is missing" if not cert.exists() else f"cannot be read ({exc.strerror or exc})"
+        raise VectorError("config", f"the certificate {cert} named in {ini} {what}", CONFIGURE_HINT) from exc
+    if b"-----BEGIN CERTIFICATE-----" not in text:
+        raise VectorError("config", f"the certificate {cert} named in {ini} is not a PEM certificate",
+                          CONFIGURE_HINT)
 
 
 @contextlib.contextmanager
@@ -152,7 +173,7 @@ def connect(
                 # times out, it closes its loop under running tasks and leaks them
                 behavior_control_level=None,
             )
-    except (sdk.exceptions.VectorConfigurationException, ValueError) as exc:
+    except (sdk.exceptions.VectorConfigurationException, ValueError, configparser.Error) as exc:
         raise VectorError("config", f"the Vector SDK rejects the configuration: {first_line(exc)}",
                           CONFIGURE_HINT) from exc
     try:

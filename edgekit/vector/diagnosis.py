@@ -25,7 +25,8 @@ class VectorError(CameraError):
     (nothing answers at the configured address), ``certificate`` (something answers but
     not with this robot's certificate/name), ``unauthenticated`` (wrong or expired guid),
     ``control`` (behaviour control not granted), ``version``, ``disconnected``, ``stalled``
-    (no new camera image for too long), ``sdk`` (anything else the SDK raised).
+    (no new camera image for too long), ``image`` (camera images that cannot be decoded),
+    ``sdk`` (anything else the SDK raised).
     """
 
     def __init__(self, reason: str, message: str, hint: str | None = None):

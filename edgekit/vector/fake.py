@@ -166,6 +166,9 @@ class FakeVector:
         config_guid, config_name: write a different guid/name into sdk_config.ini than the
             robot uses (to test authentication and certificate-name errors).
         say_delay_s: how long SayText takes to answer.
+        handlers: RPC name -> ``handler(robot, protocol, request, context)`` replacing the
+            fake's own (see :mod:`edgekit.vector.fake_servicer`): a robot that behaves
+            differently (gray frames, a stream that ends, control lost, a failing SayText).
 
     After ``start()`` (or ``with``): ``port``, ``home``, ``cert_path``; records ``said``
     (texts), ``shown`` (decoded 96x184 RGB face images), ``calls`` (RPC name counts),
@@ -188,6 +191,7 @@ class FakeVector:
         config_name: str | None = None,
         say_delay_s: float = 0.0,
         jpeg_quality: int = 90,
+        handlers: dict | None = None,
     ):
         if fps <= 0:
             raise ValueError("fps must be positive")
@@ -198,6 +202,7 @@ class FakeVector:
         self.loop = loop
         self.grant_control = grant_control
         self.say_delay_s = say_delay_s
+        self.handlers = dict(handlers or {})
         self._frames = load_frames(frames, size=size, hold=hold, jpeg_quality=jpeg_quality)
         self._home_arg = Path(home) if home is not None else None
         self._config_guid = config_guid

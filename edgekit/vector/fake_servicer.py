@@ -80,7 +80,8 @@ def bearer_check(robot: _Robot) -> Any:
 def add_servicer(server: Any, robot: _Robot) -> None:
     """Register a servicer built from the SDK's generated ExternalInterfaceServicer."""
     protocol, pb2, pb2_grpc = sdk_modules()
-    methods = {name: _bind(name, handler, robot, protocol) for name, handler in _HANDLERS.items()}
+    handlers = {**_HANDLERS, **(getattr(robot, "handlers", None) or {})}
+    methods = {name: _bind(name, handler, robot, protocol) for name, handler in handlers.items()}
     service = pb2.DESCRIPTOR.services_by_name["ExternalInterface"]
     for method in service.methods:
         if method.client_streaming or method.server_streaming or method.name in methods:

@@ -39,6 +39,22 @@ def show_face(
                  wait, timeout_s)
 
 
+def _refusal(response: Any) -> str | None:
+    """The error status of an SDK response (FORBIDDEN, NOT_FOUND, ERROR_UPDATE_IN_PROGRESS), or None.
+
+    The SDK hands back whatever the robot answered; a status code of 100 and up is a refusal
+    (codes below are OK or progress, and a response without a status is taken as done).
+    """
+    status = getattr(response, "status", None)
+    code = getattr(status, "code", 0)
+    if not isinstance(code, int) or code < 100:
+        return None
+    try:
+        return type(status).StatusCode.Name(code)
+    except (AttributeError, ValueError):
+        return f"status {code}"
+
+
 def _call(robot: Any, fn, wait: bool, timeout_s: float) -> Any:
     sdk = connection.import_sdk()
     # the SDK's Robot keeps the configured name and address, not the serial
@@ -57,7 +73,11 @@ def _call(robot: Any, fn, wait: bool, timeout_s: float) -> Any:
             future.set_exception(connection.VectorError("control", "Vector cancelled the command (control lost)"))
             return
         exc = done.exception()
-        if exc is None:
+        refused = _refusal(done.result()) if exc is None else None
+        if refused:
+            future.set_exception(connection.VectorError("sdk", f"Vector refused the command: {refused}",
+                                                        "check the robot is awake and not updating"))
+        elif exc is None:
             future.set_result(done.result())
         elif isinstance(exc, sdk.exceptions.VectorException):
             future.set_exception(connection.translate(exc, serial, section, connected=True))
