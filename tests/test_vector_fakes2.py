@@ -265,3 +265,27 @@ def test_the_sign_demo_stops_on_undecodable_frames_with_one_line(monkeypatch):
     assert code == 2 and "Traceback" not in err
     assert err.startswith("robot.signs: error: Vector 00e20100 sent 10 camera images in a row that cannot be decoded")
     assert "RAW_GRAY, 100 bytes" in err
+
+
+def test_a_robot_without_an_rpc_the_sdk_needs_is_named_so():
+    def unimplemented(robot, protocol, request, context):
+        import grpc
+
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+
+    with FakeVector(handlers={"SDKInitialization": unimplemented}) as fake, pytest.raises(VectorError) as err:
+        VectorSource(fake.serial, config_home=fake.home, **FAST).open()
+    assert "does not implement a call the SDK needs: StatusCode.UNIMPLEMENTED" in err.value.message
+    assert "firmware or wire-pod" in err.value.hint
+
+
+@pytest.mark.slow  # the SDK waits 5 s for the first robot state
+def test_an_event_stream_without_robot_state_is_a_clear_retryable_error():
+    def quiet(robot, protocol, request, context):
+        robot._call_event(context).wait()
+        yield from ()
+
+    with FakeVector(handlers={"EventStream": quiet}) as fake, pytest.raises(VectorError) as err:
+        VectorSource(fake.serial, config_home=fake.home, **FAST).open()
+    assert err.value.reason == "disconnected" and err.value.retryable
+    assert "its event stream sent no robot state" in err.value.message and "restart the robot" in err.value.hint

@@ -91,7 +91,20 @@ def translate(
         )
     if isinstance(exc, ex.VectorConfigurationException):
         return VectorError("config", f"Vector SDK configuration: {first_line(exc)}", CONFIGURE_HINT)
-    return VectorError("sdk", f"Vector {name} at {where}: {type(exc).__name__}: {first_line(exc)}")
+    if isinstance(exc, ex.VectorUnreliableEventStreamException):
+        return VectorError(
+            "disconnected",
+            f"Vector {name} at {where} accepted the connection but its event stream sent no robot state",
+            "close the Vector app if it is connected; if this persists, restart the robot (or wire-pod)",
+        )
+    if isinstance(exc, ex.VectorUnimplementedException):
+        return VectorError(
+            "sdk",
+            f"Vector {name} at {where} does not implement a call the SDK needs: {first_line(exc)}",
+            "update the robot's firmware or wire-pod (or the program standing in for the robot)",
+        )
+    return VectorError("sdk", f"Vector {name} at {where}: {type(exc).__name__}: {first_line(exc)}",
+                       "if it persists, restart the robot (or wire-pod) and try again")
 
 
 def diagnose_unreachable(serial: str, section: dict[str, str]) -> VectorError:
