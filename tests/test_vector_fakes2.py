@@ -289,3 +289,46 @@ def test_an_event_stream_without_robot_state_is_a_clear_retryable_error():
         VectorSource(fake.serial, config_home=fake.home, **FAST).open()
     assert err.value.reason == "disconnected" and err.value.retryable
     assert "its event stream sent no robot state" in err.value.message and "restart the robot" in err.value.hint
+
+
+def certificate(cn: str, san: list[str] | None, days: float = 2.0) -> tuple[bytes, bytes]:
+    """A self-signed robot certificate as another fake might make it: CN, optional SAN, validity."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+               .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=3))
+               .not_valid_after(now + datetime.timedelta(days=days))
+               .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True))
+    if san:
+        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(s) for s in san]), critical=False)
+    cert = builder.sign(key, hashes.SHA256())
+    return cert.public_bytes(serialization.Encoding.PEM), key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+
+
+@pytest.mark.parametrize(("pair", "words"), [
+    (lambda: certificate("Vector-T3S7", None), None),  # the CN alone: gRPC accepts it
+    (lambda: certificate("Vector-T3S7", ["localhost"]),
+     "its certificate's subjectAltName is localhost, not Vector-T3S7"),
+    (lambda: certificate("Vector-T3S7", ["Vector-T3S7"], days=-1), "certificate has expired"),
+])
+def test_robot_certificates_made_another_way(pair, words):
+    """A SAN naming something else used to be diagnosed as "restart the robot": the CN matched."""
+    fake = FakeVector()
+    fake._cert_pem, fake._key_pem = pair()
+    with fake:
+        if words is None:
+            frames, _ = first_frames(fake, 1)
+            assert frames[0].array.shape == (360, 640, 3)
+            return
+        with pytest.raises(VectorError) as err:
+            VectorSource(fake.serial, config_home=fake.home, **FAST).open()
+    assert err.value.reason == "certificate" and words in err.value.message

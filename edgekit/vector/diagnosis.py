@@ -151,10 +151,14 @@ def _certificate_problem(sock: socket.socket, section: dict[str, str]) -> str | 
         return f"its certificate does not match the pinned one ({exc.verify_message})"
     except (ssl.SSLError, OSError) as exc:
         return f"TLS handshake failed ({exc})"
-    names = {v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"}
-    names |= {v for k, v in peer.get("subjectAltName", ()) if k == "DNS"}
+    # As gRPC checks it (RFC 6125): the subjectAltName DNS names when there are any, else the CN.
+    names = {v for k, v in peer.get("subjectAltName", ()) if k == "DNS"}
+    field = "subjectAltName"
+    if not names:
+        names = {v for rdn in peer.get("subject", ()) for k, v in rdn if k == "commonName"}
+        field = "common name"
     if section.get("name") not in names:
-        return f"its certificate names {', '.join(sorted(names)) or 'nobody'}, not {section.get('name')}"
+        return f"its certificate's {field} is {', '.join(sorted(names)) or 'empty'}, not {section.get('name')}"
     return None
 
 
