@@ -81,7 +81,7 @@ def onnx_to_saved_model(source: SourceModel, samples: np.ndarray, workdir: Path,
     check_convertible(source)
     job_dir = workdir / "onnx2tf"
     job_dir.mkdir(parents=True, exist_ok=True)
-    (job_dir / "model.onnx").write_bytes(source.onnx or b"")
+    (job_dir / "model.onnx").write_bytes(_rewritten(source, log))
     np.save(job_dir / SAMPLE_FILE, np.ascontiguousarray(samples[:20], dtype=np.float32))
     log.record(f"sample data: {min(len(samples), 20)} of edgekit's calibration tensors as {SAMPLE_FILE}; "
                "network blocked in the conversion process", prefix="onnx2tf job: ")
@@ -96,6 +96,20 @@ def onnx_to_saved_model(source: SourceModel, samples: np.ndarray, workdir: Path,
         raise ModelError(f"onnx2tf did not finish converting {source.path.name} in {TIMEOUT_S} s") from exc
     log.record(_ANSI.sub("", proc.stdout + proc.stderr), prefix="onnx2tf| ")
     return job_dir / "saved_model", _result(job_dir, proc, source)
+
+
+def _rewritten(source: SourceModel, log: BuildLog) -> bytes:
+    """The prepared ONNX as onnx2tf gets it: erf-GELU chains fused (:mod:`edgekit.builders.onnx_rewrite`)."""
+    import onnx
+
+    from edgekit.builders.onnx_rewrite import fuse_gelu
+
+    model = onnx.load_from_string(source.onnx or b"")
+    fused = fuse_gelu(model)
+    if not fused:
+        return source.onnx or b""
+    log.record(f"{fused} Div-Erf-Add-Mul-Mul chain(s) fused into Gelu (TFLite has no Erf)", prefix="onnx2tf job: ")
+    return model.SerializeToString()
 
 
 def _result(job_dir: Path, proc: subprocess.CompletedProcess, source: SourceModel) -> dict:

@@ -68,11 +68,22 @@ def _load_keras(path: Path) -> SourceModel:
     if len(model.inputs) != 1:
         raise ModelError(f"{path} has {len(model.inputs)} inputs; edgekit builds single-image models",
                          "export a model with one image input")
-    names = list(model.output_names)
+    names = _keras_output_names(model)
     # Keras 3 lists a dict-output model's outputs in name order, model.outputs in the same order
     shapes = [o.shape for o in model.outputs]
     return SourceModel(path, "keras", _input_hwc(model.inputs[0].shape, path), model,
                        outputs=make_outputs(names, shapes), input_shape=list(model.inputs[0].shape))
+
+
+def _keras_output_names(model) -> list[str]:
+    """A Keras model's output names: a functional model's ``output_names``; a Sequential (which
+    has no such attribute in Keras 3) is named after its last layer."""
+    names = getattr(model, "output_names", None)
+    if names:
+        return list(names)
+    if len(model.outputs) == 1 and model.layers:
+        return [model.layers[-1].name]
+    return [getattr(t, "name", None) or f"output_{i}" for i, t in enumerate(model.outputs)]
 
 
 def _load_savedmodel(path: Path) -> SourceModel:

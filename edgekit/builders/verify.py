@@ -9,9 +9,11 @@ applies (``raw``), the worst output (lowest cosine) speaks for the model.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
+from edgekit.errors import ModelError
 from edgekit.results import dequantize
 
 
@@ -26,6 +28,7 @@ class LiteRTRunner:
     def __init__(self, path, order: Sequence[int] | None = None, delegate: str = "xnnpack"):
         from edgekit.runtime.litert import LiteRTRuntime
 
+        self._name = Path(path).name
         self._rt = LiteRTRuntime(path, delegate=delegate)
         # (scale, zero_point) per output, None when float: the device decodes the same way
         self._quant = [q or (None, None) for q in self._rt.output_quantization]
@@ -34,7 +37,10 @@ class LiteRTRunner:
     def __call__(self, tensors: np.ndarray) -> list[np.ndarray]:
         rows = []
         for t in tensors:
-            outs = self._rt.infer(t[None])
+            try:
+                outs = self._rt.infer(t[None])
+            except (RuntimeError, ValueError) as exc:  # a kernel check fails at run time, not at conversion
+                raise _failed_to_run(self._name, "LiteRT", exc) from exc
             rows.append([dequantize(o, *self._quant[i])[0] for i, o in enumerate(outs)])
         return [np.stack([r[i] for r in rows]) for i in self._order]
 
@@ -46,6 +52,14 @@ class LiteRTRunner:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _failed_to_run(name: str, runtime: str, exc: Exception) -> ModelError:
+    """One line for a converted model that was written but fails on the first images it runs."""
+    lines = str(exc).strip().splitlines()
+    text = lines[0][:240] if lines else type(exc).__name__
+    return ModelError(f"the converted {name} fails to run in {runtime}: {text}",
+                      "build the other variants (--variants fp32,fp16), or see build.log (--debug)")
 
 
 def run_litert(path, tensors: np.ndarray, order: Sequence[int] | None = None,
@@ -62,12 +76,16 @@ class OnnxRunner:
     def __init__(self, path, names: Sequence[str] | None = None):
         from edgekit.runtime.onnxrt import OnnxRuntime
 
+        self._name = Path(path).name
         self._rt = OnnxRuntime(path, providers=["cpu"])
         have = [o["name"] for o in self._rt.output_details()]
         self._order = [have.index(n) for n in names] if names else list(range(len(have)))
 
     def __call__(self, tensors: np.ndarray) -> list[np.ndarray]:
-        rows = [self._rt.infer(t[None]) for t in tensors]
+        try:
+            rows = [self._rt.infer(t[None]) for t in tensors]
+        except Exception as exc:  # onnxruntime's own types (InvalidArgument, Fail, ...) derive from Exception only
+            raise _failed_to_run(self._name, "ONNX Runtime", exc) from exc
         return [np.stack([r[i][0] for r in rows]).astype(np.float32) for i in self._order]
 
     def close(self) -> None:

@@ -1,0 +1,113 @@
+"""Rewrites of the ONNX copy handed to onnx2tf, for graphs TFLite could not take as exported.
+
+PyTorch exports ``nn.GELU`` (the exact, erf form; timm, torchvision ViT/ConvNeXt/Swin) below
+opset 20 as ``Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5``. TFLite has no Erf
+("tf.Erf is neither a custom op nor a flex op"), and onnx2tf fuses the chain only when its
+divisor arrives as a TensorFlow tensor (onnx2tf ``ops/Div.py``, PINTO0309/onnx2tf#465), never
+for initializers. Each such chain becomes one ``com.microsoft.Gelu`` node (the same function,
+ONNX Runtime's contrib op): onnx2tf converts it by op type to ``tf.nn.gelu``, TFLite's GELU
+builtin, which has int8 kernels. Only this copy changes: ONNX Runtime's reference and the
+Jetson bundle keep the model as exported.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+GELU_DOMAIN = "com.microsoft"
+
+
+def _constants(graph: Any) -> dict[str, np.ndarray]:
+    """Initializers and Constant-node outputs with a single value, by tensor name."""
+    from onnx import numpy_helper
+
+    found = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            found[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    return {k: v for k, v in found.items() if v.size == 1 and np.issubdtype(v.dtype, np.floating)}
+
+
+def _is(consts: dict, name: str, value: float) -> bool:
+    return name in consts and math.isclose(float(consts[name].reshape(())), value, rel_tol=1e-5)
+
+
+def _other(node: Any, name: str) -> str | None:
+    """The other input of a two-input node that takes ``name``."""
+    if len(node.input) == 2 and name in node.input:
+        return node.input[1] if node.input[0] == name else node.input[0]
+    return None
+
+
+def _gelu_chain(div: Any, consumers: dict, consts: dict) -> tuple[str, list, str] | None:
+    """(x, the chain's nodes, its output) when ``div`` starts an erf-GELU chain, else None."""
+    if len(div.input) != 2:
+        return None
+    divisor = {"Div": math.sqrt(2), "Mul": math.sqrt(0.5)}[div.op_type]  # x / sqrt 2 or x * (1 / sqrt 2)
+    if _is(consts, div.input[1], divisor):
+        x = div.input[0]
+    elif div.op_type == "Mul" and _is(consts, div.input[0], math.sqrt(0.5)):
+        x = div.input[1]
+    else:
+        return None
+
+    def only(name: str, op: str) -> Any:
+        users = consumers.get(name, [])
+        return users[0] if len(users) == 1 and users[0].op_type == op else None
+
+    erf = only(div.output[0], "Erf")
+    add = erf and only(erf.output[0], "Add")
+    if not add or not _is(consts, _other(add, erf.output[0]) or "", 1.0):
+        return None
+    mul = only(add.output[0], "Mul")
+    if mul is None:
+        return None
+    y = _other(mul, add.output[0])
+    if y == x:  # x * (1 + erf) * 0.5: PyTorch's order
+        half = only(mul.output[0], "Mul")
+        if half is None or not _is(consts, _other(half, mul.output[0]) or "", 0.5):
+            return None
+        return x, [div, erf, add, mul, half], half.output[0]
+    pre = next((n for n in consumers.get(x, []) if n.op_type == "Mul" and n.output[0] == y), None)
+    if pre is not None and _is(consts, _other(pre, x) or "", 0.5) and len(consumers.get(y, [])) == 1:
+        return x, [pre, div, erf, add, mul], mul.output[0]  # (0.5 * x) * (1 + erf): tf2onnx's order
+    return None
+
+
+def fuse_gelu(model: Any) -> int:
+    """Replace every erf-GELU chain of ``model`` (a ModelProto, in place) by one Gelu node; returns how many."""
+    from onnx import helper
+
+    graph = model.graph
+    consts = _constants(graph)
+    consumers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    outputs = {o.name for o in graph.output}
+    chains = []
+    for node in graph.node:
+        if node.op_type in ("Div", "Mul"):
+            chain = _gelu_chain(node, consumers, consts)
+            # a chain whose inner tensors are also graph outputs must stay as it is
+            if chain and not any(o in outputs for n in chain[1][:-1] for o in n.output if o != chain[2]):
+                chains.append(chain)
+    if not chains:
+        return 0
+    drop = {id(n) for _, nodes, _ in chains for n in nodes}
+    first = {id(nodes[0]): (x, out, i) for i, (x, nodes, out) in enumerate(chains)}
+    kept = []
+    for node in graph.node:
+        if id(node) in first:
+            x, out, i = first[id(node)]
+            kept.append(helper.make_node("Gelu", [x], [out], name=f"edgekit_gelu_{i}", domain=GELU_DOMAIN))
+        elif id(node) not in drop:
+            kept.append(node)
+    del graph.node[:]
+    graph.node.extend(kept)
+    if not any(o.domain == GELU_DOMAIN for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(GELU_DOMAIN, 1))
+    return len(chains)

@@ -1,0 +1,148 @@
+"""Models as outside users bring them: PyTorch exports (written here with onnx.helper the way
+torch.onnx.export shapes them), Keras Sequential models, Keras SavedModels.
+
+Each test is a defect found by building such a model with ``edgekit build``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.conftest import CALIB
+
+
+def _const(name: str, value) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(value, np.float32), name)
+
+
+def torch_gelu_onnx(path, constant_nodes: bool = False, tf2onnx_order: bool = False, size: int = 16):
+    """``input.1 [batch_size,3,S,S] -> Conv -> GELU (exact, as Div/Erf/Add/Mul/Mul) -> GlobalAveragePool
+    -> Flatten -> Gemm -> output [batch_size,4]``; constants as initializers (onnxsim, torch's
+    constant folding) or as Constant nodes (torch without folding). ``tf2onnx_order``: the GELU as
+    ``(0.5 * x) * (1 + erf(x * 0.7071))``."""
+    rng = np.random.default_rng(0)
+    scalars = {"/act/c_sqrt2": 1 / math.sqrt(2) if tf2onnx_order else math.sqrt(2), "/act/c_one": 1.0,
+               "/act/c_half": 0.5}
+    inits = [_const("conv.weight", rng.normal(0, 0.5, (8, 3, 3, 3))), _const("conv.bias", rng.normal(0, 0.1, 8)),
+             _const("fc.weight", rng.normal(0, 0.5, (4, 8))), _const("fc.bias", np.zeros(4))]
+    nodes = [helper.make_node("Conv", ["input.1", "conv.weight", "conv.bias"], ["c"], name="/conv/Conv",
+                              kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    if constant_nodes:
+        nodes += [helper.make_node("Constant", [], [k], name=f"{k}_node", value=_const(k, v))
+                  for k, v in scalars.items()]
+    else:
+        inits += [_const(k, v) for k, v in scalars.items()]
+    if tf2onnx_order:
+        nodes += [helper.make_node("Mul", ["c", "/act/c_half"], ["h"], name="/act/Mul_half"),
+                  helper.make_node("Mul", ["c", "/act/c_sqrt2"], ["d"], name="/act/Mul"),
+                  helper.make_node("Erf", ["d"], ["e"], name="/act/Erf"),
+                  helper.make_node("Add", ["e", "/act/c_one"], ["a"], name="/act/Add"),
+                  helper.make_node("Mul", ["h", "a"], ["g"], name="/act/Mul_1")]
+    else:
+        nodes += [helper.make_node("Div", ["c", "/act/c_sqrt2"], ["d"], name="/act/Div"),
+                  helper.make_node("Erf", ["d"], ["e"], name="/act/Erf"),
+                  helper.make_node("Add", ["e", "/act/c_one"], ["a"], name="/act/Add"),
+                  helper.make_node("Mul", ["c", "a"], ["m"], name="/act/Mul"),
+                  helper.make_node("Mul", ["m", "/act/c_half"], ["g"], name="/act/Mul_1")]
+    nodes += [helper.make_node("GlobalAveragePool", ["g"], ["p"], name="/pool/GlobalAveragePool"),
+              helper.make_node("Flatten", ["p"], ["f"], name="/Flatten", axis=1),
+              helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["output"], name="/fc/Gemm", transB=1)]
+    graph = helper.make_graph(
+        nodes, "main_graph",
+        [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, ["batch_size", 3, size, size])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch_size", 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="pytorch")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize("constant_nodes, tf2onnx_order", [(False, False), (True, False), (False, True)])
+def test_erf_gelu_chain_is_fused_into_one_gelu_with_the_same_outputs(tmp_path, constant_nodes, tf2onnx_order):
+    """TFLite has no Erf: the onnx2tf copy of a PyTorch GELU becomes one Gelu node, same function."""
+    import onnxruntime as ort
+
+    from edgekit.builders.onnx_rewrite import fuse_gelu
+
+    model = onnx.load(torch_gelu_onnx(tmp_path / "m.onnx", constant_nodes, tf2onnx_order))
+    before = model.SerializeToString()
+    assert fuse_gelu(model) == 1
+    ops = [n.op_type for n in model.graph.node if n.op_type != "Constant"]
+    assert ops == ["Conv", "Gelu", "GlobalAveragePool", "Flatten", "Gemm"]
+    x = np.random.default_rng(1).normal(0, 2, (2, 3, 16, 16)).astype(np.float32)
+    def run(blob: bytes) -> np.ndarray:
+        return ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {"input.1": x})[0]
+
+    want, got = run(before), run(model.SerializeToString())
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_gelu_fusion_leaves_other_erf_and_exposed_tensors_alone(tmp_path):
+    from edgekit.builders.onnx_rewrite import fuse_gelu
+
+    model = onnx.load(torch_gelu_onnx(tmp_path / "m.onnx"))
+    model.graph.output.append(helper.make_tensor_value_info("e", TensorProto.FLOAT, None))  # the Erf is an output
+    assert fuse_gelu(model) == 0 and "Erf" in [n.op_type for n in model.graph.node]
+    model = onnx.load(torch_gelu_onnx(tmp_path / "m.onnx"))
+    next(i for i in model.graph.initializer if i.name == "/act/c_half").CopyFrom(_const("/act/c_half", 0.25))
+    assert fuse_gelu(model) == 0  # not a GELU
+
+
+def test_a_converted_model_that_fails_at_run_time_is_one_error(tmp_path):
+    """A kernel check that fails on the first verified image (seen: int8 DIV by a zero-quantised
+    value) was a traceback; it is one line naming the file."""
+    from edgekit.builders.verify import OnnxRunner
+    from edgekit.errors import ModelError
+
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["x", "idx"], ["y"], axis=2)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 2, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 1, 1])],
+        [numpy_helper.from_array(np.array([9], np.int64), "idx")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "bad_fp32.onnx")
+    with OnnxRunner(tmp_path / "bad_fp32.onnx") as run, pytest.raises(ModelError) as err:
+        run(np.zeros((2, 2, 2, 1), np.float32))
+    assert err.value.message.startswith("the converted bad_fp32.onnx fails to run in ONNX Runtime: ")
+    assert "--variants" in err.value.hint
+
+
+@pytest.mark.slow
+def test_pytorch_gelu_model_builds_for_tflite_targets_with_tflite_gelu(tmp_path):
+    """Before: 'TFLite conversion (fp32) failed: tf.Erf is neither a custom op nor a flex op'."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from edgekit.builders.build import build
+
+    model = torch_gelu_onnx(tmp_path / "vit_like.onnx")
+    [r] = build(model, "cpu", [CALIB], out=tmp_path / "dist", variants="fp32,int8", calib_count=60, quiet=True)
+    assert r.passed
+    for variant in ("fp32", "int8"):
+        ops = {o["op_name"] for o in Interpreter(str(r.bundle / f"vit_like_{variant}.tflite"))._get_ops_details()}
+        assert "GELU" in ops, ops
+    log = (r.bundle / "build.log").read_text()
+    assert "1 Div-Erf-Add-Mul-Mul chain(s) fused into Gelu" in log
+
+
+@pytest.mark.slow
+def test_keras_sequential_model_loads_named_after_its_last_layer(tmp_path):
+    """Keras 3's Sequential has no output_names: loading one was an AttributeError traceback."""
+    import keras
+
+    from edgekit.builders.source import load_source_model
+
+    model = keras.Sequential([keras.Input((12, 12, 3)), keras.layers.Rescaling(1 / 127.5, offset=-1),
+                              keras.layers.Conv2D(4, 3), keras.layers.GlobalAveragePooling2D(),
+                              keras.layers.Dense(5, name="logits")])
+    for name in ("seq.keras", "seq.h5"):
+        model.save(tmp_path / name)
+        source = load_source_model(tmp_path / name)
+        assert source.output_names == ["logits"] and source.input_hwc == (12, 12, 3)
+        assert source.predict(np.zeros((3, 12, 12, 3), np.float32))[0].shape == (3, 5)
