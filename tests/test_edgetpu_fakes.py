@@ -275,3 +275,28 @@ def test_doctor_reads_the_version_line_of_any_compiler(tmp_path, script, status,
     exe.chmod(0o755)
     check = _compiler(Env(path=str(bindir)))
     assert check.status.lower() == status and words in check.detail and "\n" not in check.detail
+
+
+@pytest.mark.slow  # a real int8 build of the demo model (~5 s)
+def test_a_build_reports_the_compilers_counts_not_the_prediction(tmp_path, monkeypatch, capsys):
+    """The summary row and build.log said "TPU 11/11 predicted" although the compiler mapped 3 of 5."""
+    from edgekit.bundle import load_bundle
+    from edgekit.cli import main
+    from tests.conftest import CALIB, DEMO_MODEL
+
+    install(tmp_path, monkeypatch, "TOTAL = 5\n" + SUMMARY + r'''
+shutil.copy(m, out)
+with open(log, "w") as f:
+    f.write("Operator  Count  Status\n--------  -----  ------\nCONV_2D  3  Mapped to Edge TPU\n"
+            "FULLY_CONNECTED  1  More than one subgraph is not supported\nSOFTMAX  1  Operation not supported\n")
+''')
+    code = main(["build", "--model", str(DEMO_MODEL), "--target", "edgetpu", "--calib", str(CALIB),
+                 "--out", str(tmp_path / "out"), "--quiet", "--calib-steps", "20"])
+    out = capsys.readouterr().out
+    assert code == 0 and "TPU 3/5 compiled" in out and "predicted" not in out
+    bundle = load_bundle(tmp_path / "out" / "demo-edgetpu")
+    compiler = bundle.manifest["edgetpu"]["compiler"]
+    assert (compiler["tpu_ops"], compiler["total_ops"], compiler["input_model"]) == (3, 5, "demo_int8.tflite")
+    log = (tmp_path / "out" / "demo-edgetpu" / "build.log").read_text()
+    assert "(edgetpu_compiler: 3/5 on the TPU)" in log
+    assert not list((tmp_path / "out" / "demo-edgetpu").glob(".edgetpu-*"))

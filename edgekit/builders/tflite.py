@@ -200,8 +200,10 @@ def _edgetpu(ctx: BuildContext, out_dir: Path, models: list[BuiltModel], options
     for warning in report.get("warnings", []):
         ctx.log.warn(warning)
     off = report["offline"]
+    real = report.get("compiler") or {}
     ctx.log.info(f"[edgetpu] predicted on the TPU: {off['tpu_ops']}/{off['total_ops']} ops, "
-                 f"{off['parameter_share']:.0%} of parameters; cache {off['cache_status']}; {report['status']}")
+                 f"{off['parameter_share']:.0%} of parameters; cache {off['cache_status']}; {report['status']}"
+                 + (f" (edgetpu_compiler: {real.get('tpu_ops')}/{real.get('total_ops')} on the TPU)" if real else ""))
     # The plain int8 model runs on the CPU (XNNPACK) wherever it goes: the Edge TPU delegate
     # would take none of its ops, so never pretend it is an Edge TPU model.
     models = [replace(m, runtime_options={"delegate": "xnnpack"}) if m is int8 else m for m in models]

@@ -144,8 +144,9 @@ def format_table(results) -> str:
                 deleg = f"{cov['delegated_nodes']}/{cov['total_nodes']} XNNPACK"
             elif m.get("edgetpu"):
                 et = m["edgetpu"]
-                off = et.get("offline", {})
-                deleg = f"TPU {off.get('tpu_ops', '?')}/{off.get('total_ops', '?')} predicted, {et.get('status')}"
+                off, real = et.get("offline", {}), et.get("compiler") or {}
+                deleg = (f"TPU {real.get('tpu_ops', '?')}/{real.get('total_ops', '?')} compiled" if real else
+                         f"TPU {off.get('tpu_ops', '?')}/{off.get('total_ops', '?')} predicted, {et.get('status')}")
             elif model["format"] == "onnx":
                 deleg = "TensorRT on device"
             else:

@@ -77,6 +77,14 @@ def translate(
                 "check the robot is on and on the network, then reconnect",
             )
         return diagnose_unreachable(serial, section)
+    return _translate_other(exc, name, where)
+
+
+def _translate_other(exc: BaseException, name: str, where: str) -> VectorError:
+    """The rest of :func:`translate`: protocol version, control, configuration, event stream,
+    unimplemented calls, and anything else the SDK raised."""
+    from anki_vector import exceptions as ex
+
     if isinstance(exc, ex.VectorInvalidVersionException):
         return VectorError(
             "version",
