@@ -146,3 +146,26 @@ def test_keras_sequential_model_loads_named_after_its_last_layer(tmp_path):
         source = load_source_model(tmp_path / name)
         assert source.output_names == ["logits"] and source.input_hwc == (12, 12, 3)
         assert source.predict(np.zeros((3, 12, 12, 3), np.float32))[0].shape == (3, 5)
+
+
+@pytest.mark.slow
+def test_keras_normalization_and_exact_gelu_build_for_jetson(tmp_path):
+    """Keras 3's Normalization(mean=, variance=) keeps its statistics as captured tensors, which
+    tf2onnx made two extra graph inputs ('..._fp32.onnx has 3 inputs'); an exact gelu is Erfc in
+    TF 2.21, which tf2onnx left unconverted ('the file is corrupt')."""
+    import keras
+
+    from edgekit.builders.build import build
+    from edgekit.runtime.onnxrt import OnnxRuntime
+
+    model = keras.Sequential([
+        keras.Input((16, 16, 3)),
+        keras.layers.Normalization(mean=[123.7, 116.3, 103.5], variance=[3410.0, 3262.0, 3291.0]),
+        keras.layers.Conv2D(4, 3, activation="gelu"), keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
+    model.save(tmp_path / "imagenet_norm.keras")
+    [r] = build(tmp_path / "imagenet_norm.keras", "jetson", [CALIB], out=tmp_path / "dist", calib_count=40, quiet=True)
+    assert r.passed
+    with OnnxRuntime(r.bundle / "imagenet_norm_fp32.onnx", providers=["cpu"]) as rt:
+        assert rt.input_spec.shape == (1, 16, 16, 3)
+    holdout = r.manifest["verification"]["models"]["fp32"]["holdout"]
+    assert holdout["cosine"] > 0.9999  # the statistics are inlined, not zeros fed to an input

@@ -49,11 +49,51 @@ def to_onnx(ctx: BuildContext, dest: Path, opset: int) -> list[str]:
         return {k: outputs[k] for k in keys}
 
     try:
-        model_proto, _ = tf2onnx.convert.from_function(serve, input_signature=[spec], opset=opset)
+        model_proto, _ = tf2onnx.convert.from_function(serve, input_signature=[spec], opset=opset,
+                                                       custom_op_handlers={"Erfc": (_erfc, [])})
     except Exception as exc:
         raise ModelError(f"tf2onnx conversion failed: {str(exc).splitlines()[0][:300]}") from exc
+    _inline_captures(model_proto, serve.get_concrete_function())
+    _check_converted(model_proto, ctx.source.path.name)
     dest.write_bytes(model_proto.SerializeToString())
     return keys
+
+
+def _erfc(g, node, name, args) -> None:
+    """tf2onnx handler for Erfc, which it cannot convert (TF 2.21 computes Keras' exact
+    ``gelu`` with it): ``erfc(x) = 1 - erf(x)``."""
+    import numpy as np
+    from tf2onnx import utils
+
+    node.type = "Erf"
+    out = node.output[0]
+    one = g.make_const(utils.make_name(f"{node.name}_one"), np.array(1, np.float32))
+    sub = g.insert_new_node_on_output("Sub", out, name=utils.make_name(f"{node.name}_erfc"))
+    g.replace_inputs(sub, [one.output[0], out])
+
+
+def _inline_captures(model, concrete) -> None:
+    """Make the tensors a traced function captured (a Keras 3 ``Normalization`` layer's mean and
+    variance) initializers: tf2onnx lists them as extra graph inputs, which no runtime feeds."""
+    from onnx import numpy_helper
+
+    n = len(concrete.captured_inputs)
+    values = {t.name: v for t, v in zip(concrete.inputs[len(concrete.inputs) - n:], concrete.captured_inputs)
+              if v.dtype.name != "resource"} if n else {}
+    for graph_input in [i for i in model.graph.input if i.name in values]:
+        model.graph.input.remove(graph_input)
+        model.graph.initializer.append(numpy_helper.from_array(values[graph_input.name].numpy(), graph_input.name))
+
+
+def _check_converted(model, source_name: str) -> None:
+    """Refuse, naming the op, a graph in which tf2onnx left a TensorFlow op it could not convert."""
+    import onnx
+
+    for node in model.graph.node:
+        if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type):
+            raise ModelError(f"tf2onnx cannot convert the TensorFlow op {node.op_type} of {source_name} to ONNX "
+                             f"(node '{node.name}'), so the jetson target cannot be built",
+                             "build the TFLite targets (edgetpu, rpi, cpu), or replace that layer")
 
 
 def to_fp16(src: Path, dest: Path) -> None:
