@@ -7,7 +7,6 @@ noise warnings and per-op profiles. Plots are in :mod:`edgekit.bench_plots`.
 from __future__ import annotations
 
 import csv
-import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,8 +171,10 @@ class BenchReport:
     def write_json(self, path: str | Path) -> Path:
         """The full report with raw samples as JSON at ``path``; returns the path."""
         from edgekit.atomic import write_text_atomic
+        from edgekit.finite_json import strict_dumps  # NaN (an invalid run's statistics) is not JSON: null
 
-        return write_text_atomic(path, json.dumps(self.to_dict(), indent=1, default=jsonable) + "\n", force=True)
+        return write_text_atomic(path, strict_dumps(self.to_dict(), indent=1, default=jsonable) + "\n",
+                                 force=True)
 
     def write_csv(self, path: str | Path) -> Path:
         """One row per variant and repeat, plus a pooled row (repeat ``all``) per variant."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -33,19 +34,39 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
+# A labels file is untrusted (a copied bundle, a --labels flag) and its lines are printed and
+# published with every result: bound its size, each label's length and what a label may hold.
+MAX_LABELS_BYTES = 16 << 20  # ImageNet-21k's 21,841 names are about 1 MiB
+MAX_LABEL_CHARS = 1000
+_LABELS_FIX = "give a UTF-8 text file, one label per line"
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")  # C0 and C1 controls, tab allowed
+
+
 def read_labels(path: str | Path) -> list[str]:
     """Read a labels file: UTF-8, one label per line (surrounding spaces stripped), blank lines ignored.
 
-    The one reader of labels, for a bundle's ``labels.txt`` and a ``--labels`` file alike.
-    Raises ModelError when the file cannot be read or is not UTF-8.
+    The one reader of labels, for a bundle's ``labels.txt`` and a ``--labels`` file alike. A
+    UTF-8 byte-order mark (Windows editors write one) is dropped rather than glued to the first label.
+    Raises ModelError when the file cannot be read, is not UTF-8, is larger than
+    :data:`MAX_LABELS_BYTES`, or has a label longer than :data:`MAX_LABEL_CHARS` or holding
+    control characters (an ANSI escape sequence in a label would rewrite the user's terminal).
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            data = f.read(MAX_LABELS_BYTES + 1)
+        if len(data) > MAX_LABELS_BYTES:
+            raise ModelError(f"labels file {path} is larger than {MAX_LABELS_BYTES >> 20} MiB", _LABELS_FIX)
+        text = data.decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ModelError(
-            f"cannot read labels file {path}: {exc}".splitlines()[0], "give a UTF-8 text file, one label per line"
-        ) from exc
-    return [line.strip() for line in text.splitlines() if line.strip()]
+        raise ModelError(f"cannot read labels file {path}: {exc}".splitlines()[0], _LABELS_FIX) from exc
+    labels = [line.strip() for line in text.splitlines() if line.strip()]
+    for n, label in enumerate(labels, 1):
+        if len(label) > MAX_LABEL_CHARS:
+            raise ModelError(f"labels file {path}: label {n} is {len(label)} characters long (at most "
+                             f"{MAX_LABEL_CHARS})", _LABELS_FIX)
+        if _CONTROL.search(label):
+            raise ModelError(f"labels file {path}: label {n} holds control characters ({label[:40]!r})", _LABELS_FIX)
+    return labels
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,8 @@ def at_least(minimum: float, kind: type = int):
             value = kind(text)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from exc
+        if value != value or value in (float("inf"), float("-inf")):  # nan/inf: no timer or count can use them
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
         return value

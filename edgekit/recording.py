@@ -128,6 +128,7 @@ class FolderRecording(Recording):
                 # an earlier recording (checked: frames only) steps aside, then goes
                 old = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", suffix=".old", dir=self.path.parent))
                 os.replace(self.path, old / "frames")
+            _share(self._tmp)
             os.replace(self._tmp, self.path)
         except OSError as exc:
             self.abort()
@@ -200,23 +201,52 @@ class VideoRecording(Recording):
         self.done = True
         if self._writer is not None:
             self._writer.release()
-        # VideoWriter.write reports nothing: a full disk shows as a missing or empty file
+        # VideoWriter.write reports nothing: a full disk shows as a missing or empty file, or as
+        # an .mp4 cut off before its index (moov atom) that no player opens
         if self.frames == 0 or not self._tmp.is_file() or self._tmp.stat().st_size == 0:
             self.abort()
             raise SaveError(f"--save {self.path}: no video was written"
                             + ("" if self.frames else " (no frames)"))
+        readable = self._readable_frames()
+        if readable < self.frames:
+            self.abort()
+            raise SaveError(f"--save {self.path}: the video was cut short ({readable} of {self.frames} frames "
+                            "readable; is the disk full?)")
         try:
+            _share(self._tmp)
             os.replace(self._tmp, self.path)
         except OSError as exc:
             self.abort()
             raise SaveError(f"--save {self.path}: cannot move the video into place: {exc.strerror or exc}") from exc
         return self.path
 
+    def _readable_frames(self) -> int:
+        """How many frames the written file says it holds (0: OpenCV cannot open it)."""
+        import logging
+
+        from edgekit.quiet import native_stderr_to_log
+
+        cv2 = self._cv2
+        with native_stderr_to_log(logging.getLogger("edgekit.recording")):  # FFmpeg's "moov atom not found"
+            cap = cv2.VideoCapture(str(self._tmp))
+            try:
+                return int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) if cap.isOpened() else 0
+            finally:
+                cap.release()
+
     def abort(self) -> None:
         self.done = True
         if self._writer is not None:
             self._writer.release()
         self._tmp.unlink(missing_ok=True)
+
+
+def _share(path: Path) -> None:
+    """Give a temporary file or folder the mode a plain open()/mkdir() would have: mkstemp and
+    mkdtemp make them private (0600/0700), which a recording meant for others must not keep."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 def _is_frame(path: Path) -> bool:

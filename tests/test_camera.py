@@ -214,8 +214,8 @@ def test_string_options_are_coerced_to_the_declared_types(tmp_path):
     "uri, options, words",
     [
         ("synthetic", {"fps": "fast"}, "option fps='fast' is not a number"),
-        ("synthetic", {"fps": "0"}, "option fps='0' must be >0"),
-        ("synthetic", {"fps": -5}, "option fps=-5 must be >0"),
+        ("synthetic", {"fps": "0"}, "option fps='0' must be >=0.001"),
+        ("synthetic", {"fps": -5}, "option fps=-5 must be >=0.001"),
         ("synthetic", {"fps": "nan"}, "option fps='nan' is not a number"),
         ("synthetic", {"loop": "maybe"}, "option loop='maybe' is not true or false"),
         ("synthetic", {"frames": "2.5"}, "option frames='2.5' is not a whole number"),

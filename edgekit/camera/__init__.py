@@ -43,8 +43,8 @@ from edgekit.camera.base import (
 from edgekit.camera.files import VIDEO_SUFFIXES, ImageFolderSource, SequenceSource, VideoFileSource
 from edgekit.camera.opencv import OpenCVSource
 from edgekit.camera.picamera import PICAMERA2_INSTALL_HINT, PICAMERA2_TO_BGR, Picamera2Source
-from edgekit.camera.synthetic import SYNTHETIC_SPEC, SyntheticSource, synthetic_frame
-from edgekit.camera.table import CameraOptionError, Option, Scheme, check_options
+from edgekit.camera.synthetic import SYNTHETIC_FPS, SYNTHETIC_SPEC, SyntheticSource, synthetic_frame
+from edgekit.camera.table import MAX_FPS, MIN_FPS, CameraOptionError, Option, Scheme, check_options
 from edgekit.errors import CameraError
 from edgekit.plugins import resolve
 
@@ -52,7 +52,7 @@ _TIMEOUTS = (
     Option("timeout_s", "float", DEFAULT_TIMEOUT_S, gt=0, help="no new frame for this long: the camera stopped"),
     Option("open_timeout_s", "float", DEFAULT_OPEN_TIMEOUT_S, gt=0, help="wait this long for the first frame"),
 )
-_FPS = Option("fps", "float", gt=0, help="frames per second")
+_FPS = Option("fps", "float", ge=MIN_FPS, le=MAX_FPS, help="frames per second")
 _LOOP = Option("loop", "bool", False, help="start again at the end")
 
 
@@ -67,6 +67,11 @@ def _opencv_options(fourcc: str | None, buffer_size: int | None) -> tuple[Option
                "(e.g. the model input); frames arrive smaller, so a crop in pixels would change"),
         *_TIMEOUTS,
     )
+
+
+def _is_device(text: str) -> bool:
+    """``0`` or ``/dev/video0``: what a user types for a USB camera without ``v4l2:``."""
+    return text.isdigit() or text.startswith("/dev/video")
 
 
 def _is_dir(text: str) -> bool:
@@ -84,7 +89,7 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
     Scheme(
         "v4l2", "edgekit.camera.opencv:open_device", ("v4l2:N", "v4l2:/dev/videoN", "N"),
         _opencv_options("MJPG", 1), summary="a USB/V4L2 camera via OpenCV",
-        accepts=r"\d+|/dev/.+", claims=str.isdigit,
+        accepts=r"\d+|/dev/.+", claims=_is_device,
     ),
     Scheme(
         "stream", "edgekit.camera.opencv:open_stream", ("rtsp://...", "http(s)://..."),
@@ -93,13 +98,13 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
     ),
     Scheme(
         "folder", "edgekit.camera.files:ImageFolderSource", ("folder:DIR", "DIR"),
-        (Option("fps", "float", gt=0, help="pace to this rate (default: as fast as asked)"), _LOOP),
+        (Option("fps", "float", ge=MIN_FPS, le=MAX_FPS, help="pace to this rate (default: as fast as asked)"), _LOOP),
         summary="the images of a folder in name order", claims=_is_dir,
     ),
     Scheme(
         "file", "edgekit.camera.files:open_video", ("file:PATH", "PATH.mp4"),
         (Option("pace", "bool", True, help="deliver at the clip's frame rate"), _LOOP,
-         Option("fps", "float", gt=0, help="override the clip's frame rate")),
+         Option("fps", "float", ge=MIN_FPS, le=MAX_FPS, help="override the clip's frame rate")),
         summary="a video clip", claims=_is_video_path,
     ),
     Scheme(
@@ -112,7 +117,7 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
     ),
     Scheme(
         "synthetic", "edgekit.camera.synthetic:open_synthetic", ("synthetic[:WxH[@FPS]]",),
-        (Option("size", "size", (640, 360)), Option("fps", "float", gt=0, help="pace (default: unpaced)"),
+        (Option("size", "size", (640, 360)), SYNTHETIC_FPS,
          Option("frames", "int", ge=0, help="end after this many frames"), _LOOP),
         summary="a moving test pattern", accepts=SYNTHETIC_SPEC, bare=True,
     ),

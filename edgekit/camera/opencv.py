@@ -99,8 +99,10 @@ class OpenCVSource(LatestFrameSource):
         else:
             try:
                 cap = cv2.VideoCapture(source, cv2.CAP_ANY if api is None else api, list(params or []))
-            except cv2.error as exc:
-                raise CameraError(f"{label}: cannot open ({exc})", hint) from exc
+            except cv2.error as exc:  # its text is a multi-line overload report: one line of it
+                text = str(exc)
+                why = "a params= value is not a 32-bit integer" if "'params'" in text else text.strip().splitlines()[0]
+                raise CameraError(f"{label}: cannot open ({why})", hint) from exc
         if not getattr(cap, "isOpened", lambda: True)():
             cap.release()
             raise CameraError(f"{label}: cannot open", hint or "check the device or URL")

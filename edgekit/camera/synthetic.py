@@ -9,9 +9,11 @@ import numpy as np
 
 from edgekit.camera.base import parse_size
 from edgekit.camera.files import SequenceSource, _EndOfStream
+from edgekit.camera.table import MAX_FPS, MIN_FPS, Option
 from edgekit.errors import CameraError
 
 SYNTHETIC_SPEC = r"(?:(\d+)[xX](\d+))?(?:@(\d+(?:\.\d+)?))?"  # WxH, @FPS, both or neither
+SYNTHETIC_FPS = Option("fps", "float", ge=MIN_FPS, le=MAX_FPS, help="pace (default: unpaced)")  # URI's @FPS too
 
 
 def synthetic_frame(index: int, width: int = 640, height: int = 360) -> np.ndarray:
@@ -106,8 +108,8 @@ def open_synthetic(spec: str, **options: Any) -> SyntheticSource:
         )
     if m.group(1):
         options.setdefault("size", (int(m.group(1)), int(m.group(2))))
-    if m.group(3):
-        options.setdefault("fps", float(m.group(3)))
+    if m.group(3) and "fps" not in options:  # held to the fps= option's range (1e-05 waited a day a frame)
+        options["fps"] = SYNTHETIC_FPS.coerce(m.group(3), f"synthetic:{spec}")
     try:
         return SyntheticSource(**options)
     except CameraError as exc:  # name the camera: the size may have come from the URI

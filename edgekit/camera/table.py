@@ -20,6 +20,11 @@ from typing import Any
 from edgekit.camera.base import parse_size
 from edgekit.errors import CameraError, UsageError
 
+# Seconds and rates beyond this overflow the waits and the frame clock (fps=1e-300 made
+# ``int(k * 1e9 / fps)`` infinite; open_timeout_s=1e300 overflowed OpenCV's open parameters).
+MAX_FLOAT = 365 * 86400.0
+MIN_FPS, MAX_FPS = 0.001, 10000.0  # one frame per 17 minutes .. a high-speed camera
+
 
 class CameraOptionError(UsageError, CameraError):
     """A camera option that does not exist or has a bad value.
@@ -34,7 +39,8 @@ class Option:
 
     ``type`` is one of ``int``, ``float``, ``bool``, ``str``, ``path``, ``size`` (``(w, h)``
     or ``"WxH"``), ``ints`` (``[1, 2]`` or ``"1,2"``) or ``pair`` (two floats, ``"0.5,8"``).
-    ``gt``/``ge`` bound numbers (for ``pair``, each number). ``default`` is what the source
+    ``gt``/``ge``/``le`` bound numbers (for ``pair``, each number); a float is at most
+    :data:`MAX_FLOAT` unless ``le`` says otherwise. ``default`` is what the source
     uses when the option is not given (shown in help; the source applies it). ``to`` passes
     the value on under another name (one spelling, ``timeout_s``, for every source).
     """
@@ -46,10 +52,15 @@ class Option:
     ge: float | None = None
     help: str = ""
     to: str | None = None
+    le: float | None = None
 
     def bound(self) -> str:
-        """The range as text (``>0``, ``>=1``), empty when unbounded."""
-        return f">{self.gt:g}" if self.gt is not None else f">={self.ge:g}" if self.ge is not None else ""
+        """The range as text (``>0``, ``>=1``, ``>0,<=10000``), empty when unbounded."""
+        low = f">{self.gt:g}" if self.gt is not None else f">={self.ge:g}" if self.ge is not None else ""
+        return low + (f",<={self.le:g}" if low and self.le is not None else f"<={self.le:g}" if self.le else "")
+
+    def _high(self) -> float | None:
+        return self.le if self.le is not None else MAX_FLOAT if self.type in ("float", "pair") else None
 
     def describe(self) -> str:
         """``name=type`` with its range and default, e.g. ``fps=float>0``."""
@@ -71,9 +82,12 @@ class Option:
                 self.describe() + (f": {self.help}" if self.help else ""),
             ) from exc
         for number in out if self.type == "pair" else (out,) if self.type in ("int", "float") else ():
-            if (self.gt is not None and not number > self.gt) or (self.ge is not None and not number >= self.ge):
+            high = self._high()
+            if (self.gt is not None and not number > self.gt) or (self.ge is not None and not number >= self.ge) \
+                    or (high is not None and number > high):
                 raise CameraOptionError(
-                    f"{label}: option {self.name}={value!r} must be {self.bound()}",
+                    f"{label}: option {self.name}={value!r} must be {self.bound() or '>=0'}"
+                    + (f" and at most {high:g}" if high is not None and self.le is None else ""),
                     self.describe() + (f": {self.help}" if self.help else ""),
                 )
         return out

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
 from edgekit.errors import BackendUnavailable, UsageError
+from edgekit.finite_json import strict_dumps
 from edgekit.options import (
     add_bundle_options,
     add_camera_options,
@@ -50,12 +50,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--min-duration", type=at_least(0.0, float), default=2.0, metavar="S", help="seconds per run (default 2)"
     )
     g.add_argument("--min-count", type=at_least(1), default=100, metavar="N", help="frames per run (default 100)")
-    g.add_argument("--max-duration", type=float, metavar="S", help="give up on a run after S s (marked invalid)")
+    g.add_argument("--max-duration", type=at_least(0.0, float), metavar="S",
+                   help="give up on a run after S s (marked invalid)")
     g.add_argument("--repeats", type=at_least(1), default=3, help="interleaved repeats (default 3)")
     g.add_argument(
         "--warmup", type=at_least(0), default=10, help="frames left out at the start of each run (default 10)"
     )
-    g.add_argument("--max-cv", type=float, default=0.25, help="warn above this coefficient of variation")
+    g.add_argument("--max-cv", type=at_least(0.0, float), default=0.25, help="warn above this coefficient of variation")
     add_runtime_options(parser, several_backends=True)
     add_bundle_options(parser)
     o = parser.add_argument_group("output")
@@ -172,7 +173,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         r.agreement = sum(a == b for a, b in zip(r.predictions, ref)) / len(ref) if same else None
     print(format_eval(results), file=sys.stderr if args.json else sys.stdout)
     report = {"machine": machine_context(), "eval": [r.__dict__ for r in results]}
-    text = json.dumps(report, indent=1, default=jsonable) + "\n"
+    text = strict_dumps(report, indent=1, default=jsonable) + "\n"
     if args.json:
         sys.stdout.write(text)
     if args.json_file:
@@ -216,4 +217,4 @@ def _print_report(report, args: argparse.Namespace) -> None:
     if args.json:
         from edgekit.bench_report import jsonable
 
-        sys.stdout.write(json.dumps(report.to_dict(samples=False), indent=1, default=jsonable) + "\n")
+        sys.stdout.write(strict_dumps(report.to_dict(samples=False), indent=1, default=jsonable) + "\n")

@@ -37,7 +37,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="edgetpu: oldest Edge TPU runtime to support (ops newer than it count as unsupported)",
     )
-    parser.add_argument("--threads", type=int, help="rpi/cpu: interpreter threads (default: the target's)")
+    parser.add_argument("--threads", type=_threads, help="rpi/cpu: interpreter threads (default: the target's)")
+
+
+def _threads(text: str) -> int:
+    """1 .. MAX_THREADS: LiteRT segfaults on a huge thread count instead of refusing it."""
+    from edgekit.options import at_least
+    from edgekit.runtime.backends import MAX_THREADS
+
+    value = at_least(1)(text)
+    if value > MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_THREADS} (4 per CPU core), got {text}")
+    return value
 
 
 def main(args: argparse.Namespace) -> int:
@@ -55,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
         text = format_edgetpu(result)
     elif target.adapter.startswith("edgekit.runtime.litert:"):
         options = dict(target.runtime_options)
-        if args.threads:
+        if args.threads is not None:
             options["num_threads"] = args.threads
         result = inspect_litert(path, delegate=options.get("delegate", "xnnpack"),
                                 num_threads=options.get("num_threads"))  # fmt: skip

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import signal
 import sys
 import time
@@ -26,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any, TextIO
 
 from edgekit.errors import CameraError, EdgekitError, UsageError
+from edgekit.finite_json import strict_dumps
 from edgekit.options import (
     add_bundle_options,
     add_camera_options,
@@ -61,13 +61,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=at_least(0), default=5, help="frames left out of the statistics (default 5)")
     parser.add_argument(
         "--every",
-        type=float,
+        type=at_least(0.0, float),
         default=0.5,
         metavar="S",
         help="print a result at most every S seconds (0: every frame; default 0.5)",
     )
     parser.add_argument(
-        "--stats-every", type=float, default=2.0, metavar="S", help="print a stats line every S seconds (default 2)"
+        "--stats-every", type=at_least(0.0, float), default=2.0, metavar="S",
+        help="print a stats line every S seconds (default 2)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per frame on stdout, summary last")
     parser.add_argument("--tensors", action="store_true", help="raw task: every output's values in the JSON lines")
@@ -101,6 +102,7 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
     out: TextIO = sys.stdout
     log: TextIO = sys.stderr if args.json else sys.stdout  # keep stdout pure JSON with --json
     with open_model(args.model, args.variant, args.labels, **runtime_options(args)) as model:
+        _check_backend(getattr(args, "backend", None), model.runtime)
         info = model.runtime.describe()
         if args.json or not args.quiet:
             _print_header(model, info, args, out if args.json else log)
@@ -136,6 +138,27 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
             )
         _finish(recording, log, args)
     return 0
+
+
+def _check_backend(backend: str | None, runtime: Any) -> None:
+    """``--backend`` swaps the adapter only for models of its formats (so one bench can mix
+    .tflite and .onnx); for the one model of a run, a backend that cannot take it would
+    otherwise be ignored without a word (``--backend tensorrt`` on a .tflite ran LiteRT)."""
+    if not backend:
+        return
+    from pathlib import Path
+
+    from edgekit.runtime import BACKENDS
+
+    row = BACKENDS[backend]
+    if f"{type(runtime).__module__}:{type(runtime).__name__}" == row.adapter:
+        return
+    formats = row.formats
+    fmt = Path(str(getattr(runtime, "model_path", ""))).suffix.lstrip(".").lower() or "different"
+    if fmt not in formats:
+        raise UsageError(f"--backend {backend} runs {'/'.join(formats)} models; this model is a .{fmt} file",
+                         "drop --backend (the bundle's own runtime runs it), or give a bundle built for "
+                         f"a target whose models are {'/'.join(formats)}")
 
 
 def _finish(recording: Any, log: TextIO, args: argparse.Namespace) -> None:
@@ -177,7 +200,7 @@ def _loop(pipeline, source, args, out: TextIO, log: TextIO, recording: Any = Non
             recording.write(draw(frame.array, result.result), frame.t_capture_ns)
         t = now()
         if args.json:
-            out.write(json.dumps(result.to_dict()) + "\n")
+            out.write(strict_dumps(result.to_dict()) + "\n")
             out.flush()  # a consumer piping the stream sees each frame as it happens
         elif t >= next_print:
             top = str(result.result)
@@ -205,7 +228,7 @@ def _tensors(args: argparse.Namespace) -> dict[str, Any]:
 
 def _print_header(model, info: dict, args, out: TextIO) -> None:
     if args.json:
-        out.write(json.dumps({"model": model.name, "camera": args.camera, "runtime": info, "task": model.task,
+        out.write(strict_dumps({"model": model.name, "camera": args.camera, "runtime": info, "task": model.task,
                               "assumed_input": model.assumed_input()}) + "\n")
         return
     out.write(f"edgekit run: {model.name} on {args.camera}: {describe_runtime(info)}; task {model.task}\n")
@@ -215,7 +238,7 @@ def _print_header(model, info: dict, args, out: TextIO) -> None:
 
 def _print_summary(summary: dict, args, out: TextIO, log: TextIO) -> None:
     if args.json:
-        out.write(json.dumps({"summary": summary}) + "\n")
+        out.write(strict_dumps({"summary": summary}) + "\n")
         out.flush()
         return
     log.write(format_summary(summary))

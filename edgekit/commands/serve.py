@@ -15,6 +15,7 @@ from edgekit.options import (
     add_camera_options,
     add_deprecated_alias,
     add_runtime_options,
+    at_least,
     camera_help,
     camera_options,
     config_values,
@@ -51,8 +52,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="metrics endpoint (127.0.0.1 unless told), 'off' to disable (config: [http] listen)")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
                         help="diagnostics on stderr (config: [log] level)")
-    parser.add_argument("--max-frames", type=int, help="stop after this many results (tests, benchmarks)")
-    parser.add_argument("--duration", type=float, metavar="S", help="stop after this many seconds")
+    parser.add_argument("--max-frames", type=at_least(1), help="stop after this many results (tests, benchmarks)")
+    parser.add_argument("--duration", type=at_least(0.0, float), metavar="S", help="stop after this many seconds")
     parser.add_argument("--print-config", action="store_true",
                         help="validate, print the effective configuration as JSON and exit")
     parser.add_argument("--write-example-config", metavar="PATH",

@@ -215,8 +215,9 @@ class LiteRTRuntime:
         _check_delegate_fits(self.model_path, self._delegate_name, self.compiled_for_edgetpu)
         if num_threads is not None:
             num_threads = int(num_threads)
-            if num_threads < 1:
-                raise ModelError(f"num_threads must be >= 1, not {num_threads}", "use --threads 1 or more")
+            if not 1 <= num_threads <= MAX_THREADS:  # 100000 segfaults inside LiteRT
+                raise ModelError(f"num_threads must be 1 to {MAX_THREADS}, not {num_threads}",
+                                 f"use --threads 1 to {MAX_THREADS}")
         kwargs: dict[str, Any] = {"model_path": str(self.model_path), "num_threads": num_threads}
         self._delegates = []
         self.device = device
@@ -234,19 +235,19 @@ class LiteRTRuntime:
             with native_stderr_to_log(log):
                 self._interp = mod.Interpreter(**kwargs)
                 self._interp.allocate_tensors()
-        except (ValueError, RuntimeError) as exc:
+            self._input_details = self._interp.get_input_details()
+            self._output_details = self._interp.get_output_details()
+        except (ValueError, RuntimeError) as exc:  # UnicodeDecodeError too: a tensor name that is not UTF-8
             raise ModelError(
                 f"LiteRT cannot load {self.model_path}: {exc}".splitlines()[0],
                 "check that the file is a complete .tflite model for this runtime",
             ) from exc
         self.init_ms = (time.perf_counter_ns() - t0) / 1e6
         self.num_threads = num_threads or 1  # LiteRT's own default when none is given
-        self._input_details = self._interp.get_input_details()
         if len(self._input_details) != 1:
             raise ModelError(
                 f"{self.model_path} has {len(self._input_details)} inputs; edgekit runs single-input models"
             )
-        self._output_details = self._interp.get_output_details()
         self._input_index = self._input_details[0]["index"]
         self._output_indices = [o["index"] for o in self._output_details]
         self.input_spec = spec_from_details(self._input_details[0], input_spec)
@@ -272,16 +273,22 @@ class LiteRTRuntime:
 
     def tensor_details(self) -> list[dict[str, Any]]:
         """Details of every tensor of the graph (index, name, dtype, shape, quantization)."""
-        return self._live().get_tensor_details()
+        return self._read_graph(lambda interp: interp.get_tensor_details())
 
     def ops_details(self) -> list[dict[str, Any]]:
         """The execution plan: the original nodes, then one ``DELEGATE`` node per delegated partition."""
-        return self._live()._get_ops_details()  # LiteRT has no public API for the plan
+        return self._read_graph(lambda interp: interp._get_ops_details())  # LiteRT has no public API for the plan
 
-    def _live(self) -> Any:
+    def _read_graph(self, read: Any) -> list[dict[str, Any]]:
+        """``read(interpreter)``; a graph LiteRT loaded but cannot describe (a tensor name that is
+        not UTF-8 raises UnicodeDecodeError in every details call) is a ModelError, not a traceback."""
         if self._interp is None:
             raise ModelError("LiteRTRuntime used after close()")
-        return self._interp
+        try:
+            return read(self._interp)
+        except (ValueError, RuntimeError) as exc:
+            raise ModelError(f"LiteRT cannot describe the graph of {self.model_path}: {exc}".splitlines()[0],
+                             "the model file is corrupt: copy or export it again") from exc
 
     def delegation(self) -> dict[str, int]:
         """How many of the model's nodes a delegate took (measured, not predicted)."""

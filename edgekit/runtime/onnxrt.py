@@ -8,6 +8,7 @@ refuse the fallback unless ``allow_fallback`` is set.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 import time
@@ -59,6 +60,11 @@ def check_providers(requested: list[str], used: list[str], allow_fallback: bool,
 def session_options(ort: Any, num_threads: int | None, profile: bool) -> Any:
     """``SessionOptions`` with intra-op threads (None/0: ONNX Runtime chooses) and profiling."""
     opts = ort.SessionOptions()
+    # ONNX Runtime prints its warnings (e.g. "`tf_half_pixel_for_nn` is deprecated") in colour
+    # straight to stderr, even under --quiet: errors only, warnings too when edgekit logs at DEBUG (-vv).
+    severity = 2 if logging.getLogger("edgekit").isEnabledFor(logging.DEBUG) else 3
+    ort.set_default_logger_severity(severity)
+    opts.log_severity_level = severity
     if num_threads:
         opts.intra_op_num_threads = int(num_threads)
     opts.enable_profiling = bool(profile)

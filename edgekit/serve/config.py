@@ -197,6 +197,9 @@ _MINIMUM = {  # (table, key) -> smallest allowed value
 }
 
 
+MAX_SECONDS = 365 * 86400
+
+
 def _type_name(value: Any) -> str:
     return {bool: "true/false", int: "an integer", float: "a number", str: "a string", dict: "a table",
             tuple: "a list of strings", list: "a list of strings"}[
@@ -229,6 +232,10 @@ def _check_value(where: str, table: str, key: str, value: Any, default: Any) -> 
     low = _MINIMUM.get((table, key))
     if low is not None and value < low:
         raise UsageError(f"{where}: [{table}] {key} = {value!r} is below the minimum {low}", "raise it")
+    if key.endswith("_s") and value > MAX_SECONDS:  # threading's waits overflow (a 1e300 s wait killed a thread)
+        raise UsageError(f"{where}: [{table}] {key} = {value!r} is more than a year", f"use at most {MAX_SECONDS}")
+    if (table, key) == ("mqtt", "keepalive_s") and value > 65535:  # 16 bits in CONNECT: paho's thread died
+        raise UsageError(f"{where}: [mqtt] keepalive_s = {value} is more than MQTT allows", "use 5-65535 s")
     if (table, key) == ("mqtt", "port") and value > 65535:
         raise UsageError(f"{where}: [mqtt] port = {value} is not a TCP port", "use 1-65535 (1883 is usual)")
     if (table, key) == ("model", "threads") and value > MAX_THREADS:  # the runtime refuses it at start

@@ -21,7 +21,6 @@ processing rate (and the camera's, the skipped one) without a second source of t
 from __future__ import annotations
 
 import ipaddress
-import json
 import logging
 import threading
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from edgekit.errors import BackendUnavailable
+from edgekit.finite_json import strict_dumps
 from edgekit.serve.httpserver import BoundedHTTPServer
 
 try:
@@ -232,9 +232,9 @@ class HttpEndpoint:
             elif path == "/healthz":
                 ready, details = self._health()
                 status, ctype = (200 if ready else 503), "application/json"
-                payload = json.dumps(details).encode()
+                payload = strict_dumps(details).encode()
             elif path == "/stats":
-                status, ctype, payload = 200, "application/json", json.dumps(self._stats(), default=str).encode()
+                status, ctype, payload = 200, "application/json", strict_dumps(self._stats(), default=str).encode()
             elif path == "/":
                 status, ctype, payload = 200, "text/plain; charset=utf-8", b"edgekit serve: /metrics /healthz /stats\n"
             else:
@@ -254,7 +254,7 @@ class HttpEndpoint:
             _answer(req, 403, "text/plain; charset=utf-8", b"reload is allowed from this machine only\n")
             return
         answer = self._reload("POST /reload")
-        _answer(req, 202, "application/json", json.dumps(answer, default=str).encode())
+        _answer(req, 202, "application/json", strict_dumps(answer, default=str).encode())
 
     def start(self) -> None:
         """Serve in a background (daemon) thread."""

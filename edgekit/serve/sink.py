@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import logging
 import os
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.errors import UsageError
+from edgekit.finite_json import strict_dumps
 
 log = logging.getLogger("edgekit.serve")
 
@@ -30,7 +30,7 @@ _TAIL_CHUNK = 4096
 
 def to_json(record: dict[str, Any]) -> str:
     """One compact JSON line (no newline), the payload of every output."""
-    return json.dumps(record, separators=(",", ":"), default=_default)
+    return strict_dumps(record, separators=(",", ":"), default=_default)
 
 
 def _default(obj: Any) -> Any:

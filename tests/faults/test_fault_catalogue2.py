@@ -1,0 +1,304 @@
+"""Fault catalogue, second pass on the run/serve/bundle side: what the first catalogue did not try.
+
+Non-finite numbers (in flags, camera options, serve settings and in what the outputs carry),
+hostile labels files, a model whose tensor names are not UTF-8, a recording on a full disk,
+a metrics port already taken, a --backend that cannot run the model. Each case is a clean
+refusal (one ``error:`` line, a ``fix:`` line, no traceback) and nothing left behind, or
+output every strict JSON parser reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT
+from tests.faults.helpers import assert_nothing_left, assert_refused, edgekit, snapshot
+from tests.faults.test_fault_disk_full import _fill, _left, full_disk  # noqa: F401 - the tmpfs fixture
+
+DETECTOR_ONNX = ROOT / "models" / "detector.onnx"
+
+
+def _strict(line: str):
+    """json.loads that refuses NaN/Infinity, as JSON.parse, Go and jq do."""
+    def refuse(name: str):
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(line, parse_constant=refuse)
+
+
+def _copy(cpu_bundle: Path, tmp_path: Path) -> tuple[Path, dict]:
+    b = tmp_path / "bundle" / "demo-cpu"
+    shutil.copytree(cpu_bundle, b)
+    return b, json.loads((b / "edgekit.json").read_text())
+
+
+def _save(b: Path, m: dict) -> None:
+    """Rehash every listed file (a careful editor) and write the manifest."""
+    for name in m["files"]:
+        m["files"][name] = hashlib.sha256((b / name).read_bytes()).hexdigest()
+    (b / "edgekit.json").write_text(json.dumps(m))
+
+
+def _run(capsys, bundle, *extra: str, camera: str = "synthetic:64x64"):
+    return edgekit(capsys, "run", str(bundle), "--camera", camera, "--max-frames", "3", "--quiet", *extra)
+
+
+# ---- outputs: NaN is not JSON -----------------------------------------------------------------------------
+
+def test_run_json_has_no_nan_when_no_frame_was_measured(capsys, cpu_bundle):
+    """3 frames, 5 warm-up: every stage summary is empty (was NaN, which JSON.parse refuses)."""
+    result = _run(capsys, cpu_bundle, "--json")
+    assert result.code == 0, result.err
+    lines = [_strict(line) for line in result.out.splitlines()]
+    assert lines[-1]["summary"]["stages"]["inference"]["p50_ms"] is None
+
+
+def test_run_json_of_a_model_emitting_nan_scores(tmp_path, capsys, cpu_bundle):
+    """A std of 1e-300 (finite, so accepted) makes every input inf and every score NaN: null in JSON."""
+    b, m = _copy(cpu_bundle, tmp_path)
+    m["models"][0]["input"]["std"] = [1e-300]
+    _save(b, m)
+    result = _run(capsys, b, "--json", "--every", "0")
+    assert result.code == 0, result.err
+    frames = [_strict(line) for line in result.out.splitlines()[1:-1]]
+    assert frames and all(t["score"] is None for f in frames for t in f["top"])
+
+
+def test_serve_and_mqtt_payloads_have_no_nan():
+    from edgekit.serve.sink import to_json
+
+    line = to_json({"score": float("nan"), "x": [np.float32("inf"), 1.5], "ok": np.float64(2.0)})
+    assert _strict(line) == {"score": None, "x": [None, 1.5], "ok": 2.0}
+
+
+def test_bench_json_of_invalid_runs_has_no_nan(tmp_path, capsys, cpu_bundle):
+    report = tmp_path / "report.json"
+    result = edgekit(capsys, "bench", str(cpu_bundle), "--min-count", "5", "--repeats", "1", "--warmup", "0",
+                     "--min-duration", "0.05", "--max-duration", "0.000001", "--json", "--json-file", str(report),
+                     "--quiet")
+    _strict(result.out)
+    _strict(report.read_text())
+
+
+# ---- flags: nan and inf -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags,needle", [
+    (("--duration", "nan"), "--duration"),
+    (("--duration", "inf"), "--duration"),
+    (("--every", "nan"), "--every"),
+    (("--every", "-1"), "--every"),
+    (("--stats-every", "inf"), "--stats-every"),
+])
+def test_run_refuses_non_finite_flags(capsys, cpu_bundle, flags, needle):
+    assert_refused(_run(capsys, cpu_bundle, *flags), needle)
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (("--min-duration", "nan"), "--min-duration"),
+    (("--min-duration", "inf"), "--min-duration"),
+    (("--max-duration", "nan"), "--max-duration"),
+    (("--max-duration", "-1"), "--max-duration"),
+    (("--max-cv", "nan"), "--max-cv"),
+])
+def test_bench_refuses_non_finite_flags(capsys, cpu_bundle, flags, needle):
+    assert_refused(edgekit(capsys, "bench", str(cpu_bundle), "--min-count", "5", *flags), needle)
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (("--duration", "nan"), "--duration"),  # ran forever
+    (("--max-frames", "0"), "--max-frames"),
+    (("--max-frames", "-1"), "--max-frames"),
+])
+def test_serve_refuses_bad_limits(capsys, cpu_bundle, flags, needle):
+    result = edgekit(capsys, "serve", "--bundle", str(cpu_bundle), "--camera", "synthetic:64x64", "--http", "off",
+                     "--output", "", *flags)
+    assert_refused(result, needle)
+
+
+# ---- inspect --threads ------------------------------------------------------------------------------------
+
+def test_inspect_threads_over_the_cap_is_refused_not_a_segfault(tmp_path, cpu_bundle):
+    proc = subprocess.run([sys.executable, "-m", "edgekit.cli", "inspect", str(cpu_bundle), "--threads", "100000"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)})
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)  # -11 was the segfault
+    assert "--threads" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_inspect_threads_zero_is_refused(capsys, cpu_bundle):
+    assert_refused(edgekit(capsys, "inspect", str(cpu_bundle), "--threads", "0"), "--threads")
+
+
+def test_litert_runtime_refuses_a_huge_thread_count(cpu_bundle):
+    from edgekit.errors import ModelError
+    from edgekit.runtime.litert import LiteRTRuntime
+
+    model = next(cpu_bundle.glob("*.tflite"))
+    with pytest.raises(ModelError, match="num_threads"):
+        LiteRTRuntime(model, num_threads=100000)
+
+
+# ---- a model whose tensor names are not UTF-8 -------------------------------------------------------------
+
+def _non_utf8_tensor_name(b: Path, m: dict) -> None:
+    """Break one intermediate tensor's name (the graph still loads; describing it raised UnicodeDecodeError)."""
+    model = b / m["models"][0]["file"]
+    data = model.read_bytes()
+    at = data.find(b"/Relu6")
+    assert at > 0, "the demo model has no Relu6 tensor name"
+    model.write_bytes(data[:at] + b"\xff" + data[at + 1:])
+    _save(b, m)
+
+
+@pytest.mark.parametrize("verb", ["run", "inspect", "bench"])
+def test_tensor_name_not_utf8(tmp_path, capsys, cpu_bundle, verb):
+    b, m = _copy(cpu_bundle, tmp_path)
+    _non_utf8_tensor_name(b, m)
+    argv = {"run": ("run", b, "--camera", "synthetic:64x64", "--max-frames", "2"), "inspect": ("inspect", b),
+            "bench": ("bench", b, "--min-count", "3", "--repeats", "1")}[verb]
+    assert_refused(edgekit(capsys, *argv), "graph")
+
+
+# ---- labels ---------------------------------------------------------------------------------------------
+
+def _labels(b: Path, m: dict, data: bytes) -> None:
+    (b / m["labels"]).write_bytes(data)
+    _save(b, m)
+
+
+@pytest.mark.parametrize("data,needle", [
+    (b"x" * (16 << 20) + b"\n", "larger than 16 MiB"),  # read whole, then counted: 660 MB RSS for 300 MB
+    (b"\n".join([b"a"] * 8 + [b"y" * 5000] + [b"b"] * 2), "5000 characters"),  # published with every result
+    (b"\n".join(b"\x1b[2J\x1b[31mred%d" % i for i in range(11)), "control characters"),  # rewrote the terminal
+    ("\n".join(f"a\u009bb{i}" for i in range(11)).encode(), "control characters"),  # C1 CSI, in UTF-8
+])
+def test_hostile_labels_file_is_refused(tmp_path, capsys, cpu_bundle, data, needle):
+    b, m = _copy(cpu_bundle, tmp_path)
+    _labels(b, m, data)
+    result = _run(capsys, b, "--json")
+    assert "\x1b" not in result.text
+    assert_refused(result, needle)
+
+
+def test_labels_with_a_byte_order_mark_and_tabs(tmp_path):
+    from edgekit.bundle import read_labels
+
+    path = tmp_path / "labels.txt"
+    path.write_bytes("\ufeffcat\r\ndog\tbrown\n\n  bird \n".encode())
+    assert read_labels(path) == ["cat", "dog\tbrown", "bird"]  # the BOM was glued to "cat"
+
+
+# ---- --save ---------------------------------------------------------------------------------------------
+
+def test_save_video_onto_a_full_disk(capsys, cpu_bundle, full_disk):  # noqa: F811
+    """The mp4 writer reports nothing: a file cut off before its index was 'saved' with exit 0."""
+    _fill(full_disk)
+    os.remove(full_disk / "filler")
+    # room for the temporary file but not for 200 VGA frames
+    (full_disk / "filler").write_bytes(b"\0" * (128 << 10))
+    result = edgekit(capsys, "run", str(cpu_bundle), "--camera", "synthetic:640x480", "--max-frames", "200",
+                     "--quiet", "--save", str(full_disk / "out.mp4"))
+    assert_refused(result, "out.mp4")
+    assert _left(full_disk) == ["filler"], _left(full_disk)
+
+
+def test_saved_recordings_follow_the_umask(tmp_path, capsys, cpu_bundle):
+    """mkstemp/mkdtemp made the finished recording private (0600/0700)."""
+    old = os.umask(0o022)
+    try:
+        for name in ("frames", "clip.mp4"):
+            result = edgekit(capsys, "run", str(cpu_bundle), "--camera", "synthetic:64x64", "--max-frames", "12",
+                             "--quiet", "--save", str(tmp_path / name))
+            assert result.code == 0, result.err
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "frames").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tmp_path / "clip.mp4").stat().st_mode) == 0o644
+
+
+# ---- serve ------------------------------------------------------------------------------------------------
+
+def test_serve_port_in_use_leaves_no_results_file(tmp_path, capsys, cpu_bundle):
+    out = tmp_path / "results.jsonl"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        before = snapshot(tmp_path)
+        result = edgekit(capsys, "serve", "--bundle", str(cpu_bundle), "--camera", "synthetic:64x64",
+                         "--http", f"127.0.0.1:{port}", "--output", str(out), "--max-frames", "2", "--quiet")
+    assert_refused(result, "listen")
+    assert_nothing_left(before, tmp_path)
+
+
+@pytest.mark.parametrize("table,text,needle", [
+    ("model", "watch = true\nwatch_interval_s = 1e300", "watch_interval_s"),  # killed the swap thread
+    ("camera", "reconnect_max_s = 1e300", "reconnect_max_s"),
+    ("mqtt", "host = \"127.0.0.1\"\nkeepalive_s = 100000", "keepalive_s"),  # killed paho's thread
+])
+def test_serve_settings_beyond_what_a_timer_takes(tmp_path, capsys, cpu_bundle, table, text, needle):
+    config = tmp_path / "serve.toml"
+    sections = {"model": f'path = "{cpu_bundle}"', "camera": 'uri = "synthetic"'}
+    sections[table] = (sections.get(table, "") + "\n" + text).strip()
+    config.write_text("".join(f"[{k}]\n{v}\n" for k, v in sections.items()))
+    assert_refused(edgekit(capsys, "serve", "--config", str(config), "--print-config"), needle)
+
+
+# ---- cameras ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("camera,option", [
+    ("synthetic:64x64", "fps=1e-300"),  # OverflowError in the frame clock
+    ("folder:{frames}", "fps=1e-300"),
+    ("file:{clip}", "fps=1e-300"),
+    ("synthetic:64x64", "fps=1e300"),  # hung
+    ("synthetic:64x64@0.00001", None),  # the URI's rate skipped the option's range
+    ("rtsp://127.0.0.1:9/x", "open_timeout_s=1e300"),  # a multi-line OpenCV overload report
+    ("rtsp://127.0.0.1:9/x", "params=1,99999999999999999999"),
+])
+def test_camera_numbers_out_of_range(tmp_path, capsys, cpu_bundle, camera, option):
+    import cv2
+
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    cv2.imwrite(str(frames / "a.png"), np.zeros((8, 8, 3), np.uint8))
+    clip = tmp_path / "clip.avi"
+    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter_fourcc(*"MJPG"), 10, (16, 16))
+    writer.write(np.zeros((16, 16, 3), np.uint8))
+    writer.release()
+    uri = camera.format(frames=frames, clip=clip)
+    options = ("-O", option) if option else ()
+    line = assert_refused(_run(capsys, cpu_bundle, *options, camera=uri), "")
+    assert ("fps" in line or "params" in line or "open_timeout_s" in line), line
+
+
+def test_dev_video_path_is_a_v4l2_camera(capsys, cpu_bundle):
+    line = assert_refused(_run(capsys, cpu_bundle, camera="/dev/video97"), "")
+    assert "unknown camera" not in line and "/dev/video97" in line
+
+
+# ---- backends ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("backend", ["tensorrt", "onnxruntime"])
+def test_backend_that_cannot_run_the_model_is_refused(capsys, cpu_bundle, backend):
+    """It was ignored without a word: `--backend tensorrt` on a .tflite ran LiteRT."""
+    assert_refused(_run(capsys, cpu_bundle, "--backend", backend), f"--backend {backend}")
+
+
+def test_onnx_runtime_warnings_stay_off_a_quiet_run(capfd, cpu_bundle):
+    """ONNX Runtime printed its own colour-coded warnings to fd 2 even under --quiet."""
+    from edgekit.cli import main
+
+    code = main(["run", str(DETECTOR_ONNX), "--camera", "synthetic:64x64", "--max-frames", "2", "--quiet"])
+    err = capfd.readouterr().err
+    assert code == 0 and "onnxruntime" not in err, err
