@@ -33,10 +33,12 @@ RGB_SPEC = InputSpec(shape=(1, 32, 32, 3), colour="rgb", crop=(200, 200), mean=(
 
 
 def sign(value: int, size: tuple[int, int]) -> np.ndarray:
-    """A BGR frame of ``size`` (w, h): grey surroundings, a 200x200 centre square of ``value``."""
+    """A BGR frame of ``size`` (w, h): grey surroundings, a centre square of ``value`` that covers
+    the field of view a 200x200 square covers in Vector's 640x360 frame."""
     w, h = size
+    half = round(100 * w / 640)
     frame = np.full((h, w, 3), 90, np.uint8)
-    frame[h // 2 - 100:h // 2 + 100, w // 2 - 100:w // 2 + 100] = value
+    frame[h // 2 - half:h // 2 + half, w // 2 - half:w // 2 + half] = value
     return frame
 
 
@@ -75,16 +77,22 @@ def first_frames(fake: FakeVector, n: int, **source_kwargs) -> tuple[list, dict]
         return frames, cam.stats()
 
 
-@pytest.mark.parametrize("size", [(1280, 720), (320, 240)])
-def test_frames_of_another_size_arrive_whole_or_as_the_model_window(size):
+@pytest.mark.parametrize(("size", "nominal"), [((1280, 720), (640, 360)), ((320, 240), (640, 480))])
+def test_frames_of_another_size_come_at_vectors_width_so_the_crop_keeps_its_field_of_view(size, nominal):
+    """A 200x200 crop means a field of view of Vector's 640x360 frame: a 1280x720 frame used to
+    hand the model a 4x zoom of its centre."""
     feed = camera_feed([jpeg(sign(30, size)), jpeg(sign(220, size))])
     with FakeVector(handlers={"CameraFeed": feed}) as fake:
         frames, _ = first_frames(fake, 2)
-        assert [f.array.shape for f in frames] == [(size[1], size[0], 3)] * 2
         windows, _ = first_frames(fake, 2, prepare=GRAY_SPEC)
+        [raw], _ = first_frames(fake, 1, frame_width=None)
+    assert [f.array.shape for f in frames] == [(nominal[1], nominal[0], 3)] * 2
+    assert raw.array.shape == (size[1], size[0], 3)
     assert [w.array.shape for w in windows] == [(200, 200)] * 2
-    # the centre square, dark or bright, and nothing of the surroundings
-    assert all(min(abs(w.array.mean() - 30), abs(w.array.mean() - 220)) < 4 for w in windows)
+    # the square fills the window: its edge (resampled) is at most a pixel or two wide
+    for w in windows:
+        inner = w.array[3:-3, 3:-3]
+        assert min(abs(inner.mean() - 30), abs(inner.mean() - 220)) < 4 and inner.std() < 6
 
 
 def test_gray_jpeg_frames_are_2d_and_feed_gray_and_colour_models():
@@ -119,7 +127,7 @@ def test_undecodable_frames_end_the_stream_with_one_clear_error(encoding, make, 
     assert f"sent {MAX_BAD_IN_ROW} camera images in a row that cannot be decoded" in err.value.message
     assert words in err.value.message and "BytesIO" not in err.value.message and "\n" not in err.value.message
     assert "JPEG_COLOR or JPEG_GRAY" in err.value.hint
-    assert stats["undecodable"] == MAX_BAD_IN_ROW and stats["delivered"] == 0
+    assert stats["undecodable"] >= MAX_BAD_IN_ROW and stats["delivered"] == 0  # more may arrive before close
 
 
 def test_a_few_bad_frames_among_good_ones_are_skipped_and_counted():

@@ -29,9 +29,13 @@ from edgekit.camera.mailbox import FrameMailbox
 from edgekit.metrics import fps, rate
 from edgekit.vector import connection
 from edgekit.vector.connection import VectorError
+from edgekit.vector.frames import skip_undecodable, to_bgr, to_width
 
 if TYPE_CHECKING:
     from edgekit.image import InputSpec
+
+
+CAMERA_WIDTH = 640  # Vector's camera streams 640x360
 
 
 class VectorSource:
@@ -52,6 +56,10 @@ class VectorSource:
             (:func:`edgekit.vector.window.model_window`), instead of the whole BGR frame.
             The SDK's image annotator is switched off (nothing here draws on frames), so the
             SDK no longer decodes every full frame on its own thread.
+        frame_width: deliver frames this wide (Vector's own 640): an image of another size (a
+            stand-in robot, a high-resolution capture) is resized, aspect kept, before a model's
+            crop is cut, so a crop given in pixels of Vector's 640x360 frames keeps its field
+            of view. None: as sent.
 
     Iterating connects (if :meth:`open` was not called) and yields :class:`Frame` with
     ``array`` BGR uint8 (640x360 on a real robot; with ``prepare``, the model's window), ``t_capture_ns`` in the
@@ -74,6 +82,7 @@ class VectorSource:
         max_reconnects: int | None = None,
         backoff_s: tuple[float, float] = (0.5, 8.0),
         prepare: InputSpec | None = None,
+        frame_width: int | None = CAMERA_WIDTH,
     ):
         self.serial = serial
         self.config_home = config_home
@@ -84,6 +93,7 @@ class VectorSource:
         self.max_reconnects = max_reconnects
         self.backoff_s = backoff_s
         self.prepare = prepare
+        self.frame_width = frame_width
         self._robot: Any = None
         self._lock = threading.Lock()  # guards the counters and arrival times below
         self._closed = threading.Event()
@@ -120,7 +130,7 @@ class VectorSource:
             # annotate_image() copies, i.e. fully decodes, every frame on the SDK's thread (and a
             # frame it cannot decode would end the feed); nothing here draws on the SDK's frames
             robot.camera.image_annotator.annotation_enabled = False
-            _skip_undecodable(robot.camera, self._bad_image)
+            skip_undecodable(robot.camera, self._bad_image)
             robot.events.subscribe(self._on_image, self._sdk.events.Events.new_camera_image)
             robot.camera.init_camera_feed()
             # init_camera_feed calls loop.create_task from this thread, which does not wake the
@@ -175,8 +185,6 @@ class VectorSource:
 
     # ---- iteration -------------------------------------------------------------------
     def __iter__(self) -> Iterator[Frame]:
-        from edgekit.vector.window import model_window
-
         self.open()
         while True:
             item = self._wait_newer()
@@ -190,7 +198,7 @@ class VectorSource:
                 continue
             index, image, t_ns = item
             try:
-                array = _to_bgr(image) if self.prepare is None else model_window(image, self.prepare)
+                array = self._decode(image)
             except (OSError, ValueError, SyntaxError) as exc:  # Pillow's errors for a broken JPEG
                 self._bad_image(f"image {index}: {connection.first_line(exc)}")
                 continue
@@ -198,6 +206,15 @@ class VectorSource:
                 self._delivered += 1
                 self._bad_in_row = 0
             yield Frame(array=array, t_capture_ns=t_ns, index=index)
+
+    def _decode(self, image: Any) -> np.ndarray:
+        """One SDK image as delivered: BGR (gray stays 2-D) at ``frame_width``, or the model's window."""
+        from edgekit.vector.window import model_window
+
+        if self.frame_width and image.size[0] != self.frame_width:
+            array = to_width(to_bgr(image), self.frame_width)
+            return array if self.prepare is None else model_window(array, self.prepare)
+        return to_bgr(image) if self.prepare is None else model_window(image, self.prepare)
 
     def _wait_newer(self) -> tuple[int, Any, int] | VectorError | None:
         """Block until an image not yet delivered arrives, the source is closed (None), or
@@ -339,45 +356,6 @@ class VectorSource:
 
 _CLOSED = object()  # put in the mailbox by close(): the iteration ends
 MAX_BAD_IN_ROW = 10  # undecodable camera images in a row that end the stream (~0.7 s at 15 fps)
-
-
-def _skip_undecodable(camera: Any, report: Any) -> None:
-    """Make the SDK's camera skip an image it cannot open instead of ending its feed.
-
-    wirepod_vector_sdk 0.8.1 opens every CameraFeed image with ``Image.open`` whatever its
-    ``image_encoding`` (CameraComponent._unpack_image); one that is not a JPEG/PNG raises in
-    the feed task, which then ends for good. ``report(detail)`` is called for each such image.
-    """
-    unpack = camera._unpack_image
-
-    def guarded(msg: Any) -> None:
-        try:
-            unpack(msg)
-        except (OSError, ValueError, SyntaxError) as exc:  # PIL.UnidentifiedImageError is an OSError
-            report(f"image {getattr(msg, 'image_id', '?')}, {_encoding_name(msg)}, {len(msg.data)} bytes: "
-                   f"{connection.first_line(exc).split(' <')[0]}")
-
-    camera._unpack_image = guarded
-
-
-def _encoding_name(msg: Any) -> str:
-    """The ImageChunk encoding of a CameraFeedResponse by name (its number if unknown)."""
-    try:
-        from anki_vector.messaging import protocol
-
-        return protocol.ImageChunk.ImageEncoding.Name(msg.image_encoding)
-    except (ImportError, ValueError, AttributeError):
-        return f"encoding {getattr(msg, 'image_encoding', '?')}"
-
-
-def _to_bgr(image: Any) -> np.ndarray:
-    """A PIL image from the SDK -> an OpenCV-convention array (gray stays 2-D)."""
-    import cv2
-
-    array = np.asarray(image)
-    if array.ndim == 2:
-        return np.ascontiguousarray(array)
-    return cv2.cvtColor(array, cv2.COLOR_RGBA2BGR if array.shape[2] == 4 else cv2.COLOR_RGB2BGR)
 
 
 def open_vector(spec: str, **options: Any) -> VectorSource:
