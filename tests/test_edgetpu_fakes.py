@@ -300,3 +300,11 @@ with open(log, "w") as f:
     log = (tmp_path / "out" / "demo-edgetpu" / "build.log").read_text()
     assert "(edgetpu_compiler: 3/5 on the TPU)" in log
     assert not list((tmp_path / "out" / "demo-edgetpu").glob(".edgetpu-*"))
+
+
+def test_compiler_given_by_a_bare_name_is_looked_up_on_path(tmp_path, monkeypatch):
+    exe = install(tmp_path, monkeypatch, "pass", name="my_edgetpu_compiler")
+    monkeypatch.chdir(tmp_path)
+    assert find_compiler("my_edgetpu_compiler") == str(exe.resolve())
+    with pytest.raises(CompilerError, match="does not exist"):
+        find_compiler("no_such_compiler")

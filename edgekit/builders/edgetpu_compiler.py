@@ -70,6 +70,8 @@ def find_compiler(explicit: str | None = None) -> str | None:
             a compiler and silently building without one would hide the mistake).
     """
     if explicit:
+        if os.sep not in explicit and not Path(explicit).exists() and shutil.which(explicit):
+            return str(Path(shutil.which(explicit)).resolve())  # a bare name: looked up on PATH
         path = Path(explicit).expanduser()
         if path.is_dir():
             path = path / COMPILER
