@@ -308,3 +308,16 @@ def test_compiler_given_by_a_bare_name_is_looked_up_on_path(tmp_path, monkeypatc
     assert find_compiler("my_edgetpu_compiler") == str(exe.resolve())
     with pytest.raises(CompilerError, match="does not exist"):
         find_compiler("no_such_compiler")
+
+
+def test_a_compiler_that_reports_on_stderr(tmp_path, monkeypatch, int8):
+    exe = install(tmp_path, monkeypatch, "TOTAL = 3\n" + SUMMARY + r'''
+shutil.copy(m, out)
+print("Number of operations that will run on Edge TPU: 2")
+print("Number of operations that will run on CPU: 1")
+''')
+    # every print of this stand-in goes to stderr, its banner included
+    exe.write_text(exe.read_text().replace("import argparse, os, shutil, sys, time",
+                                           "import argparse, os, shutil, sys, time\nsys.stdout = sys.stderr"))
+    r = compile_model(int8, tmp_path / "out").report
+    assert (r["compiler_version"], r["total_ops"], r["tpu_ops"], r["cpu_ops"]) == ("16.0.384591198", 3, 2, 1)

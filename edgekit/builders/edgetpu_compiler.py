@@ -143,10 +143,10 @@ def compile_model(
         if min_runtime_version is not None:
             args += ["--min_runtime_version", str(int(min_runtime_version))]
         args.append(str(tflite_path.resolve()))
-        stdout, output = _run_compiler(args, timeout_s)
-        written, log_path = _outputs(work, stem := tflite_path.stem, stdout)
+        _, output = _run_compiler(args, timeout_s)  # stdout + stderr: a stand-in may print to either
+        written, log_path = _outputs(work, stem := tflite_path.stem, output)
         log_text = log_path.read_text(encoding="utf-8", errors="replace") if log_path else None
-        report = parse_compiler_output(stdout, log_text)
+        report = parse_compiler_output(output, log_text)
         report.update(
             command=[Path(exe).name, "--out_dir", out_dir.name, *args[3:-1], tflite_path.name],  # no host paths
             min_runtime_version=int(min_runtime_version) if min_runtime_version is not None else None,
