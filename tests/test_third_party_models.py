@@ -169,3 +169,47 @@ def test_keras_normalization_and_exact_gelu_build_for_jetson(tmp_path):
         assert rt.input_spec.shape == (1, 16, 16, 3)
     holdout = r.manifest["verification"]["models"]["fp32"]["holdout"]
     assert holdout["cosine"] > 0.9999  # the statistics are inlined, not zeros fed to an input
+
+
+def _tiny_onnx(path, in_type=TensorProto.FLOAT, batch="batch_size", reshape_batch: int | None = None):
+    """``input.1 [batch,3,8,8] -> (Cast) -> GlobalAveragePool -> Flatten (or a Reshape to a fixed batch) -> y``."""
+    nodes, inits, x = [], [], "input.1"
+    if in_type != TensorProto.FLOAT:
+        nodes.append(helper.make_node("Cast", [x], ["xf"], to=TensorProto.FLOAT))
+        x = "xf"
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["p"]))
+    if reshape_batch is None:
+        nodes.append(helper.make_node("Flatten", ["p"], ["y"], axis=1))
+    else:  # x.view(4, -1), as a model traced at batch 4 writes it
+        inits.append(numpy_helper.from_array(np.array([reshape_batch, -1], np.int64), "shape"))
+        nodes.append(helper.make_node("Reshape", ["p", "shape"], ["y"]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("input.1", in_type, [batch, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize("in_type, kind", [(TensorProto.UINT8, "uint8"), (TensorProto.FLOAT16, "float16")])
+def test_onnx_input_that_is_not_float32_is_refused_by_type(tmp_path, in_type, kind):
+    """Was 'ONNX Runtime cannot run ... Unexpected input data type' with the hint 'check --input-size'."""
+    from edgekit.builders.onnx_source import load_onnx
+    from edgekit.errors import ModelError
+
+    with pytest.raises(ModelError) as err:
+        load_onnx(_tiny_onnx(tmp_path / "m.onnx", in_type))
+    assert err.value.message == (f"m.onnx: input 'input.1' is {kind}; edgekit feeds an ONNX model float32 images "
+                                 "(scaled with --mean/--std)")
+    assert "export the model with a float32 input" in err.value.hint
+
+
+def test_onnx_traced_at_a_fixed_batch_says_to_export_batch_one(tmp_path):
+    from edgekit.builders.onnx_source import load_onnx
+    from edgekit.errors import ModelError
+
+    assert load_onnx(_tiny_onnx(tmp_path / "ok.onnx", batch=4)).input_hwc == (8, 8, 3)  # batch 4 alone is fine
+    with pytest.raises(ModelError) as err:
+        load_onnx(_tiny_onnx(tmp_path / "b4.onnx", batch=4, reshape_batch=4))
+    assert err.value.message.startswith("ONNX Runtime cannot run b4.onnx")
+    assert "exported for batch 4: export it with batch 1 or a dynamic batch" in err.value.hint

@@ -76,6 +76,19 @@ def _opset(model) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
+def _check_float_input(node) -> None:
+    """edgekit feeds a float model float32 pixels ((value - mean) / std): refuse another input type."""
+    from onnx import TensorProto
+
+    elem = node.type.tensor_type.elem_type
+    if elem != TensorProto.FLOAT:
+        kind = TensorProto.DataType.Name(elem).lower() if elem in TensorProto.DataType.values() else str(elem)
+        raise ModelError(f"input '{node.name}' is {kind}; edgekit feeds an ONNX model float32 images "
+                         "(scaled with --mean/--std)",
+                         "export the model with a float32 input (before .half(); for a uint8 input, without its "
+                         "Cast, then build with --mean 0 --std 1)")
+
+
 def prepare(model, input_size: tuple[int, int] | None):
     """Fix the input's shape and sanitise node names in place; returns (input name, dims, static dims, layout)."""
     initializers = {i.name for i in model.graph.initializer}
@@ -84,6 +97,7 @@ def prepare(model, input_size: tuple[int, int] | None):
         raise ModelError(f"the model has {len(inputs)} inputs ({', '.join(i.name for i in inputs)}); "
                          "edgekit builds single-image models", "export the model with one image input")
     node = inputs[0]
+    _check_float_input(node)
     dims = _dims(node)
     static, layout = static_dims(node.name, dims, input_size)
     for d, value in zip(node.type.tensor_type.shape.dim, static):
@@ -118,7 +132,7 @@ def load_onnx(path: Path, input_size: tuple[int, int] | None = None) -> SourceMo
         sess = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
     except Exception as exc:  # unknown ops and bad graphs: ONNX Runtime names the node
         raise ModelError(f"ONNX Runtime cannot run {path.name}: {str(exc).strip().splitlines()[0][:240]}",
-                         "the model must run in ONNX Runtime (the reference for the accuracy gate)") from exc
+                         _run_hint(dims, None)) from exc
     hwc = (static[2], static[3], static[1]) if layout == "NCHW" else (static[1], static[2], static[3])
     outs = sess.get_outputs()
     try:  # the declared output shapes may be symbolic: one run on zeros gives the real ones
@@ -127,7 +141,17 @@ def load_onnx(path: Path, input_size: tuple[int, int] | None = None) -> SourceMo
         shapes = [r.shape for r in sess.run(None, {name: np.zeros(static, np.float32)})]
     except Exception as exc:
         raise ModelError(f"ONNX Runtime cannot run {path.name} at input {shape_text(static)}: "
-                         f"{str(exc).strip().splitlines()[0][:200]}", "check --input-size") from exc
+                         f"{str(exc).strip().splitlines()[0][:200]}", _run_hint(dims, input_size)) from exc
     return SourceModel(path, "onnx", hwc, sess, input_name=name, static_batch=True, layout=layout,
                        outputs=make_outputs([o.name for o in outs], shapes), input_shape=dims, onnx=blob,
                        opset=_opset(model))
+
+
+def _run_hint(dims: list, input_size: tuple[int, int] | None) -> str:
+    """What to change when the model fails at the static shape edgekit gave it."""
+    if isinstance(dims[0], int) and dims[0] > 1:
+        return (f"edgekit runs one image at a time and the model was exported for batch {dims[0]}: export it "
+                "with batch 1 or a dynamic batch (torch.onnx.export(..., dynamic_axes={'input': {0: 'batch'}}))")
+    if input_size is not None:
+        return "check --input-size: the model may need another image size (a multiple of its stride)"
+    return "the model must run in ONNX Runtime at batch 1 (the reference for the accuracy gate)"
