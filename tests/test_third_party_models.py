@@ -213,3 +213,20 @@ def test_onnx_traced_at_a_fixed_batch_says_to_export_batch_one(tmp_path):
         load_onnx(_tiny_onnx(tmp_path / "b4.onnx", batch=4, reshape_batch=4))
     assert err.value.message.startswith("ONNX Runtime cannot run b4.onnx")
     assert "exported for batch 4: export it with batch 1 or a dynamic batch" in err.value.hint
+
+
+def test_onnx_with_external_weights_loads_and_a_missing_weights_file_is_named(tmp_path):
+    """torch.onnx.export(..., external_data=True) writes model.onnx + model.onnx.data."""
+    from edgekit.builders.onnx_source import load_onnx
+    from edgekit.errors import ModelError
+
+    model = onnx.load(torch_gelu_onnx(tmp_path / "src.onnx"))
+    onnx.save(model, tmp_path / "net.onnx", save_as_external_data=True, location="net.onnx.data", size_threshold=0)
+    source = load_onnx(tmp_path / "net.onnx")
+    assert source.input_hwc == (16, 16, 3) and source.layout == "NCHW"
+    assert len(source.onnx) > (tmp_path / "net.onnx.data").stat().st_size  # the weights travel inside
+    (tmp_path / "net.onnx.data").unlink()
+    with pytest.raises(ModelError) as err:
+        load_onnx(tmp_path / "net.onnx")
+    assert err.value.message == "net.onnx keeps its weights in a separate file, net.onnx.data, which is not beside it"
+    assert err.value.hint.startswith("copy net.onnx.data into ")

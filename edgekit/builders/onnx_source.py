@@ -110,6 +110,24 @@ def prepare(model, input_size: tuple[int, int] | None):
     return node.name, dims, static, layout
 
 
+def _check_external_data(path: Path) -> None:
+    """A model whose weights live in another file (``model.onnx.data``: torch.onnx.export for a
+    model over 2 GB, or ``external_data=True``) that is missing: say which file to copy."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # not even the graph parses: the caller's message stands
+        return
+    for tensor in model.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+        if location and not (path.parent / location).is_file():
+            raise ModelError(f"{path.name} keeps its weights in a separate file, {location}, which is not beside it",
+                             f"copy {location} into {path.parent} with the model (both files are the model)")
+
+
 def load_onnx(path: Path, input_size: tuple[int, int] | None = None) -> SourceModel:
     """Load, check and prepare an ONNX model; its reference runs in ONNX Runtime (CPU)."""
     try:
@@ -121,6 +139,7 @@ def load_onnx(path: Path, input_size: tuple[int, int] | None = None) -> SourceMo
         onnx.checker.check_model(str(path))
         model = onnx.load(str(path))
     except Exception as exc:
+        _check_external_data(path)
         raise ModelError(f"{path} is not a valid ONNX model: {str(exc).strip().splitlines()[0][:200]}",
                          "export the model again (torch.onnx.export, tf2onnx); a copy may be truncated") from exc
     try:
