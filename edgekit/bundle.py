@@ -229,11 +229,18 @@ def _check_files(path: Path, manifest: dict, check_hashes: bool) -> None:
             raise BundleError(f"{mpath}: {what} {name!r} is not listed in 'files'", "rebuild the bundle")
     for name, digest in manifest["files"].items():
         fpath = path / name
-        if root not in fpath.resolve().parents:
-            raise BundleError(f"{mpath}: file {name!r} points outside the bundle", "rebuild the bundle")
-        if not fpath.is_file():
-            raise BundleError(f"bundle {path} is missing {name}", "copy the whole bundle directory again")
-        if check_hashes and sha256_file(fpath) != digest:
+        short = name if len(name) <= 80 else name[:80] + "..."
+        try:
+            inside, present = root in fpath.resolve(strict=False).parents, fpath.is_file()
+            matches = not (check_hashes and inside and present) or sha256_file(fpath) == digest
+        except (OSError, ValueError, RuntimeError) as exc:  # a NUL byte, a name too long, a symlink loop
+            raise BundleError(f"{mpath}: file {short!r} cannot be read: {getattr(exc, 'strerror', None) or exc}",
+                              "rebuild the bundle") from exc
+        if not inside:
+            raise BundleError(f"{mpath}: file {short!r} points outside the bundle", "rebuild the bundle")
+        if not present:
+            raise BundleError(f"bundle {path} is missing {short}", "copy the whole bundle directory again")
+        if not matches:
             raise BundleError(
                 f"{fpath} does not match its sha256 in {MANIFEST} (corrupt or modified)",
                 "copy the bundle again or rebuild it",

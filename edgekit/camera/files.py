@@ -273,6 +273,9 @@ class _FolderReader:
         try:
             return read_image(path)
         except (ImageReadError, OSError):
+            if not path.parent.is_dir():  # the folder went away mid-run: not one bad image, the end of the source
+                raise CameraError(f"folder {path.parent} disappeared while its images were being read",
+                                  "check the disk or mount, and that nothing moves the folder during a run") from None
             return None
 
     def skip(self) -> bool:

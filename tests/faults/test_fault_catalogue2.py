@@ -302,3 +302,49 @@ def test_onnx_runtime_warnings_stay_off_a_quiet_run(capfd, cpu_bundle):
     code = main(["run", str(DETECTOR_ONNX), "--camera", "synthetic:64x64", "--max-frames", "2", "--quiet"])
     err = capfd.readouterr().err
     assert code == 0 and "onnxruntime" not in err, err
+
+
+# ---- bundle paths the OS refuses to look up -----------------------------------------------------------------
+
+def _entry(name: str, link: str | None = None):
+    def change(b: Path, m: dict) -> None:
+        if link is not None:
+            (b / link).symlink_to(link)  # a link to itself: a loop
+        m["files"][name] = "0" * 64
+
+    return change
+
+
+@pytest.mark.parametrize("change,needle", [
+    (_entry("a\0b"), "null byte"),  # ValueError from realpath
+    (_entry("a" * 5000), "too long"),  # OSError ENAMETOOLONG from is_file
+    (_entry(("a" * 200 + "/") * 30 + "x"), "too long"),
+    (_entry("loop/x", link="loop"), "loop"),  # RuntimeError from resolve
+])
+def test_file_entries_the_os_cannot_look_up(tmp_path, capsys, cpu_bundle, change, needle):
+    b, m = _copy(cpu_bundle, tmp_path)
+    change(b, m)
+    (b / "edgekit.json").write_text(json.dumps(m))
+    line = assert_refused(_run(capsys, b), needle)
+    assert len(line) < 400, line
+
+
+# ---- a folder camera whose folder goes away -------------------------------------------------------------
+
+def test_image_folder_removed_mid_run_is_an_error_not_the_end(tmp_path):
+    """It ended like a finished folder (exit 0), every remaining image counted as a read error."""
+    import cv2
+
+    from edgekit.camera import ImageFolderSource
+    from edgekit.errors import CameraError
+
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    for i in range(4):
+        cv2.imwrite(str(frames / f"{i}.png"), np.zeros((8, 8, 3), np.uint8))
+    source = ImageFolderSource(frames)
+    next(source)
+    shutil.rmtree(frames)
+    with pytest.raises(CameraError, match="disappeared"):
+        next(source)
+    source.close()
