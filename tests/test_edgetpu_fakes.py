@@ -321,3 +321,23 @@ print("Number of operations that will run on CPU: 1")
                                            "import argparse, os, shutil, sys, time\nsys.stdout = sys.stderr"))
     r = compile_model(int8, tmp_path / "out").report
     assert (r["compiler_version"], r["total_ops"], r["tpu_ops"], r["cpu_ops"]) == ("16.0.384591198", 3, 2, 1)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_read_only_out_dir_is_one_line(tmp_path, monkeypatch, int8):
+    install(tmp_path, monkeypatch, "pass")
+    out = tmp_path / "ro"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        with pytest.raises(CompilerError, match="cannot write the compiled model into"):
+            compile_model(int8, out)
+    finally:
+        out.chmod(0o755)
+
+
+def test_an_out_dir_that_is_a_file_is_one_line(tmp_path, monkeypatch, int8):
+    install(tmp_path, monkeypatch, "pass")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(CompilerError, match="cannot write the compiled model into .*file"):
+        compile_model(int8, tmp_path / "file")

@@ -135,8 +135,7 @@ def compile_model(
         return CompileResult(None, "not compiled", _unusable_on_path() or ABSENT_REASON, {})
     if not tflite_path.is_file():
         raise CompilerError(f"model {tflite_path} does not exist", "build the int8 model first")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".edgetpu-", dir=out_dir))  # same file system: the moves are renames
+    work = _work_dir(out_dir)
     try:
         # Absolute paths: a relative name starting with "-" would read as a flag.
         args = [exe, "--out_dir", str(work.resolve()), "--show_operations"]
@@ -159,6 +158,16 @@ def compile_model(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return CompileResult(compiled, "compiled", "", report)
+
+
+def _work_dir(out_dir: Path) -> Path:
+    """A fresh folder inside ``out_dir`` for the compiler (same file system: the moves are renames)."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=".edgetpu-", dir=out_dir))
+    except OSError as exc:
+        raise CompilerError(f"cannot write the compiled model into {out_dir}: {exc.strerror or exc}",
+                            "give a writable output folder") from exc
 
 
 def _outputs(work: Path, stem: str, stdout: str) -> tuple[Path | None, Path | None]:
