@@ -230,3 +230,19 @@ def test_onnx_with_external_weights_loads_and_a_missing_weights_file_is_named(tm
         load_onnx(tmp_path / "net.onnx")
     assert err.value.message == "net.onnx keeps its weights in a separate file, net.onnx.data, which is not beside it"
     assert err.value.hint.startswith("copy net.onnx.data into ")
+
+
+def test_an_original_model_near_chance_on_the_eval_set_is_warned_about():
+    """A PyTorch model fed [0, 1] pixels instead of ImageNet-normalised ones scores near chance,
+    and the converted model just as badly: the ratio gate passes. The build now says so."""
+    from edgekit.builders.verify import weak_original_warning
+    from edgekit.image import InputSpec
+
+    spec = InputSpec(shape=(1, 3, 8, 8), layout="NCHW", colour="rgb", mean=(0.0,) * 3, std=(255.0,) * 3)
+    labels = np.repeat(np.arange(4), 10)
+    scores = np.eye(4, dtype=np.float32)[labels]
+    assert weak_original_warning([scores[:16], scores[16:]], labels, spec) is None  # 100 %: nothing to say
+    collapsed = np.eye(4, dtype=np.float32)[np.zeros(40, int)]  # every image called class 0
+    text = weak_original_warning([collapsed[:16], collapsed[16:]], labels, spec)
+    assert text.startswith("the original model itself gets 25% top-1 on the eval set (chance 25%)")
+    assert "colour rgb, mean [0.0, 0.0, 0.0], std [255.0, 255.0, 255.0]" in text and "--mean 123.675" in text

@@ -24,7 +24,7 @@ from edgekit.builders.log import BuildLog
 from edgekit.builders.openset import background_of, fit_variant
 from edgekit.builders.source import SourceModel
 from edgekit.builders.spool import Spool, chunk_size
-from edgekit.builders.verify import Comparison
+from edgekit.builders.verify import Comparison, weak_original_warning
 from edgekit.image import InputSpec, Preprocessor
 from edgekit.target import Target
 
@@ -83,6 +83,11 @@ class BuildContext:
             for dataset, images in (("eval", self.evalset), ("holdout", self.holdout)):
                 if images is not None and len(images):
                     self.reference[dataset] = self._reference(images, dataset)
+        if "eval" in self.reference and self.class_output is not None:  # builders/verify.py: the gate cannot see it
+            warning = weak_original_warning(self.reference["eval"][self.class_output].chunks(self.chunk),
+                                            self.evalset.labels, self.float_spec)
+            if warning:
+                self.log.warn(warning)
 
     def _reference(self, images: ImageSet, dataset: str) -> list[Spool]:
         """The original model's outputs for ``images``, one spool per output, a chunk at a time

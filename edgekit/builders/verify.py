@@ -8,12 +8,13 @@ applies (``raw``), the worst output (lowest cosine) speaks for the model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from edgekit.errors import ModelError
+from edgekit.image import InputSpec
 from edgekit.results import dequantize
 
 
@@ -227,3 +228,29 @@ def _top1(ref_top1: np.ndarray, conv_top1: np.ndarray, labels: np.ndarray | None
                            "converted": round(float(np.mean(conv_top1[mask] == c)), 4)}
     result["per_class"] = per_class
     return result
+
+
+WEAK_ORIGINAL = 0.5
+"""Below this top-1 of the original model on the eval set, the build warns: a converted model is
+gated against the original, so a wrong preprocessing guess passes the gate with both equally bad."""
+
+
+def weak_original_warning(chunks: Iterable[np.ndarray], labels: np.ndarray, spec: InputSpec) -> str | None:
+    """A warning when the original model itself scores under WEAK_ORIGINAL top-1 on the eval set.
+
+    ``chunks``: its class output for the eval images, in order. The usual causes: preprocessing
+    that differs from training (a PyTorch model normalised with ImageNet's mean/std, BGR vs RGB),
+    or eval folders that do not match the label order.
+    """
+    top1 = np.concatenate([np.asarray(c).reshape(len(c), -1).argmax(axis=1) for c in chunks] or [np.zeros(0, int)])
+    if not len(top1) or len(top1) != len(labels):
+        return None
+    accuracy = float(np.mean(top1 == labels))
+    if accuracy >= WEAK_ORIGINAL:
+        return None
+    n_classes = max(int(labels.max()) + 1, 1)
+    used = f"colour {spec.colour}, mean {list(spec.mean)}, std {list(spec.std)}"
+    return (f"the original model itself gets {accuracy:.0%} top-1 on the eval set (chance {1 / n_classes:.0%}); "
+            f"the gate compares converted with original, so it cannot see a wrong preprocessing: check {used} "
+            "against the model's training (--colour, --mean, --std; ImageNet-trained PyTorch models take "
+            "--mean 123.675,116.28,103.53 --std 58.395,57.12,57.375) and that the eval folders match its label order")
