@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgekit.builders.edgetpu_report import MAPPED, parse_compiler_output, parse_operation_table, parse_size
+from edgekit.builders.edgetpu_report import (
+    MAPPED,
+    parse_compiler_output,
+    parse_operation_table,
+    parse_size,
+    report_warnings,
+)
 from edgekit.errors import CompilerError, UsageError
 from edgekit.tflite.edgetpu_rules import ABSENT_REASON, COMPILER  # shared with `edgekit inspect`
 
@@ -373,7 +379,7 @@ def compile_for_edgetpu(
         if message:
             warnings.append(message)
     if result.status == "compiled":
-        warnings += _report_warnings(result.report, checked=min_tpu_ops is not None)
+        warnings += report_warnings(result.report, checked=min_tpu_ops is not None)
     return {
         "status": result.status,
         "reason": result.reason,
@@ -383,21 +389,3 @@ def compile_for_edgetpu(
         "compiler": result.report or None,
         "warnings": warnings,
     }
-
-
-def _report_warnings(report: dict[str, Any], checked: bool) -> list[str]:
-    """What a compiled model's report says the user should know: streamed parameters, and a
-    report edgekit could not read (a compiler other than Coral's, or a new output format)."""
-    warnings = []
-    if not report.get("compiler_version"):
-        warnings.append("edgetpu_compiler printed no 'Edge TPU Compiler version' line: is it Coral's compiler?")
-    if (report.get("tpu_ops") is None or not report.get("total_ops")) and not checked:
-        warnings.append("edgetpu_compiler's output gave no readable op counts: the Edge TPU share is unknown")
-    off_chip = report.get("off_chip_memory_used_bytes") or 0
-    if off_chip:
-        warnings.append(
-            f"{off_chip / 1024**2:.2f} MiB of parameters stream from the host on every inference "
-            "(they do not fit the on-chip cache)"
-        )
-    return warnings
-

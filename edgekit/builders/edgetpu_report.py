@@ -143,3 +143,20 @@ def parse_compiler_output(stdout: str, log_text: str | None = None) -> dict[str,
     report["cpu_ops"] = (total - tpu) if total is not None and tpu is not None else None
     report["all_mapped"] = bool(total) and tpu == total
     return report
+
+
+def report_warnings(report: dict[str, Any], checked: bool) -> list[str]:
+    """What a compiled model's report says the user should know: streamed parameters, and a
+    report edgekit could not read (a compiler other than Coral's, or a new output format)."""
+    warnings = []
+    if not report.get("compiler_version"):
+        warnings.append("edgetpu_compiler printed no 'Edge TPU Compiler version' line: is it Coral's compiler?")
+    if (report.get("tpu_ops") is None or not report.get("total_ops")) and not checked:
+        warnings.append("edgetpu_compiler's output gave no readable op counts: the Edge TPU share is unknown")
+    off_chip = report.get("off_chip_memory_used_bytes") or 0
+    if off_chip:
+        warnings.append(
+            f"{off_chip / 1024**2:.2f} MiB of parameters stream from the host on every inference "
+            "(they do not fit the on-chip cache)"
+        )
+    return warnings
