@@ -148,7 +148,12 @@ class OnnxRuntime:
         if len(inputs) != 1:
             raise ModelError(f"{self.model_path} has {len(inputs)} inputs; edgekit runs single-input models")
         self._input_name = inputs[0].name
-        self._output_names = [o.name for o in self._session.get_outputs()]
+        outputs = self._session.get_outputs()
+        for o in outputs:  # a string label or a ZipMap (sklearn) decodes to nothing: say so at load
+            if not o.type.startswith("tensor(") or o.type in ("tensor(string)",):
+                raise ModelError(f"{self.model_path}: output '{o.name}' is {o.type}; edgekit decodes numeric tensors",
+                                 "export the model without its label/ZipMap post-processing (scores as a tensor)")
+        self._output_names = [o.name for o in outputs]
         self.input_spec = self._spec(inputs[0], input_spec, _size(input_size))
         self.output_quantization = [None] * len(self._output_names)  # ONNX outputs here are float
 
@@ -159,7 +164,15 @@ class OnnxRuntime:
         channel count (1 or 3) comes first, RGB or gray, pixels / 255 (stated by ``run``/``bench``)."""
         dims = list(node.shape)
         layout = _layout(dims)
-        dtype = _ONNX_DTYPES.get(node.type, "float32")
+        dtype = _ONNX_DTYPES.get(node.type)
+        if dtype is None:  # an int64/bool/string input would fail at the first frame, inside ONNX Runtime
+            raise ModelError(f"input '{node.name}' is {node.type}; edgekit feeds images as float32, float16, uint8 "
+                             "or int8", "export the model with an image input of one of those types")
+        batch = dims[0] if dims else None
+        if len(dims) != 4 or (isinstance(batch, int) and batch > 1):
+            raise ModelError(f"input '{node.name}' has shape {_dims(dims)}; edgekit feeds one image at a time: "
+                             "[1,H,W,C] or [1,C,H,W]",
+                             "export the model with one image input of batch 1 (or a dynamic batch)")
         hw = (2, 3) if layout == "NCHW" else (1, 2)
         shape = [d if isinstance(d, int) and d > 0 else 0 for d in dims]
         if shape:
@@ -168,8 +181,7 @@ class OnnxRuntime:
             if size is None and given is not None and len(given.shape) == 4:
                 size = (given.height, given.width)
             if size is None:
-                text = "[" + ",".join(str(d) if isinstance(d, int) and d > 0 else "?" for d in dims) + "]"
-                raise ModelError(f"input '{node.name}' has shape {text}: its height/width are not fixed",
+                raise ModelError(f"input '{node.name}' has shape {_dims(dims)}: its height/width are not fixed",
                                  "give the image size with --input-size HxW (e.g. --input-size 224x224)")
             if all(shape[i] for i in hw) and (shape[hw[0]], shape[hw[1]]) != tuple(size):
                 raise ModelError(f"--input-size {size[0]}x{size[1]} does not fit input '{node.name}', "
@@ -180,7 +192,9 @@ class OnnxRuntime:
             d.update(shape=shape, dtype=dtype, name=node.name)
             return InputSpec.from_dict(d)
         spec = InputSpec(shape=tuple(shape), dtype=dtype, layout=layout, name=node.name)
-        return InputSpec.from_dict({**spec.to_dict(), "colour": "gray" if spec.channels == 1 else "rgb"})
+        # an integer input of a bare model takes pixels as they are (0..255; int8: shifted by 128)
+        quant = {"scale": 1 / 255, "zero_point": -128 if dtype == "int8" else 0} if dtype in ("uint8", "int8") else {}
+        return InputSpec.from_dict({**spec.to_dict(), "colour": "gray" if spec.channels == 1 else "rgb", **quant})
 
     def infer(self, tensor: np.ndarray) -> list[np.ndarray]:
         """Run one inference on a tensor shaped and typed as ``input_spec``."""
@@ -230,6 +244,11 @@ class OnnxRuntime:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _dims(dims: list) -> str:
+    """``[1,3,?,?]``: a shape with its symbolic dimensions as ``?``."""
+    return "[" + ",".join(str(d) if isinstance(d, int) and d > 0 else "?" for d in dims) + "]"
 
 
 def _layout(dims: list) -> str:

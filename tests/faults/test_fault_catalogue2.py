@@ -348,3 +348,45 @@ def test_image_folder_removed_mid_run_is_an_error_not_the_end(tmp_path):
     with pytest.raises(CameraError, match="disappeared"):
         next(source)
     source.close()
+
+
+# ---- bare ONNX models edgekit cannot feed or decode -------------------------------------------------------
+
+def _onnx(path: Path, in_type: int, in_shape: list, out_type: int | None = None, out_shape: list | None = None) -> Path:
+    """A one-node ONNX model (Identity, or a Constant output of ``out_type``) written with the onnx API."""
+    from onnx import TensorProto, helper, save
+
+    out_type = in_type if out_type is None else out_type
+    if out_type == TensorProto.STRING:
+        node = helper.make_node("Constant", [], ["y"], value=helper.make_tensor("c", out_type, [1], [b"cat"]))
+    else:
+        node = helper.make_node("Identity", ["x"], ["y"])
+    graph = helper.make_graph([node], "m", [helper.make_tensor_value_info("x", in_type, in_shape)],
+                              [helper.make_tensor_value_info("y", out_type, out_shape or in_shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("name,in_type,shape,out_type,needle", [
+    ("batch4", 1, [4, 3, 8, 8], None, "one image at a time"),  # InvalidArgument at the first frame
+    ("flat", 1, [1, 64], None, "one image at a time"),  # IndexError
+    ("int64", 7, [1, 3, 8, 8], None, "tensor(int64)"),  # InvalidArgument at the first frame
+    ("labels", 1, [1, 3, 8, 8], 8, "tensor(string)"),  # ValueError in the raw head
+])
+def test_bare_onnx_model_edgekit_cannot_run(tmp_path, capsys, name, in_type, shape, out_type, needle):
+    pytest.importorskip("onnx")
+    model = _onnx(tmp_path / f"{name}.onnx", in_type, shape, out_type, [1] if out_type == 8 else None)
+    assert_refused(_run(capsys, model), needle)
+
+
+def test_bare_onnx_model_with_a_uint8_input_gets_pixels(tmp_path, capsys):
+    """A uint8 image input (raw pixels) was refused for want of a quantisation scale."""
+    pytest.importorskip("onnx")
+    model = _onnx(tmp_path / "u8.onnx", 2, [1, 8, 8, 3])
+    result = edgekit(capsys, "run", str(model), "--camera", "synthetic:64x64", "--max-frames", "1", "--json",
+                     "--warmup", "0")
+    assert result.code == 0, result.err
+    out = _strict(result.out.splitlines()[1])["outputs"][0]
+    assert out["dtype"] == "uint8" and out["max"] > 100  # pixels as they are, not pixels / 255
