@@ -246,3 +246,30 @@ def test_an_original_model_near_chance_on_the_eval_set_is_warned_about():
     text = weak_original_warning([collapsed[:16], collapsed[16:]], labels, spec)
     assert text.startswith("the original model itself gets 25% top-1 on the eval set (chance 25%)")
     assert "colour rgb, mean [0.0, 0.0, 0.0], std [255.0, 255.0, 255.0]" in text and "--mean 123.675" in text
+
+
+@pytest.mark.slow
+def test_keras_model_with_open_height_width_takes_input_size(tmp_path):
+    """--input-size was ignored for Keras and SavedModel sources ('give the model a fixed NHWC
+    image input'); it now fixes their open height/width as it does an ONNX model's."""
+    import keras
+
+    from edgekit.builders.source import load_source_model
+    from edgekit.errors import ModelError
+
+    model = keras.Sequential([keras.Input((None, None, 3)), keras.layers.Conv2D(4, 3),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(5)])
+    model.save(tmp_path / "fcn.keras")
+    model.export(tmp_path / "fcn_sm", verbose=False)
+    for path in (tmp_path / "fcn.keras", tmp_path / "fcn_sm"):
+        with pytest.raises(ModelError, match=r"its height/width are not fixed") as err:
+            load_source_model(path)
+        assert "--input-size HxW" in err.value.hint
+        source = load_source_model(path, (40, 24))
+        assert source.input_hwc == (40, 24, 3)
+        export = source.export_static(tmp_path / f"{path.name}_static")
+        assert (export / "saved_model.pb").is_file()
+    fixed = keras.Sequential([keras.Input((20, 20, 1)), keras.layers.Flatten(), keras.layers.Dense(2)])
+    fixed.save(tmp_path / "fixed.keras")
+    with pytest.raises(ModelError, match=r"--input-size 40x24 does not fit .*fixed at 20x20"):
+        load_source_model(tmp_path / "fixed.keras", (40, 24))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+from edgekit.builders.onnx_source import INPUT_SIZE_HINT
 from edgekit.builders.source_model import SourceModel, SourceOutput, import_tf, make_outputs, signature_keys
 from edgekit.errors import ModelError
 
@@ -21,7 +22,7 @@ SUPPORTED = ".keras, .h5, a SavedModel directory, or .onnx"
 def load_source_model(path: str | Path, input_size: tuple[int, int] | None = None) -> SourceModel:
     """Load a model for building; raises ModelError with a fix for bad files.
 
-    ``input_size`` (H, W) fixes an ONNX input whose height and width are symbolic.
+    ``input_size`` (H, W) fixes an input whose height and width the model leaves open.
     """
     path = Path(path)
     if not path.exists():
@@ -29,18 +30,18 @@ def load_source_model(path: str | Path, input_size: tuple[int, int] | None = Non
     if path.is_dir():
         if not (path / "saved_model.pb").is_file():
             raise ModelError(f"{path} is a directory but not a SavedModel (no saved_model.pb)", f"give {SUPPORTED}")
-        return _load_savedmodel(path)
+        return _load_savedmodel(path, input_size)
     suffix = path.suffix.lower()
     if suffix == ".keras":
         if not zipfile.is_zipfile(path):
             raise ModelError(f"{path} is corrupt: a .keras file must be a zip archive",
                              "re-save the model with model.save()")
-        return _load_keras(path)
+        return _load_keras(path, input_size)
     if suffix in (".h5", ".hdf5"):
         with open(path, "rb") as f:
             if f.read(8) != b"\x89HDF\r\n\x1a\n":
                 raise ModelError(f"{path} is corrupt: not an HDF5 file", "re-save the model")
-        return _load_keras(path)
+        return _load_keras(path, input_size)
     if suffix == ".onnx":
         from edgekit.builders.onnx_source import load_onnx
 
@@ -48,15 +49,24 @@ def load_source_model(path: str | Path, input_size: tuple[int, int] | None = Non
     raise ModelError(f"{path}: unsupported model format {suffix or '(no suffix)'}", f"edgekit build takes {SUPPORTED}")
 
 
-def _input_hwc(shape, path: Path) -> tuple[int, int, int]:
+def _input_hwc(shape, path: Path, input_size: tuple[int, int] | None = None) -> tuple[int, int, int]:
+    """(H, W, C) of an NHWC image input; ``input_size`` fixes a height/width the model leaves open."""
     dims = list(shape)[1:]
-    if len(dims) != 3 or any(d is None or int(d) <= 0 for d in dims):
-        raise ModelError(f"{path}: input shape {list(shape)} is not a static H x W x C image",
-                         "give the model a fixed NHWC image input")
+    if len(dims) != 3 or dims[2] is None or int(dims[2]) not in (1, 3):
+        raise ModelError(f"{path}: input shape {list(shape)} is not an NHWC image batch with 1 or 3 channels",
+                         "give the model an image input of shape (height, width, 1 or 3)")
+    open_hw = [d is None or int(d) <= 0 for d in dims[:2]]
+    if any(open_hw) and input_size is None:
+        raise ModelError(f"{path}: input shape {list(shape)}: its height/width are not fixed", INPUT_SIZE_HINT)
+    if input_size is not None and not any(open_hw) and tuple(int(d) for d in dims[:2]) != tuple(input_size):
+        raise ModelError(f"--input-size {input_size[0]}x{input_size[1]} does not fit {path}, fixed at "
+                         f"{dims[0]}x{dims[1]}", "leave out --input-size for this model")
+    if any(open_hw):
+        return int(input_size[0]), int(input_size[1]), int(dims[2])
     return tuple(int(d) for d in dims)
 
 
-def _load_keras(path: Path) -> SourceModel:
+def _load_keras(path: Path, input_size: tuple[int, int] | None = None) -> SourceModel:
     import_tf()
     import keras
 
@@ -71,7 +81,7 @@ def _load_keras(path: Path) -> SourceModel:
     names = _keras_output_names(model)
     # Keras 3 lists a dict-output model's outputs in name order, model.outputs in the same order
     shapes = [o.shape for o in model.outputs]
-    return SourceModel(path, "keras", _input_hwc(model.inputs[0].shape, path), model,
+    return SourceModel(path, "keras", _input_hwc(model.inputs[0].shape, path, input_size), model,
                        outputs=make_outputs(names, shapes), input_shape=list(model.inputs[0].shape))
 
 
@@ -86,7 +96,7 @@ def _keras_output_names(model) -> list[str]:
     return [getattr(t, "name", None) or f"output_{i}" for i, t in enumerate(model.outputs)]
 
 
-def _load_savedmodel(path: Path) -> SourceModel:
+def _load_savedmodel(path: Path, input_size: tuple[int, int] | None = None) -> SourceModel:
     tf = import_tf()
     try:
         loaded = tf.saved_model.load(str(path))
@@ -100,7 +110,7 @@ def _load_savedmodel(path: Path) -> SourceModel:
                          "export a model with one image input")
     name, spec = next(iter(inputs.items()))
     outs = dict(sorted(fn.structured_outputs.items()))
-    model = SourceModel(path, "savedmodel", _input_hwc(spec.shape, path), fn, input_name=name,
+    model = SourceModel(path, "savedmodel", _input_hwc(spec.shape, path, input_size), fn, input_name=name,
                         outputs=make_outputs(list(outs), [o.shape for o in outs.values()]),
                         input_shape=list(spec.shape))
     model._keepalive = loaded  # type: ignore[attr-defined]  # the signature needs its object alive
