@@ -273,3 +273,26 @@ def test_keras_model_with_open_height_width_takes_input_size(tmp_path):
     fixed.save(tmp_path / "fixed.keras")
     with pytest.raises(ModelError, match=r"--input-size 40x24 does not fit .*fixed at 20x20"):
         load_source_model(tmp_path / "fixed.keras", (40, 24))
+
+
+def test_weights_listed_as_inputs_are_dropped_so_fp16_loads(tmp_path):
+    """torch.onnx.export(keep_initializers_as_inputs=True): the jetson FP16 model kept those
+    inputs float32 with float16 weights, and ONNX Runtime refused it ('the file is corrupt')."""
+    import onnxruntime as ort
+
+    from edgekit.builders.onnx import to_fp16
+    from edgekit.builders.onnx_source import load_onnx
+
+    model = onnx.load(torch_gelu_onnx(tmp_path / "src.onnx"))
+    for init in model.graph.initializer:
+        model.graph.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+    onnx.save(model, tmp_path / "legacy.onnx")
+    source = load_onnx(tmp_path / "legacy.onnx")
+    assert [i.name for i in onnx.load_from_string(source.onnx).graph.input] == ["input.1"]
+    (tmp_path / "fp32.onnx").write_bytes(source.onnx)
+    to_fp16(tmp_path / "fp32.onnx", tmp_path / "fp16.onnx")
+    x = np.random.default_rng(0).random((1, 3, 16, 16), np.float32)
+    want = source.predict(x)[0]
+    session = ort.InferenceSession(str(tmp_path / "fp16.onnx"), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"input.1": x})[0]
+    np.testing.assert_allclose(got, want, atol=2e-2)

@@ -134,7 +134,13 @@ def _verified(ctx: BuildContext, variant: str, path: Path, seconds: float, names
     from edgekit.runtime.onnxrt import OnnxRuntime
 
     original = dict(zip(names, ctx.source.output_names))
-    with OnnxRuntime(path, providers=["cpu"]) as rt:
+    try:
+        rt = OnnxRuntime(path, providers=["cpu"])
+    except ModelError as exc:  # its message names the build's temporary folder and blames the file
+        raise ModelError(f"the {variant} ONNX model made from {ctx.source.path.name} does not load in ONNX Runtime: "
+                         + exc.message.replace(str(path), path.name)[:300],
+                         "build the other variant (--variants fp32 or fp16), or see build.log (--debug)") from exc
+    with rt:
         spec = rt.input_spec
         details = rt.output_details()
     # in the runtime's order, named as in the original model

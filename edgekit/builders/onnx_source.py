@@ -96,6 +96,12 @@ def prepare(model, input_size: tuple[int, int] | None):
     if len(inputs) != 1:
         raise ModelError(f"the model has {len(inputs)} inputs ({', '.join(i.name for i in inputs)}); "
                          "edgekit builds single-image models", "export the model with one image input")
+    if model.ir_version >= 4:
+        # torch.onnx.export(keep_initializers_as_inputs=True) lists every weight as an optional
+        # input too; nothing feeds them, and the FP16 converter turns the weights to float16 but not
+        # those inputs, which ONNX Runtime then refuses ("has element type tensor(float16)")
+        for graph_input in [i for i in model.graph.input if i.name in initializers]:
+            model.graph.input.remove(graph_input)
     node = inputs[0]
     _check_float_input(node)
     dims = _dims(node)
