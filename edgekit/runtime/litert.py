@@ -110,6 +110,22 @@ def spec_from_details(detail: dict, preprocess: InputSpec | None = None) -> Inpu
     return InputSpec.from_dict(d)
 
 
+def _check_image_input(path: Path, detail: dict) -> None:
+    """One image per inference with a fixed size, or a ModelError now: a batch of 4 failed at the
+    first frame (a ValueError inside set_tensor), and a symbolic height/width (``-1`` in the
+    signature) is allocated as 1, so the model silently ran on 1x1 images."""
+    shape = [int(s) for s in detail["shape"]]
+    signature = [int(s) for s in detail.get("shape_signature", shape)]
+    text = "[" + ",".join("?" if s < 0 else str(s) for s in signature) + "]"
+    if shape and shape[0] > 1:
+        raise ModelError(f"{path.name}: input '{detail.get('name', '')}' has shape {text}; edgekit feeds one "
+                         "image at a time", "convert the model with a batch of 1")
+    if len(signature) == 4 and any(s < 0 for s in signature[1:]):
+        raise ModelError(f"{path.name}: input '{detail.get('name', '')}' has shape {text}: its image size is not "
+                         "fixed (LiteRT would run it on 1x1 images)",
+                         "convert the model with a fixed input size, e.g. a [1,224,224,3] signature")
+
+
 def delegation_coverage(ops: list[dict]) -> dict[str, int]:
     """Count original nodes replaced by DELEGATE kernels.
 
@@ -234,6 +250,9 @@ class LiteRTRuntime:
             # on fd 2 with no switch to turn it off (edgekit.quiet): it goes to the DEBUG log.
             with native_stderr_to_log(log):
                 self._interp = mod.Interpreter(**kwargs)
+                inputs = self._interp.get_input_details()
+                if len(inputs) == 1:  # before allocating: a free image size is allocated as 1x1
+                    _check_image_input(self.model_path, inputs[0])
                 self._interp.allocate_tensors()
             self._input_details = self._interp.get_input_details()
             self._output_details = self._interp.get_output_details()

@@ -390,3 +390,22 @@ def test_bare_onnx_model_with_a_uint8_input_gets_pixels(tmp_path, capsys):
     assert result.code == 0, result.err
     out = _strict(result.out.splitlines()[1])["outputs"][0]
     assert out["dtype"] == "uint8" and out["max"] > 100  # pixels as they are, not pixels / 255
+
+
+# ---- bare TFLite models with a batch or a free image size ----------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signature,needle", [
+    ((4, 8, 8, 3), "one image at a time"),  # a ValueError inside set_tensor at the first frame
+    ((None, None, None, 3), "not fixed"),  # allocated as 1x1: the model silently saw 1x1 images
+])
+def test_bare_tflite_model_with_batch_or_free_size(tmp_path, capsys, signature, needle):
+    import keras
+
+    from tests.tflite_models import convert
+
+    inp = keras.Input((None, None, 3))
+    model = keras.Model(inp, keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3)(inp)))
+    path = tmp_path / "m.tflite"
+    path.write_bytes(convert(model, (1, 8, 8, 3), int8=False, signature=signature))
+    assert_refused(_run(capsys, path), needle)
