@@ -296,3 +296,33 @@ def test_weights_listed_as_inputs_are_dropped_so_fp16_loads(tmp_path):
     session = ort.InferenceSession(str(tmp_path / "fp16.onnx"), providers=["CPUExecutionProvider"])
     got = session.run(None, {"input.1": x})[0]
     np.testing.assert_allclose(got, want, atol=2e-2)
+
+
+@pytest.mark.slow
+def test_keras_file_that_needs_python_code_says_to_export_a_savedmodel(tmp_path):
+    """A Lambda layer or an unregistered custom class: the hint was 'check the file is a complete
+    model saved with model.save()', which it is."""
+    import keras
+
+    from edgekit.builders.source import load_source_model
+    from edgekit.errors import ModelError
+
+    inp = keras.Input((8, 8, 3))
+    out = keras.layers.Dense(2)(keras.layers.GlobalAveragePooling2D()(keras.layers.Lambda(lambda t: t * 2.0)(inp)))
+    model = keras.Model(inp, out)
+    model.save(tmp_path / "lambda.keras")
+    with pytest.raises(ModelError) as err:
+        load_source_model(tmp_path / "lambda.keras")
+    assert err.value.message.endswith("lambda.keras holds a Keras Lambda layer (Python code), which edgekit does "
+                                      "not run from a file")
+    assert err.value.hint.startswith("export it with model.export(DIR)")
+    model.export(tmp_path / "lambda_sm", verbose=False)  # what the hint says works
+    assert load_source_model(tmp_path / "lambda_sm").predict(np.ones((1, 8, 8, 3), np.float32))[0].shape == (1, 2)
+
+    class Twice(keras.layers.Layer):
+        def call(self, t):
+            return t * 2.0
+
+    keras.Model(inp, keras.layers.Flatten()(Twice(name="twice")(inp))).save(tmp_path / "custom.keras")
+    with pytest.raises(ModelError, match=r"custom.keras needs the custom Keras class 'Twice', which is not importable"):
+        load_source_model(tmp_path / "custom.keras")

@@ -7,6 +7,7 @@ only inside functions. A model may have several outputs: each keeps its name
 
 from __future__ import annotations
 
+import re
 import zipfile
 from pathlib import Path
 
@@ -73,8 +74,7 @@ def _load_keras(path: Path, input_size: tuple[int, int] | None = None) -> Source
     try:
         model = keras.models.load_model(path, compile=False)
     except Exception as exc:  # keras raises many types for damaged archives
-        raise ModelError(f"cannot load Keras model {path}: {str(exc).splitlines()[0][:200]}",
-                         "check the file is a complete model saved with model.save()") from exc
+        raise _keras_load_error(path, exc) from exc
     if len(model.inputs) != 1:
         raise ModelError(f"{path} has {len(model.inputs)} inputs; edgekit builds single-image models",
                          "export a model with one image input")
@@ -83,6 +83,22 @@ def _load_keras(path: Path, input_size: tuple[int, int] | None = None) -> Source
     shapes = [o.shape for o in model.outputs]
     return SourceModel(path, "keras", _input_hwc(model.inputs[0].shape, path, input_size), model,
                        outputs=make_outputs(names, shapes), input_shape=list(model.inputs[0].shape))
+
+
+def _keras_load_error(path: Path, exc: Exception) -> ModelError:
+    """What went wrong loading a Keras file: code the file needs (a lambda, a custom class) or damage."""
+    text = str(exc)
+    portable = ("export it with model.export(DIR) where it was trained and build that SavedModel "
+                "(it needs no Python code)")
+    if "Lambda" in text and "lambda" in text and "safe_mode" in text:
+        return ModelError(f"{path} holds a Keras Lambda layer (Python code), which edgekit does not run from a file",
+                          portable)
+    missing = re.search(r"Could not locate (class|function) '([^']+)'", text)
+    if missing:
+        return ModelError(f"{path} needs the custom Keras {missing.group(1)} '{missing.group(2)}', "
+                          "which is not importable here", portable)
+    return ModelError(f"cannot load Keras model {path}: {text.splitlines()[0][:200] if text else type(exc).__name__}",
+                      "check the file is a complete model saved with model.save()")
 
 
 def _keras_output_names(model) -> list[str]:
