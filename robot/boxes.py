@@ -67,7 +67,7 @@ class _Face:
             try:
                 self._pending.result(timeout=wait_s)
             except Exception as exc:  # noqa: BLE001 - reported with the run, which still counts
-                self.errors.append(f"face: {exc}")
+                self.errors.append(f"face: {str(exc) or type(exc).__name__}")
         return self.errors
 
 
@@ -91,7 +91,7 @@ def run_boxes(
     debouncer = debouncer or Debouncer(agree=3, min_confidence=0.5)
     pipeline = Pipeline(runtime, labels, warmup=warmup, window=RUN_WINDOW, task="detect", task_options=task_options)
     report = DemoReport()
-    speaker, face = _Speaker((say,), log), _Face(show, face_every_s)
+    speaker, face = _Speaker({"speech": say}, log), _Face(show, face_every_s)
     try:
         for frame, result in pipeline.steps(source, max_frames, duration_s):
             face.offer(frame.array, result.result)
@@ -141,8 +141,7 @@ def main_boxes(args: argparse.Namespace, runtime: Any, labels: Sequence[str] | N
                            face_every_s=args.face_every, log=None if args.quiet else out)
         print_report(report, out)
         print(f"face: {report.metrics['face_shown']} frames with boxes shown", file=out)
-        _finish(args, report, None, None, labels, out)
-    return 0
+        return _finish(args, report, None, None, labels, out)
 
 
 def _open_detector(args: argparse.Namespace, runtime: Any, labels: Sequence[str] | None,

@@ -9,9 +9,7 @@ def print_report(report: Any, out: TextIO) -> None:
     """The end-of-run summary: labels said, frame rates delivered vs processed, stage latencies."""
     m, s = report.metrics, report.source
     print(f"said ({len(report.said)}): {' '.join(report.said) or '-'}", file=out)
-    cam = s.get("camera_fps")
-    print(f"frames: camera {cam:.1f} fps, received {s.get('received')}, delivered {s.get('delivered')}, "
-          f"skipped {s.get('skipped')}" if cam else f"frames: {s}", file=out)
+    print(_frames_line(s), file=out)
     print(f"processed: {m.get('frames')} frames ({m.get('warmup')} warm-up), {m.get('fps', 0):.1f} fps; "
           f"model load {_ms(m.get('init_ms'))}, first inference {_ms(m.get('first_inference_ms'))}", file=out)
     print(f"{'stage':<13}{'count':>6}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'max ms':>9}", file=out)
@@ -23,6 +21,18 @@ def print_report(report: Any, out: TextIO) -> None:
                   f"{st['max_ms']:>9.3f}", file=out)
     for err in report.errors:
         print(f"warning: {err}", file=out)
+
+
+def _frames_line(source: dict[str, Any]) -> str:
+    """Camera frame accounting; a source that delivered none (or is not a camera) says so plainly."""
+    bad = source.get("undecodable")
+    bad_text = f", undecodable {bad}" if bad else ""
+    cam = source.get("camera_fps")
+    if not cam:
+        return (f"frames: no camera frame rate (received {source.get('received', 0)}, delivered "
+                f"{source.get('delivered', 0)}{bad_text})" if source else "frames: n/a (the source keeps no counts)")
+    return (f"frames: camera {cam:.1f} fps, received {source.get('received')}, delivered {source.get('delivered')}, "
+            f"skipped {source.get('skipped')}{bad_text}")
 
 
 def _ms(value: float | None) -> str:

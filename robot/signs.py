@@ -64,6 +64,7 @@ class Announcement:
     score: float
     t_ns: int
     t_capture_ns: int = 0  # when the frame that triggered it was captured
+    failed: str | None = None  # why the face or speech did not deliver it (None: delivered)
 
 
 @dataclass
@@ -79,7 +80,8 @@ class DemoReport:
 
     @property
     def said(self) -> list[str]:
-        return [a.label for a in self.announcements]
+        """The labels the robot delivered (an announcement whose speech or face failed is not)."""
+        return [a.label for a in self.announcements if a.failed is None]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -127,7 +129,7 @@ def run_demo(
     # top 2: the margin over the runner-up is the gate's second signal
     pipeline = Pipeline(runtime, labels, top_k=2, warmup=warmup, window=RUN_WINDOW)
     report = DemoReport()
-    speaker = _Speaker((show, say), log)
+    speaker = _Speaker({"face": show, "speech": say}, log)
     try:
         for frame, result in pipeline.steps(source, max_frames, duration_s):
             preds = result.classification.predictions
@@ -151,33 +153,39 @@ def run_demo(
 class _Speaker:
     """Calls the announce actions (face, speech) without waiting for them, timing each call."""
 
-    def __init__(self, actions: Sequence[Callable[[str], Any] | None], log: TextIO | None):
-        self.actions = [a for a in actions if a is not None]
+    def __init__(self, actions: dict[str, Callable[[str], Any] | None], log: TextIO | None):
+        self.actions = {name: a for name, a in actions.items() if a is not None}
         self.log = log
         self.recorder = LatencyRecorder("announce", window=RUN_WINDOW)
-        self.pending: list[concurrent.futures.Future] = []
+        self.pending: list[tuple[Announcement, str, concurrent.futures.Future]] = []
 
     def announce(self, top: Any, frame_index: int, t_capture_ns: int = 0) -> Announcement:
         """Say and show ``top.label`` (Futures are kept, not waited for: speech never holds up the camera)."""
         now = time.perf_counter_ns
         t0 = now()
-        for action in self.actions:
-            outcome = action(top.label)
-            if isinstance(outcome, concurrent.futures.Future):
-                self.pending.append(outcome)
+        outcomes = [(name, action(top.label)) for name, action in self.actions.items()]
         self.recorder.add(now() - t0)
         if self.log is not None:
             print(f"said: {top.label}  (frame {frame_index}, score {top.score:.3f})", file=self.log, flush=True)
-        return Announcement(top.label, top.index, frame_index, top.score, now(), t_capture_ns)
+        said = Announcement(top.label, top.index, frame_index, top.score, now(), t_capture_ns)
+        self.pending += [(said, name, f) for name, f in outcomes if isinstance(f, concurrent.futures.Future)]
+        return said
 
     def finish(self, wait_s: float) -> list[str]:
-        """Wait for the pending actions; the errors of those that failed."""
+        """Wait up to ``wait_s`` in all for the pending actions; one line per action that failed
+        or did not finish (its announcement is marked ``failed``)."""
+        done, _ = concurrent.futures.wait([f for _, _, f in self.pending], timeout=wait_s)
         errors = []
-        for fut in self.pending:
-            try:
-                fut.result(timeout=wait_s)
-            except Exception as exc:  # noqa: BLE001 - a failed utterance is reported, the run still counts
-                errors.append(str(exc))
+        for said, name, fut in self.pending:
+            if fut not in done:
+                problem = f"{name} not finished {'when the run ended' if wait_s <= 0 else f'after {wait_s:g} s'}"
+            elif fut.exception() is not None:
+                exc = fut.exception()
+                problem = f"{name} failed: {str(exc) or type(exc).__name__}"
+            else:
+                continue
+            said.failed = said.failed or problem
+            errors.append(f"{said.label!r} (frame {said.frame}): {problem}")
         return errors
 
 
@@ -233,7 +241,8 @@ def main(argv: Sequence[str] | None = None, runtime: Any = None, labels: Sequenc
          out: TextIO | None = None) -> int:
     """Entry point. ``runtime``/``labels`` replace the bundle's (tests pass a FakeRuntime).
 
-    Returns the exit code: 0, 2 for edgekit errors (message and fix on stderr), 130 on Ctrl-C.
+    Returns the exit code: 0, 1 when the robot failed to say or show an announcement, 2 for
+    edgekit errors (message and fix on stderr), 130 on Ctrl-C.
     """
     args = build_parser().parse_args(argv)
     out = out or sys.stdout
@@ -286,8 +295,7 @@ def _run(args: argparse.Namespace, runtime: Any, labels: Sequence[str] | None, o
                           max_frames=args.max_frames, duration_s=args.duration, until=until,
                           log=None if args.quiet else out)
         print_report(report, out)
-        _finish(args, report, truth, background, labels, out)
-    return 0
+        return _finish(args, report, truth, background, labels, out)
 
 
 def _open_runtime(args: argparse.Namespace, runtime: Any, labels: Sequence[str] | None,
@@ -321,8 +329,11 @@ def _load_truth(args: argparse.Namespace) -> list[str] | None:
 
 
 def _finish(args: argparse.Namespace, report: DemoReport, truth: list[str] | None, background: int | None,
-            labels: Sequence[str], out: TextIO) -> None:
-    """Acceptance summary (with --truth), the JSON report, and the failure that ended the run."""
+            labels: Sequence[str], out: TextIO) -> int:
+    """Acceptance summary (with --truth), the JSON report, and the failure that ended the run.
+
+    Returns the exit code: 1 when an announcement was not delivered (speech or face failed),
+    else 0; a failure that ended the run early is raised."""
     data = report.to_dict()
     if truth is not None:
         from robot.acceptance import print_acceptance, score_run
@@ -332,10 +343,16 @@ def _finish(args: argparse.Namespace, report: DemoReport, truth: list[str] | Non
         print_acceptance(acceptance, out)
         data["acceptance"] = acceptance
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, default=str)
+        from edgekit.atomic import write_text_atomic
+
+        write_text_atomic(args.json, json.dumps(data, indent=2, default=str), force=True)
     if report.failure is not None:
         raise report.failure
+    if report.errors:
+        print(f"robot.signs: {len(report.errors)} announcement action(s) failed; the robot did not say or show "
+              "everything (see the warnings)", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _open_robot(args: argparse.Namespace, stack: Any,

@@ -279,3 +279,58 @@ def test_acceptance_scores_latency_misses_repeats_and_false_announcements(tmp_pa
     (tmp_path / "bad.csv").write_text("file,label\nnope.png,a\n")
     with pytest.raises(UsageError, match="not in"):
         frame_truth(tmp_path / "bad.csv", tmp_path, hold=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# announcements the robot did not deliver
+
+
+def test_speaker_waits_once_in_all_and_names_each_undelivered_action():
+    import concurrent.futures
+    import time
+
+    from robot.signs import _Speaker
+
+    never, broken, fine = (concurrent.futures.Future() for _ in range(3))
+    broken.set_exception(RuntimeError())  # an exception without a message
+    fine.set_result(None)
+    futures = iter([never, broken, fine])
+    speaker = _Speaker({"speech": lambda text: next(futures), "face": None}, None)
+    top = type("Top", (), {"label": "a", "index": 0, "score": 0.9})
+    said = [speaker.announce(top, i) for i in range(3)]
+    t0 = time.perf_counter()
+    errors = speaker.finish(wait_s=0.3)
+    assert time.perf_counter() - t0 < 1.0  # one deadline, not 0.3 s per pending action
+    assert errors == ["'a' (frame 0): speech not finished after 0.3 s", "'a' (frame 1): speech failed: RuntimeError"]
+    assert [s.failed is None for s in said] == [False, False, True]
+
+
+def test_speech_that_fails_on_the_robot_is_not_counted_as_said_and_the_exit_code_says_so(tmp_path, monkeypatch):
+    import grpc
+
+    def crash(robot, protocol, request, context):
+        context.abort(grpc.StatusCode.INTERNAL, "tts engine crashed")
+
+    folder = write_frames(tmp_path / "frames", ["background"] * 4 + ["a"] * 6)
+    runtime = brightness_model()
+    out = io.StringIO()
+    with FakeVector(folder, fps=20, loop=False, handlers={"SayText": crash}) as fake:
+        monkeypatch.setenv("HOME", str(fake.home))
+        code = main(["--serial", fake.serial, "--connect-timeout", "2", "--max-frames", "10",
+                     "--json", str(tmp_path / "run.json")], runtime=runtime, labels=LABELS, out=out)
+    text = out.getvalue()
+    assert code == 1
+    assert "said (0): -" in text and "speech failed: " in text and "INTERNAL" in text
+    data = json.loads((tmp_path / "run.json").read_text(encoding="utf-8"))
+    assert data["said"] == [] and data["announcements"][0]["label"] == "a"
+    assert "speech failed" in data["announcements"][0]["failed"]
+
+
+def test_the_frames_line_is_plain_when_no_frame_came():
+    from robot.report import _frames_line
+
+    assert _frames_line({"camera_fps": None, "received": 3, "delivered": 0, "undecodable": 3}) == \
+        "frames: no camera frame rate (received 3, delivered 0, undecodable 3)"
+    assert _frames_line({}) == "frames: n/a (the source keeps no counts)"
+    assert _frames_line({"camera_fps": 15.0, "received": 30, "delivered": 29, "skipped": 1}) == \
+        "frames: camera 15.0 fps, received 30, delivered 29, skipped 1"
