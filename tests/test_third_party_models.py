@@ -326,3 +326,47 @@ def test_keras_file_that_needs_python_code_says_to_export_a_savedmodel(tmp_path)
     keras.Model(inp, keras.layers.Flatten()(Twice(name="twice")(inp))).save(tmp_path / "custom.keras")
     with pytest.raises(ModelError, match=r"custom.keras needs the custom Keras class 'Twice', which is not importable"):
         load_source_model(tmp_path / "custom.keras")
+
+
+def yolo_like_onnx(path, size: int = 64, classes: int = 3):
+    """A YOLOv8-style export: ``images [1,3,S,S] -> output0 [1, 4+nc, N]``, boxes in input pixels
+    concatenated with sigmoid class scores in [0, 1] (the int8 pitfall of ultralytics/yolov5#10164)."""
+    rng = np.random.default_rng(0)
+    inits = [_const("w1", rng.normal(0, 0.1, (16, 3, 8, 8))), _const("w2", rng.normal(0, 0.5, (4 + classes, 16, 1, 1))),
+             numpy_helper.from_array(np.array([1, 4 + classes, -1], np.int64), "shape"), _const("scale", [size]),
+             numpy_helper.from_array(np.array([4, classes], np.int64), "split")]
+    nodes = [helper.make_node("Conv", ["images", "w1"], ["c1"], strides=[8, 8], kernel_shape=[8, 8], name="/m/c1"),
+             helper.make_node("Relu", ["c1"], ["r1"], name="/m/r"),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], kernel_shape=[1, 1], name="/m/c2"),
+             helper.make_node("Reshape", ["c2", "shape"], ["flat"], name="/m/rs"),
+             helper.make_node("Sigmoid", ["flat"], ["sig"], name="/m/sig"),
+             helper.make_node("Split", ["sig", "split"], ["box", "cls"], axis=1, name="/m/split"),
+             helper.make_node("Mul", ["box", "scale"], ["boxpx"], name="/m/mul"),
+             helper.make_node("Concat", ["boxpx", "cls"], ["output0"], axis=1, name="/m/cat")]
+    n = (size // 8) ** 2
+    graph = helper.make_graph(nodes, "main_graph", [helper.make_tensor_value_info("images", TensorProto.FLOAT,
+                                                                                  [1, 3, size, size])],
+                              [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 4 + classes, n])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="pytorch")
+    model.ir_version = 8
+    onnx.save(model, path)
+    path.with_suffix(".labels.txt").write_text("".join(f"k{i}\n" for i in range(classes)))
+    return path
+
+
+@pytest.mark.slow
+def test_ungated_int8_that_disagrees_with_the_original_gets_the_report_and_hint(tmp_path):
+    """Without --eval nothing gates int8: a YOLO-style model agreed on 12 % of the original's
+    detections and the build printed no warning. Now it warns and the mixed-range hint comes."""
+    from edgekit.builders.build import build
+    from tests.conftest import ROOT
+
+    model = yolo_like_onnx(tmp_path / "yolo.onnx")
+    [r] = build(model, "cpu", [ROOT / "calib" / "detect"], out=tmp_path / "dist", variants="int8", task="detect",
+                calib_count=100, quiet=True)
+    int8 = r.manifest["verification"]["models"]["int8"]
+    assert int8["holdout"]["agreement"] < 0.9 and r.passed  # not gated
+    hints = int8["quantization"]["hints"]
+    assert hints and "mixes ranges on axis 1: channels 0-3" in hints[0]
+    log = (r.bundle / "build.log").read_text()
+    assert "int8 agrees with the original on only" in log and "(not gated: give --eval to gate it)" in log
