@@ -124,10 +124,15 @@ def _preflight(args: argparse.Namespace) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the benchmark (or the accuracy evaluation) and print the table."""
+    from edgekit.outstream import guarded_stdout
+
     _json_flag(args)
     _preflight(args)
-    if args.eval:
-        return _evaluate(args)
+    with guarded_stdout():  # `--json > report.json` on a full disk: one error line, not exit 0 and a cut file
+        return _evaluate(args) if args.eval else _bench(args)
+
+
+def _bench(args: argparse.Namespace) -> int:
     from edgekit.bench import BenchConfig, run_bench
 
     config = BenchConfig(

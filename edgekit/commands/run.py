@@ -86,8 +86,11 @@ def main(args: argparse.Namespace) -> int:
         from edgekit.recording import open_recording
 
         recording = open_recording(args.save)  # before the model loads: a bad --save fails at once
+    from edgekit.outstream import guarded_stdout
+
     try:
-        return _run(args, recording)
+        with guarded_stdout():  # `--json > file` on a full disk: one error line, not an OSError traceback
+            return _run(args, recording)
     except BaseException:
         if recording is not None:
             recording.abort()  # nothing half-written

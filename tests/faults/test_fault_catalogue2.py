@@ -409,3 +409,23 @@ def test_bare_tflite_model_with_batch_or_free_size(tmp_path, capsys, signature, 
     path = tmp_path / "m.tflite"
     path.write_bytes(convert(model, (1, 8, 8, 3), int8=False, signature=signature))
     assert_refused(_run(capsys, path), needle)
+
+
+# ---- results on stdout redirected to a full disk ------------------------------------------------------
+
+@pytest.mark.parametrize("unbuffered", ["1", ""])  # PYTHONUNBUFFERED=1 (Docker, systemd) cut the file off silently
+@pytest.mark.parametrize("verb", ["run", "bench"])
+def test_stdout_redirected_to_a_full_disk(tmp_path, cpu_bundle, full_disk, verb, unbuffered):  # noqa: F811
+    argv = {"run": ["run", str(cpu_bundle), "--camera", "synthetic:64x64", "--max-frames", "500", "--json",
+                    "--every", "0", "-q"],
+            "bench": ["bench", str(cpu_bundle), "--min-count", "5", "--repeats", "1", "--min-duration", "0.05",
+                      "--json", "-q"]}[verb]
+    _fill(full_disk)
+    os.remove(full_disk / "filler")
+    (full_disk / "filler").write_bytes(b"\0" * ((256 - 4) << 10))  # one page left: less than the output
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": unbuffered}
+    with open(full_disk / "out.json", "wb") as out:
+        proc = subprocess.run([sys.executable, "-m", "edgekit.cli", *argv], stdout=out, stderr=subprocess.PIPE,
+                              text=True, timeout=120, cwd=ROOT, env=env)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)  # bench exited 0 with the report cut off
+    assert "No space left" in proc.stderr and "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
