@@ -370,3 +370,36 @@ def test_ungated_int8_that_disagrees_with_the_original_gets_the_report_and_hint(
     assert hints and "mixes ranges on axis 1: channels 0-3" in hints[0]
     log = (r.bundle / "build.log").read_text()
     assert "int8 agrees with the original on only" in log and "(not gated: give --eval to gate it)" in log
+
+
+@pytest.mark.slow
+def test_savedmodel_with_one_named_signature_builds_from_it(tmp_path):
+    """tf.saved_model.save(obj, dir, signatures={'predict': fn}): was "cannot load SavedModel: 'serving_default'"."""
+    import tensorflow as tf
+
+    from edgekit.builders.source import load_source_model
+    from edgekit.errors import ModelError
+
+    class Net(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable(tf.eye(3))
+
+        @tf.function(input_signature=[tf.TensorSpec((None, 8, 8, 3), tf.float32)])
+        def predict(self, x):
+            return {"scores": tf.reduce_mean(x, axis=[1, 2]) @ self.w}
+
+        @tf.function(input_signature=[tf.TensorSpec((None, 8, 8, 3), tf.float32)])
+        def other(self, x):
+            return {"scores": x[:, 0, 0, :]}
+
+    net = Net()
+    tf.saved_model.save(net, str(tmp_path / "one"), signatures={"predict": net.predict})
+    source = load_source_model(tmp_path / "one")
+    assert source.signature == "predict" and source.output_names == ["scores"]
+    x = np.random.default_rng(0).random((2, 8, 8, 3), np.float32)
+    np.testing.assert_allclose(source.predict(x)[0], x.mean(axis=(1, 2)), rtol=1e-5)
+    static = load_source_model(source.export_static(tmp_path / "static"))
+    np.testing.assert_allclose(static.predict(x[:1])[0], x[:1].mean(axis=(1, 2)), rtol=1e-5)
+    tf.saved_model.save(net, str(tmp_path / "two"), signatures={"predict": net.predict, "other": net.other})
+    with pytest.raises(ModelError, match=r"has no serving_default signature \(it has other, predict\)"):
+        load_source_model(tmp_path / "two")

@@ -116,10 +116,11 @@ def _load_savedmodel(path: Path, input_size: tuple[int, int] | None = None) -> S
     tf = import_tf()
     try:
         loaded = tf.saved_model.load(str(path))
-        fn = loaded.signatures["serving_default"]
     except Exception as exc:
         raise ModelError(f"cannot load SavedModel {path}: {str(exc).splitlines()[0][:200]}",
                          "export it with model.export(dir) or tf.saved_model.save") from exc
+    signature = _signature_key(path, list(loaded.signatures.keys()))
+    fn = loaded.signatures[signature]
     inputs = fn.structured_input_signature[1]
     if len(inputs) != 1:
         raise ModelError(f"{path} serving signature has {len(inputs)} inputs; edgekit builds single-image models",
@@ -128,6 +129,18 @@ def _load_savedmodel(path: Path, input_size: tuple[int, int] | None = None) -> S
     outs = dict(sorted(fn.structured_outputs.items()))
     model = SourceModel(path, "savedmodel", _input_hwc(spec.shape, path, input_size), fn, input_name=name,
                         outputs=make_outputs(list(outs), [o.shape for o in outs.values()]),
-                        input_shape=list(spec.shape))
+                        input_shape=list(spec.shape), signature=signature)
     model._keepalive = loaded  # type: ignore[attr-defined]  # the signature needs its object alive
     return model
+
+
+def _signature_key(path: Path, keys: list[str]) -> str:
+    """The signature to build: ``serving_default``, else the only one there is."""
+    if "serving_default" in keys:
+        return "serving_default"
+    if len(keys) == 1:
+        return keys[0]
+    found = f"it has {', '.join(sorted(keys))}" if keys else "it has none"
+    raise ModelError(f"SavedModel {path} has no serving_default signature ({found})",
+                     "export it with model.export(dir), or tf.saved_model.save(obj, dir, "
+                     "signatures={'serving_default': fn})")

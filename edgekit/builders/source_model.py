@@ -83,6 +83,7 @@ class SourceModel:
     input_shape: list = field(default_factory=list)
     onnx: bytes | None = None
     opset: int | None = None
+    signature: str = "serving_default"  # the SavedModel signature built (a SavedModel source)
     _graph: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -143,7 +144,7 @@ class SourceModel:
         elif self.kind == "savedmodel":
             # Wrapping the SavedModel in a Keras layer keeps its variables tracked; re-exporting a
             # bare signature from a tf.Module fails with "untracked resource".
-            layer = keras.layers.TFSMLayer(str(self.path), call_endpoint="serving_default")
+            layer = keras.layers.TFSMLayer(str(self.path), call_endpoint=self.signature)
             inp = keras.Input(shape=self.input_hwc, batch_size=1)
             model = keras.Model(inp, layer(inp))
         else:
