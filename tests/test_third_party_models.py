@@ -403,3 +403,22 @@ def test_savedmodel_with_one_named_signature_builds_from_it(tmp_path):
     tf.saved_model.save(net, str(tmp_path / "two"), signatures={"predict": net.predict, "other": net.other})
     with pytest.raises(ModelError, match=r"has no serving_default signature \(it has other, predict\)"):
         load_source_model(tmp_path / "two")
+
+
+@pytest.mark.slow
+def test_savedmodel_with_a_uint8_input_is_refused_by_type(tmp_path):
+    """A TF Object Detection API style uint8 input was a TensorFlow InvalidArgumentError traceback."""
+    import tensorflow as tf
+
+    from edgekit.builders.source import load_source_model
+    from edgekit.errors import ModelError
+
+    class Net(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec((1, 8, 8, 3), tf.uint8, name="input_tensor")])
+        def serve(self, x):
+            return {"scores": tf.reduce_mean(tf.cast(x, tf.float32), axis=[1, 2])}
+
+    net = Net()
+    tf.saved_model.save(net, str(tmp_path / "u8"), signatures={"serving_default": net.serve})
+    with pytest.raises(ModelError, match=r"u8: input 'input_tensor' is uint8; edgekit feeds a model float32 images"):
+        load_source_model(tmp_path / "u8")

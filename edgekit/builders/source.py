@@ -78,11 +78,23 @@ def _load_keras(path: Path, input_size: tuple[int, int] | None = None) -> Source
     if len(model.inputs) != 1:
         raise ModelError(f"{path} has {len(model.inputs)} inputs; edgekit builds single-image models",
                          "export a model with one image input")
+    _check_float_input(path, model.inputs[0].name, model.inputs[0].dtype)
     names = _keras_output_names(model)
     # Keras 3 lists a dict-output model's outputs in name order, model.outputs in the same order
     shapes = [o.shape for o in model.outputs]
     return SourceModel(path, "keras", _input_hwc(model.inputs[0].shape, path, input_size), model,
                        outputs=make_outputs(names, shapes), input_shape=list(model.inputs[0].shape))
+
+
+def _check_float_input(path: Path, name: str, dtype) -> None:
+    """edgekit feeds float32 pixels ((value - mean) / std): refuse, by type, an input of another type
+    (a TF Object Detection API export takes uint8) instead of failing inside TensorFlow."""
+    kind = getattr(dtype, "name", None) or str(dtype)
+    if kind != "float32":
+        raise ModelError(f"{path}: input '{name}' is {kind}; edgekit feeds a model float32 images "
+                         "(scaled with --mean/--std)",
+                         "re-export it behind a float32 input (a function that takes float32, casts it and calls "
+                         "the model), then build with --mean 0 --std 1")
 
 
 def _keras_load_error(path: Path, exc: Exception) -> ModelError:
@@ -126,6 +138,7 @@ def _load_savedmodel(path: Path, input_size: tuple[int, int] | None = None) -> S
         raise ModelError(f"{path} serving signature has {len(inputs)} inputs; edgekit builds single-image models",
                          "export a model with one image input")
     name, spec = next(iter(inputs.items()))
+    _check_float_input(path, name, spec.dtype)
     outs = dict(sorted(fn.structured_outputs.items()))
     model = SourceModel(path, "savedmodel", _input_hwc(spec.shape, path, input_size), fn, input_name=name,
                         outputs=make_outputs(list(outs), [o.shape for o in outs.values()]),
