@@ -81,20 +81,23 @@ def main(args: argparse.Namespace) -> int:
     """Run the model on the camera until the source ends, a limit is reached or Ctrl-C."""
     if args.max_frames is not None and args.max_frames < 1:
         raise UsageError("--max-frames must be at least 1")
-    recording = None
-    if getattr(args, "save", None):
-        from edgekit.recording import open_recording
-
-        recording = open_recording(args.save)  # before the model loads: a bad --save fails at once
     from edgekit.outstream import guarded_stdout
 
-    try:
-        with guarded_stdout():  # `--json > file` on a full disk: one error line, not an OSError traceback
-            return _run(args, recording)
-    except BaseException:
-        if recording is not None:
-            recording.abort()  # nothing half-written
-        raise
+    # SIGTERM is an interrupt from here on: while the model loads or the camera opens too (it
+    # killed the process there, leaving --save's temporary file or folder behind)
+    with _sigterm_interrupts():
+        recording = None
+        if getattr(args, "save", None):
+            from edgekit.recording import open_recording
+
+            recording = open_recording(args.save)  # before the model loads: a bad --save fails at once
+        try:
+            with guarded_stdout():  # `--json > file` on a full disk: one error line, not an OSError traceback
+                return _run(args, recording)
+        except BaseException:
+            if recording is not None:
+                recording.abort()  # nothing half-written
+            raise
 
 
 def _run(args: argparse.Namespace, recording: Any) -> int:
@@ -120,8 +123,7 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
         try:
             if recording is not None and recording.fps is None:
                 recording.fps = _source_stats(source).get("nominal_fps")  # a video plays at the camera's rate
-            with _sigterm_interrupts():
-                _loop(pipeline, source, args, out, log, recording)
+            _loop(pipeline, source, args, out, log, recording)
         except KeyboardInterrupt:
             interrupted = True
         except (CameraError, SaveError) as exc:
@@ -135,7 +137,7 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
         _print_summary(summary, args, out, log)
         if error is not None:
             raise error
-        if pipeline.metrics.frames == 0:
+        if pipeline.metrics.frames == 0 and not interrupted:  # Ctrl-C before the first frame: not the camera's fault
             raise CameraError(
                 f"camera {args.camera} delivered no usable frames", "check the URI and that the camera/file has frames"
             )
@@ -179,7 +181,9 @@ def _sigterm_interrupts() -> Iterator[None]:
     """SIGTERM (systemd, ``timeout``, ``kill``) ends the run as Ctrl-C does: summary printed,
     recording finished. Only the main thread can set a handler; elsewhere nothing changes."""
     def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+        exc = KeyboardInterrupt()
+        exc.signum = signum  # the CLI exits 128 + signum (143) when it ends the run before the first frame
+        raise exc
 
     try:
         previous = signal.signal(signal.SIGTERM, interrupt)

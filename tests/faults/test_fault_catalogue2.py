@@ -429,3 +429,31 @@ def test_stdout_redirected_to_a_full_disk(tmp_path, cpu_bundle, full_disk, verb,
                               text=True, timeout=120, cwd=ROOT, env=env)
     assert proc.returncode == 2, (proc.returncode, proc.stderr)  # bench exited 0 with the report cut off
     assert "No space left" in proc.stderr and "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+
+
+# ---- SIGTERM while the camera opens ------------------------------------------------------------------
+
+@pytest.mark.parametrize("save", ["clip.mp4", "frames"])
+def test_sigterm_while_the_camera_opens_leaves_no_partial_recording(tmp_path, cpu_bundle, save):
+    """SIGTERM had its default action until the frame loop: the process died with --save's
+    temporary file (or folder) left behind. Now it is an interrupt wherever it lands."""
+    import signal
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with socket.socket() as camera:  # a stream that accepts the connection and never answers
+        camera.bind(("127.0.0.1", 0))
+        camera.listen()
+        camera.settimeout(60)
+        uri = f"rtsp://127.0.0.1:{camera.getsockname()[1]}/x"
+        proc = subprocess.Popen([sys.executable, "-m", "edgekit.cli", "run", str(cpu_bundle), "--camera", uri,
+                                 "--save", str(out / save), "-q", "-O", "open_timeout_s=1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, cwd=ROOT,
+                                env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)})
+        conn, _ = camera.accept()  # the run is inside open_camera now (FFmpeg's open returns within 1 s)
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+        conn.close()
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, err)
+    assert "Traceback" not in err and "interrupted" in err
+    assert list(out.iterdir()) == []
