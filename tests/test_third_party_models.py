@@ -422,3 +422,34 @@ def test_savedmodel_with_a_uint8_input_is_refused_by_type(tmp_path):
     tf.saved_model.save(net, str(tmp_path / "u8"), signatures={"serving_default": net.serve})
     with pytest.raises(ModelError, match=r"u8: input 'input_tensor' is uint8; edgekit feeds a model float32 images"):
         load_source_model(tmp_path / "u8")
+
+
+def test_onnx_whose_output_size_changes_with_the_image_is_one_error(tmp_path):
+    """A detector exported with NMS inside: the reference run was a numpy concatenate traceback."""
+    from edgekit.builders.onnx_source import load_onnx
+    from edgekit.errors import ModelError
+
+    rng = np.random.default_rng(0)
+    ints = {"shp": [1, 5, 16], "max_out": [10], "split": [4, 1], "two": [2], "ax": [1]}
+    inits = [_const("w", rng.normal(0, 0.1, (5, 3, 8, 8))), _const("iou", [0.5]), _const("thr", [0.1])]
+    inits += [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in ints.items()]
+    nodes = [helper.make_node("Conv", ["images", "w"], ["c"], strides=[8, 8], kernel_shape=[8, 8]),
+             helper.make_node("Reshape", ["c", "shp"], ["r"]), helper.make_node("Sigmoid", ["r"], ["s"]),
+             helper.make_node("Split", ["s", "split"], ["boxes_t", "scores"], axis=1),
+             helper.make_node("Transpose", ["boxes_t"], ["boxes"], perm=[0, 2, 1]),
+             helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_out", "iou", "thr"], ["sel"]),
+             helper.make_node("Gather", ["sel", "two"], ["i2"], axis=1),
+             helper.make_node("Squeeze", ["i2", "ax"], ["i"]),
+             helper.make_node("Gather", ["boxes", "i"], ["det"], axis=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 32, 32])],
+                              [helper.make_tensor_value_info("det", TensorProto.FLOAT, [1, "K", 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "nms.onnx")
+    source = load_onnx(tmp_path / "nms.onnx")
+    # the wider the pixel range, the more spread the boxes: NMS keeps a different number
+    images = (rng.random((4, 3, 32, 32)) - 0.5) * np.array([1, 16, 64, 128])[:, None, None, None]
+    with pytest.raises(ModelError) as err:
+        source.predict(images.astype(np.float32))
+    assert err.value.message.startswith("output 'det' of nms.onnx changes shape with the image (")
+    assert "Ultralytics nms=False" in err.value.hint

@@ -112,10 +112,22 @@ class SourceModel:
                 # a prepared ONNX has batch 1: one image per run, as the device runs it
                 runs = [self.handle.run(self.output_names, {self.input_name: chunk[j : j + 1]})
                         for j in range(len(chunk))]
-                chunks.append([np.concatenate([r[k] for r in runs]) for k in range(len(self.outputs))])
+                chunks.append([self._stack([r[k] for r in runs], k) for k in range(len(self.outputs))])
         if not chunks:
             return [np.zeros((0,) + tuple(d or 1 for d in o.shape), np.float32) for o in self.outputs]
         return [np.concatenate([c[k] for c in chunks]).astype(np.float32) for k in range(len(self.outputs))]
+
+    def _stack(self, rows: list[np.ndarray], k: int) -> np.ndarray:
+        """One output's per-image arrays as one batch; ModelError when its shape changes with the image."""
+        output = self.outputs[k]
+        shapes = {r.shape[1:] for r in rows}
+        if len(shapes) > 1 or any(d is not None and d != got for d, got in zip(output.shape, next(iter(shapes)))):
+            seen = ", ".join(str(list(s)) for s in sorted(shapes | {tuple(d or 0 for d in output.shape)}))
+            raise ModelError(f"output '{output.name}' of {self.path.name} changes shape with the image ({seen}): "
+                             "edgekit converts and runs models whose outputs have a fixed size",
+                             "export the model without the steps that keep a varying number of results "
+                             "(NMS, top-k by threshold: Ultralytics nms=False); edgekit's detect head does NMS")
+        return np.concatenate(rows)
 
     def _keras_graph(self) -> Any:
         """The Keras model as one ``tf.function`` over any batch size, traced once.
