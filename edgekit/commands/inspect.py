@@ -77,11 +77,14 @@ def main(args: argparse.Namespace) -> int:
             "use --target edgetpu, rpi or cpu",
         )
     result = {"target": target.name, **result}
-    if args.json:
-        json.dump(result, sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
-    else:
-        print(f"target {target.name}: {text}")
+    from edgekit.outstream import guarded_stdout
+
+    with guarded_stdout():  # `--json > report.json` on a full disk: one error line
+        if args.json:
+            json.dump(result, sys.stdout, indent=2, default=str)
+            sys.stdout.write("\n")
+        else:
+            print(f"target {target.name}: {text}")
     return 0
 
 

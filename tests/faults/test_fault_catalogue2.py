@@ -457,3 +457,12 @@ def test_sigterm_while_the_camera_opens_leaves_no_partial_recording(tmp_path, cp
     assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, err)
     assert "Traceback" not in err and "interrupted" in err
     assert list(out.iterdir()) == []
+
+
+def test_inspect_json_redirected_to_a_full_disk(tmp_path, cpu_bundle, full_disk):  # noqa: F811
+    _fill(full_disk)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    with open(full_disk / "filler", "ab") as out:
+        proc = subprocess.run([sys.executable, "-m", "edgekit.cli", "inspect", str(cpu_bundle), "--json"], stdout=out,
+                              stderr=subprocess.PIPE, text=True, timeout=120, cwd=ROOT, env=env)
+    assert proc.returncode == 2 and "No space left" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
