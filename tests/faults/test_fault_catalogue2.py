@@ -447,7 +447,8 @@ def test_sigterm_while_the_camera_opens_leaves_no_partial_recording(tmp_path, cp
         camera.settimeout(60)
         uri = f"rtsp://127.0.0.1:{camera.getsockname()[1]}/x"
         proc = subprocess.Popen([sys.executable, "-m", "edgekit.cli", "run", str(cpu_bundle), "--camera", uri,
-                                 "--save", str(out / save), "-q", "-O", "open_timeout_s=1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 "--save", str(out / save), "-q", "-O", "open_timeout_s=1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, cwd=ROOT,
                                 env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)})
         conn, _ = camera.accept()  # the run is inside open_camera now (FFmpeg's open returns within 1 s)
