@@ -23,6 +23,7 @@ from edgekit.image import InputSpec
 
 FORMAT_VERSION = 1
 MANIFEST = "edgekit.json"
+MAX_MANIFEST_BYTES = 16 << 20
 
 
 def sha256_file(path: str | Path) -> str:
@@ -156,6 +157,8 @@ def load_bundle(path: str | Path, check_hashes: bool = True, allow_rejected: boo
         raise BundleError(f"bundle {path} does not exist", "build one with: edgekit build ...")
     if not mpath.is_file():
         raise BundleError(f"{path} is not an edgekit bundle (no {MANIFEST})", "build one with: edgekit build ...")
+    if mpath.stat().st_size > MAX_MANIFEST_BYTES:  # a real one is a few KiB; read_text would take it all
+        raise BundleError(f"{mpath} is {mpath.stat().st_size >> 20} MiB, not an edgekit manifest", "rebuild the bundle")
     try:
         manifest = json.loads(mpath.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # "[" * 100000: RecursionError

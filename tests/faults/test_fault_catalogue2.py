@@ -467,3 +467,10 @@ def test_inspect_json_redirected_to_a_full_disk(tmp_path, cpu_bundle, full_disk)
         proc = subprocess.run([sys.executable, "-m", "edgekit.cli", "inspect", str(cpu_bundle), "--json"], stdout=out,
                               stderr=subprocess.PIPE, text=True, timeout=120, cwd=ROOT, env=env)
     assert proc.returncode == 2 and "No space left" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_huge_manifest_is_refused_before_it_is_read(tmp_path, capsys, cpu_bundle):
+    b, m = _copy(cpu_bundle, tmp_path)
+    m["padding"] = "x" * (17 << 20)  # valid JSON, read whole into memory before
+    (b / "edgekit.json").write_text(json.dumps(m))
+    assert_refused(_run(capsys, b), "17 MiB")
