@@ -180,8 +180,14 @@ class _VideoFileReader:
         self._failures = 0
 
     def _open(self) -> Any:
+        import logging
+
+        from edgekit.quiet import native_stderr_to_log
+
         cv2 = self._cv2
-        cap = cv2.VideoCapture(str(self.path), cv2.CAP_FFMPEG)
+        # FFmpeg prints "[mov,mp4,...] moov atom not found" to fd 2 beside our own one-line error
+        with native_stderr_to_log(logging.getLogger("edgekit.camera")):
+            cap = cv2.VideoCapture(str(self.path), cv2.CAP_FFMPEG)
         if not cap.isOpened():
             cap.release()
             raise CameraError(

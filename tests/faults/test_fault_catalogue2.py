@@ -474,3 +474,21 @@ def test_huge_manifest_is_refused_before_it_is_read(tmp_path, capsys, cpu_bundle
     m["padding"] = "x" * (17 << 20)  # valid JSON, read whole into memory before
     (b / "edgekit.json").write_text(json.dumps(m))
     assert_refused(_run(capsys, b), "17 MiB")
+
+
+def test_truncated_video_is_one_line_without_ffmpeg_chatter(tmp_path, capfd, cpu_bundle):
+    """FFmpeg's own "moov atom not found" reached the terminal beside edgekit's error."""
+    import cv2
+
+    from edgekit.cli import main
+
+    clip = tmp_path / "clip.mp4"
+    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter_fourcc(*"mp4v"), 10, (32, 32))
+    for i in range(20):
+        writer.write(np.full((32, 32, 3), i * 10, np.uint8))
+    writer.release()
+    clip.write_bytes(clip.read_bytes()[: clip.stat().st_size // 2])  # cut before the index
+    capfd.readouterr()
+    code = main(["run", str(cpu_bundle), "--camera", f"file:{clip}", "--max-frames", "2", "--quiet"])
+    err = capfd.readouterr().err
+    assert code == 2 and "moov" not in err and len(err.strip().splitlines()) == 2, err
