@@ -70,7 +70,9 @@ def converter(saved_model: Path, variant: str, representative: Iterable[np.ndarr
               io_dtype: str = "uint8"):
     """The ``TFLiteConverter`` :func:`convert` runs, set up for ``variant`` (the quantisation
     report's debugger calibrates with the very same settings)."""
-    import tensorflow as tf
+    from edgekit.builders.source_model import import_tf
+
+    tf = import_tf()  # TF's C++ log level set first: an ONNX build imports TensorFlow here, not at loading
 
     conv = tf.lite.TFLiteConverter.from_saved_model(str(saved_model))
     if variant == "fp16":
