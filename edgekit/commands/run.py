@@ -108,7 +108,9 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
     out: TextIO = sys.stdout
     log: TextIO = sys.stderr if args.json else sys.stdout  # keep stdout pure JSON with --json
     with open_model(args.model, args.variant, args.labels, **runtime_options(args)) as model:
-        _check_backend(getattr(args, "backend", None), model.runtime)
+        from edgekit.runtime.fit import check_backend_fits
+
+        check_backend_fits(getattr(args, "backend", None), model.runtime)
         info = model.runtime.describe()
         if args.json or not args.quiet:
             _print_header(model, info, args, out if args.json else log)
@@ -143,27 +145,6 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
             )
         _finish(recording, log, args)
     return 0
-
-
-def _check_backend(backend: str | None, runtime: Any) -> None:
-    """``--backend`` swaps the adapter only for models of its formats (so one bench can mix
-    .tflite and .onnx); for the one model of a run, a backend that cannot take it would
-    otherwise be ignored without a word (``--backend tensorrt`` on a .tflite ran LiteRT)."""
-    if not backend:
-        return
-    from pathlib import Path
-
-    from edgekit.runtime import BACKENDS
-
-    row = BACKENDS[backend]
-    if f"{type(runtime).__module__}:{type(runtime).__name__}" == row.adapter:
-        return
-    formats = row.formats
-    fmt = Path(str(getattr(runtime, "model_path", ""))).suffix.lstrip(".").lower() or "different"
-    if fmt not in formats:
-        raise UsageError(f"--backend {backend} runs {'/'.join(formats)} models; this model is a .{fmt} file",
-                         "drop --backend (the bundle's own runtime runs it), or give a bundle built for "
-                         f"a target whose models are {'/'.join(formats)}")
 
 
 def _finish(recording: Any, log: TextIO, args: argparse.Namespace) -> None:

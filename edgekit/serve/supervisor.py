@@ -170,12 +170,18 @@ class ModelSupervisor:
     def _open_configured(self) -> Any:
         """The default factory: ``[model]`` through :func:`edgekit.model.open_model`."""
         from edgekit.model import open_model
+        from edgekit.runtime.fit import check_backend_fits
 
         m = self.config.model
         if not m.path:
             raise UsageError("no model to serve", "give --bundle DIR (or --model FILE) or set [model] path")
         path = self.active_path or m.path
         opened = open_model(path, variant=m.name or None, labels=m.labels or None, **model_options(self.config))
+        try:
+            check_backend_fits(m.backend or None, opened.runtime, "[model] backend")
+        except UsageError:
+            opened.close()
+            raise
         if self.labels is None:
             self.labels = opened.labels
         self._task = (opened.task, opened.task_options)

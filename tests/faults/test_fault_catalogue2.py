@@ -492,3 +492,9 @@ def test_truncated_video_is_one_line_without_ffmpeg_chatter(tmp_path, capfd, cpu
     code = main(["run", str(cpu_bundle), "--camera", f"file:{clip}", "--max-frames", "2", "--quiet"])
     err = capfd.readouterr().err
     assert code == 2 and "moov" not in err and len(err.strip().splitlines()) == 2, err
+
+
+def test_serve_backend_that_cannot_run_the_model_is_refused(capsys, cpu_bundle):
+    result = edgekit(capsys, "serve", "--bundle", str(cpu_bundle), "--camera", "synthetic:64x64", "--http", "off",
+                     "--output", "", "--backend", "tensorrt", "--max-frames", "2", "--quiet")
+    assert_refused(result, "backend tensorrt")
