@@ -453,3 +453,42 @@ def test_onnx_whose_output_size_changes_with_the_image_is_one_error(tmp_path):
         source.predict(images.astype(np.float32))
     assert err.value.message.startswith("output 'det' of nms.onnx changes shape with the image (")
     assert "Ultralytics nms=False" in err.value.hint
+
+
+def test_a_model_that_scales_its_own_pixels_defaults_to_raw_pixels():
+    from edgekit.builders.inputs import preprocessing
+
+    assert preprocessing({}, 3)["std"] == (255.0,) * 3
+    assert preprocessing({}, 3, raw_pixels=True)["std"] == (1.0,) * 3
+    assert preprocessing({"std": (127.5,)}, 3, raw_pixels=True)["std"] == (127.5,) * 3  # what is given wins
+    assert preprocessing({"mean": (127.5,)}, 3, raw_pixels=True)["std"] == (255.0,) * 3
+
+
+@pytest.mark.slow
+def test_keras_model_with_its_own_rescaling_is_fed_0_255_pixels(tmp_path):
+    """keras.applications-style models rescale inside (Rescaling(1/255), Normalization in pixel
+    units): fed edgekit's default [0, 1] they saw inputs 255 times too small, and the gate passed."""
+    import keras
+
+    from edgekit.builders.build import build
+    from edgekit.builders.source import load_source_model
+
+    aug = keras.Sequential([keras.layers.RandomFlip()], name="augment")
+    inp = keras.Input((16, 16, 3))
+    x = keras.layers.Rescaling(1 / 255.0, name="to_unit")(aug(inp))
+    model = keras.Model(inp, keras.layers.Dense(3)(keras.layers.GlobalAveragePooling2D()(x)))
+    model.save(tmp_path / "app.keras")
+    assert load_source_model(tmp_path / "app.keras").scales_own_pixels == (
+        "its first layer 'to_unit' is Rescaling(0.00392157)")
+    norm = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Normalization(mean=[123.7] * 3,
+                                                                                  variance=[3400.0] * 3),
+                             keras.layers.Flatten(), keras.layers.Dense(2)])
+    norm.save(tmp_path / "norm.keras")
+    assert "Normalization with a mean in pixel units" in load_source_model(tmp_path / "norm.keras").scales_own_pixels
+    plain = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Rescaling(2.0), keras.layers.Flatten(),
+                              keras.layers.Dense(2)])
+    plain.save(tmp_path / "plain.keras")
+    assert load_source_model(tmp_path / "plain.keras").scales_own_pixels is None
+    [r] = build(tmp_path / "app.keras", "cpu", [CALIB], out=tmp_path / "dist", variants="fp32", calib_count=20,
+                quiet=True)
+    assert r.manifest["input"]["std"] == [1.0, 1.0, 1.0] and r.manifest["input"]["mean"] == [0.0, 0.0, 0.0]

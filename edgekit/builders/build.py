@@ -232,11 +232,14 @@ def _check_variants(target: Target, request: BuildRequest) -> None:
 def _float_spec(request: BuildRequest, source: SourceModel, side_pre: dict, log: BuildLog) -> InputSpec:
     """The original model's input with the build's preprocessing (sidecar file, then the request's)."""
     h, w, c = source.input_hwc
-    spec_kw = preprocessing(merge_options(side_pre, request.preprocess, PREPROCESS_KEYS), c)
+    given = merge_options(side_pre, request.preprocess, PREPROCESS_KEYS)
+    spec_kw = preprocessing(given, c, raw_pixels=bool(source.scales_own_pixels))
     log.info(f"model {request.model.name}: {source.kind}, input {h}x{w}x{c} ({source.layout}), "
              f"outputs {', '.join(f'{o.name} {list(o.shape)}' for o in source.outputs)}; preprocessing "
              + ", ".join(f"{k}={v}" for k, v in spec_kw.items())
-             + ("" if side_pre or request.preprocess else " (defaults: no preprocess.json beside the model)"))
+             + ("" if side_pre or request.preprocess else " (defaults: no preprocess.json beside the model)")
+             + (f"; pixels 0-255: {source.scales_own_pixels}"
+                if source.scales_own_pixels and "mean" not in given and "std" not in given else ""))
     return float_input_spec(source, spec_kw)
 
 

@@ -49,18 +49,21 @@ def explicit_labels(labels: tuple[str, ...] | Path | None) -> list[str] | None:
     return list(labels) if labels else None
 
 
-def preprocessing(given: dict[str, Any], channels: int) -> dict[str, Any]:
+def preprocessing(given: dict[str, Any], channels: int, raw_pixels: bool = False) -> dict[str, Any]:
     """InputSpec keywords (``given``: PREPROCESS_KEYS only) for a ``channels``-channel image, defaults added, checked.
 
-    Defaults: grey or RGB by channel count, pixels scaled to [0, 1] (mean 0, std 255); one
-    mean/std value is repeated for every channel.
+    Defaults: grey or RGB by channel count, pixels scaled to [0, 1] (mean 0, std 255), or left
+    0-255 (std 1) for a model that scales its own pixels (``raw_pixels``: a Keras model whose first
+    layer is Rescaling, :func:`edgekit.builders.source.scales_own_pixels`) unless a mean or std
+    is given; one mean/std value is repeated for every channel.
     """
     # a single number (a preprocess.json may say "mean": 127.5) counts as one value per channel
     spec_kw = {k: (tuple(v) if isinstance(v, list) else (v,) if k in ("mean", "std") and isinstance(v, (int, float))
                    else v) for k, v in given.items()}
     spec_kw.setdefault("colour", "gray" if channels == 1 else "rgb")
     spec_kw.setdefault("mean", (0.0,) * channels)
-    spec_kw.setdefault("std", (255.0,) * channels)
+    raw = raw_pixels and "mean" not in given and "std" not in given
+    spec_kw.setdefault("std", (1.0 if raw else 255.0,) * channels)
     for key in ("mean", "std"):
         if isinstance(spec_kw[key], tuple) and len(spec_kw[key]) == 1 and channels > 1:
             spec_kw[key] = tuple(spec_kw[key]) * channels

@@ -11,6 +11,8 @@ import re
 import zipfile
 from pathlib import Path
 
+import numpy as np
+
 from edgekit.builders.onnx_source import INPUT_SIZE_HINT
 from edgekit.builders.source_model import SourceModel, SourceOutput, import_tf, make_outputs, signature_keys
 from edgekit.errors import ModelError
@@ -83,7 +85,35 @@ def _load_keras(path: Path, input_size: tuple[int, int] | None = None) -> Source
     # Keras 3 lists a dict-output model's outputs in name order, model.outputs in the same order
     shapes = [o.shape for o in model.outputs]
     return SourceModel(path, "keras", _input_hwc(model.inputs[0].shape, path, input_size), model,
-                       outputs=make_outputs(names, shapes), input_shape=list(model.inputs[0].shape))
+                       outputs=make_outputs(names, shapes), input_shape=list(model.inputs[0].shape),
+                       scales_own_pixels=scales_own_pixels(model))
+
+
+def scales_own_pixels(model) -> str | None:
+    """The layer with which a Keras model scales raw 0-255 pixels itself, or None.
+
+    keras.applications models built with their preprocessing (EfficientNet, MobileNetV3,
+    ConvNeXt) and models following the Keras guides start with ``Rescaling`` (1/255, 1/127.5)
+    or a ``Normalization`` whose mean is in pixel units: fed edgekit's default [0, 1] pixels,
+    they would see inputs 255 times too small, and convert and pass the gate all the same.
+    Random* augmentation layers (inactive when predicting) and nested models are looked through.
+    """
+    layers = list(model.layers)
+    while layers:
+        layer = layers.pop(0)
+        kind = type(layer).__name__
+        if kind == "InputLayer" or kind.startswith("Random"):
+            continue
+        if hasattr(layer, "layers") and layer.layers:  # a nested Sequential/Model: its first layers
+            layers = list(layer.layers) + layers
+            continue
+        if kind == "Rescaling" and float(np.max(np.abs(layer.scale))) < 0.1:
+            return f"its first layer '{layer.name}' is Rescaling({float(np.ravel(layer.scale)[0]):.6g})"
+        mean = getattr(layer, "mean", None)
+        if kind == "Normalization" and mean is not None and float(np.max(np.asarray(mean))) > 2.0:
+            return f"its first layer '{layer.name}' is a Normalization with a mean in pixel units"
+        return None
+    return None
 
 
 def _check_float_input(path: Path, name: str, dtype) -> None:

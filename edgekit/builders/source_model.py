@@ -84,6 +84,7 @@ class SourceModel:
     onnx: bytes | None = None
     opset: int | None = None
     signature: str = "serving_default"  # the SavedModel signature built (a SavedModel source)
+    scales_own_pixels: str | None = None  # why the model takes raw 0-255 pixels (its own Rescaling layer)
     _graph: Any = field(default=None, repr=False, compare=False)
 
     @property
