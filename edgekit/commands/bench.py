@@ -43,7 +43,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     add_camera_options(parser)
     parser.add_argument(
-        "--frames", type=at_least(1), default=32, help="frames held in memory and replayed (default 32)"
+        "--frames", type=_frames, default=32,
+        help=f"frames held in memory and replayed (default 32, at most {MAX_FRAMES})"
     )
     g = parser.add_argument_group("measurement")
     g.add_argument(
@@ -92,6 +93,19 @@ def _json_flag(args: argparse.Namespace) -> None:
         raise UsageError("no model to benchmark", "give bundle directories (BUNDLE or BUNDLE:VARIANT) or model files")
 
 
+MAX_FRAMES = 1000  # held in memory: 1000 VGA frames are ~0.9 GB (1e8 was an endless allocation)
+# What matplotlib's savefig writes (its error for anything else came after the whole benchmark)
+_PLOT_FORMATS = ("png", "svg", "svgz", "pdf", "jpg", "jpeg", "tif", "tiff", "webp", "eps", "ps", "gif", "avif", "pgf",
+                 "raw", "rgba")
+
+
+def _frames(text: str) -> int:
+    value = at_least(1)(text)
+    if value > MAX_FRAMES:
+        raise argparse.ArgumentTypeError(f"at most {MAX_FRAMES} (they are held in memory), got {text}")
+    return value
+
+
 def _installed(module: str) -> bool:
     """Whether ``module`` can be imported, without importing it (matplotlib takes a second)."""
     import importlib.util
@@ -106,11 +120,17 @@ def _preflight(args: argparse.Namespace) -> None:
     """What would fail after minutes of measuring fails now: unwritable outputs, missing extras."""
     for flag in ("json_file", "csv", "plot"):
         target = getattr(args, flag)
+        if target and Path(target).is_dir():  # found after the whole benchmark, as an IsADirectoryError
+            raise UsageError(f"--{flag.replace('_', '-')} {target} is a directory", "name a file in it")
         if target and not os.access(Path(target).resolve().parent, os.W_OK):
             raise UsageError(
                 f"--{flag.replace('_', '-')} {target}: cannot write to {Path(target).resolve().parent}",
                 "choose an existing, writable directory",
             )
+    suffix = Path(args.plot).suffix.lower().lstrip(".") if args.plot else ""
+    if suffix and suffix not in _PLOT_FORMATS:
+        raise UsageError(f"--plot {args.plot}: matplotlib cannot write .{suffix} files",
+                         f"end the name in .png (or {', '.join(_PLOT_FORMATS[1:6])} ...)")
     if args.plot and not _installed("matplotlib"):
         raise BackendUnavailable("--plot needs matplotlib, which is not installed",
                                  "pip install 'edgekit-vision[plot]', or leave out --plot")

@@ -498,3 +498,16 @@ def test_serve_backend_that_cannot_run_the_model_is_refused(capsys, cpu_bundle):
     result = edgekit(capsys, "serve", "--bundle", str(cpu_bundle), "--camera", "synthetic:64x64", "--http", "off",
                      "--output", "", "--backend", "tensorrt", "--max-frames", "2", "--quiet")
     assert_refused(result, "backend tensorrt")
+
+
+# ---- bench outputs that fail only after the whole benchmark ----------------------------------------------
+
+@pytest.mark.parametrize("flags,needle", [
+    (("--csv", "{dir}"), "is a directory"),  # IsADirectoryError traceback after measuring
+    (("--json-file", "{dir}"), "is a directory"),  # its fix said "free some space"
+    (("--plot", "{dir}/plot.txt"), ".txt"),  # matplotlib's ValueError traceback after measuring
+    (("--frames", "100000000"), "--frames"),  # 1e8 frames allocated in memory
+])
+def test_bench_outputs_refused_before_measuring(tmp_path, capsys, cpu_bundle, flags, needle):
+    argv = [f.format(dir=tmp_path) for f in flags]
+    assert_refused(edgekit(capsys, "bench", str(cpu_bundle), "--min-count", "5", *argv), needle)
