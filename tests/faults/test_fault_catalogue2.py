@@ -511,3 +511,43 @@ def test_serve_backend_that_cannot_run_the_model_is_refused(capsys, cpu_bundle):
 def test_bench_outputs_refused_before_measuring(tmp_path, capsys, cpu_bundle, flags, needle):
     argv = [f.format(dir=tmp_path) for f in flags]
     assert_refused(edgekit(capsys, "bench", str(cpu_bundle), "--min-count", "5", *argv), needle)
+
+
+# ---- frames of odd shapes, straight into the frame loop --------------------------------------------------
+
+_RNG = np.random.default_rng(7)
+ODD_FRAMES = {
+    "gray": _RNG.integers(0, 256, (48, 64), dtype=np.uint8),
+    "gray-1ch": _RNG.integers(0, 256, (48, 64, 1), dtype=np.uint8),
+    "bgra": _RNG.integers(0, 256, (48, 64, 4), dtype=np.uint8),
+    "1x1": _RNG.integers(0, 256, (1, 1, 3), dtype=np.uint8),
+    "10000x10": _RNG.integers(0, 256, (10, 10000, 3), dtype=np.uint8),
+    "10x10000": _RNG.integers(0, 256, (10000, 10, 3), dtype=np.uint8),
+    "strided": _RNG.integers(0, 256, (48, 128, 3), dtype=np.uint8)[:, ::2],
+    "read-only": np.frombuffer(bytes(48 * 64 * 3), np.uint8).reshape(48, 64, 3),
+}
+UNUSABLE_FRAMES = {
+    "uint16": _RNG.integers(0, 65536, (48, 64, 3), dtype=np.uint16),
+    "float32": _RNG.random((48, 64, 3), dtype=np.float32),
+    "two-channel": np.zeros((48, 64, 2), np.uint8),
+    "batch": np.zeros((1, 48, 64, 3), np.uint8),
+    "empty": np.zeros((0, 64, 3), np.uint8),
+    "none": None,
+}
+
+
+@pytest.mark.parametrize("model", ["bundle", "onnx"])
+def test_odd_frames_give_results_or_are_counted_unusable(cpu_bundle, model):
+    """A camera's odd frames never raise out of the frame loop: a result, or a counted unusable frame."""
+    from edgekit.camera import Frame
+    from edgekit.model import open_model
+    from edgekit.pipeline import Pipeline
+
+    with open_model(cpu_bundle if model == "bundle" else DETECTOR_ONNX) as opened:
+        pipeline = Pipeline(opened.runtime, opened.labels, task=opened.task, task_options=opened.task_options,
+                            max_corrupt=None)
+        for name, array in ODD_FRAMES.items():
+            assert pipeline.step(Frame(array, 0, 0)) is not None, name
+        for name, array in UNUSABLE_FRAMES.items():
+            assert pipeline.step(Frame(array, 0, 0)) is None, name
+        assert pipeline.metrics.corrupt == len(UNUSABLE_FRAMES)
