@@ -277,8 +277,12 @@ class LiteRTRuntime:
     def infer(self, tensor: np.ndarray) -> list[np.ndarray]:
         """Run one inference on a tensor shaped and typed as ``input_spec``."""
         interp = self._interp
-        interp.set_tensor(self._input_index, tensor)
-        interp.invoke()
+        try:  # free when nothing is raised (Python 3.11's zero-cost exceptions)
+            interp.set_tensor(self._input_index, tensor)
+            interp.invoke()
+        except (ValueError, RuntimeError) as exc:  # a kernel that fails on this input: one line, not a traceback
+            raise ModelError(f"LiteRT failed running {self.model_path.name}: {exc}".splitlines()[0][:300],
+                             "the model cannot run on this input as converted: convert it again") from exc
         return [interp.get_tensor(i) for i in self._output_indices]
 
     # Read-only views of the interpreter, so builders, inspect and bench never reach into _interp.

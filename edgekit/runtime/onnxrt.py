@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import tempfile
 import time
@@ -61,8 +62,9 @@ def session_options(ort: Any, num_threads: int | None, profile: bool) -> Any:
     """``SessionOptions`` with intra-op threads (None/0: ONNX Runtime chooses) and profiling."""
     opts = ort.SessionOptions()
     # ONNX Runtime prints its warnings (e.g. "`tf_half_pixel_for_nn` is deprecated") in colour
-    # straight to stderr, even under --quiet: errors only, warnings too when edgekit logs at DEBUG (-vv).
-    severity = 2 if logging.getLogger("edgekit").isEnabledFor(logging.DEBUG) else 3
+    # straight to stderr, even under --quiet; its errors come back as exceptions (one line each), so it
+    # logs only fatal errors, and warnings too when edgekit logs at DEBUG (-vv).
+    severity = 2 if logging.getLogger("edgekit").isEnabledFor(logging.DEBUG) else 4
     ort.set_default_logger_severity(severity)
     opts.log_severity_level = severity
     if num_threads:
@@ -197,8 +199,16 @@ class OnnxRuntime:
         return InputSpec.from_dict({**spec.to_dict(), "colour": "gray" if spec.channels == 1 else "rgb", **quant})
 
     def infer(self, tensor: np.ndarray) -> list[np.ndarray]:
-        """Run one inference on a tensor shaped and typed as ``input_spec``."""
-        return self._session.run(self._output_names, {self._input_name: tensor})
+        """Run one inference on a tensor shaped and typed as ``input_spec``.
+
+        Raises ModelError when ONNX Runtime fails inside the graph (a Reshape that does not fit
+        the input it was given...): one line instead of its multi-line native report."""
+        try:
+            return self._session.run(self._output_names, {self._input_name: tensor})
+        except Exception as exc:  # onnxruntime's pybind exceptions (Fail, InvalidArgument...) share no base
+            raise ModelError(f"ONNX Runtime failed running {self.model_path.name}: {_ort_message(exc)}",
+                             "the model cannot run on this input as exported: run it with onnxruntime "
+                             "directly, or export it again") from exc
 
     def output_details(self) -> list[dict[str, Any]]:
         """Each output's ``name``, ``shape`` (symbolic dimensions as their names) and ONNX ``type``."""
@@ -244,6 +254,13 @@ class OnnxRuntime:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _ort_message(exc: Exception) -> str:
+    """ONNX Runtime's error in one line, without the source path and C++ signature in its middle."""
+    text = " ".join(str(exc).split())
+    text = re.sub(r"/onnxruntime_src/\S+ .*? was false\. ", "", text)
+    return text[:300]
 
 
 def _dims(dims: list) -> str:

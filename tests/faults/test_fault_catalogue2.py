@@ -551,3 +551,25 @@ def test_odd_frames_give_results_or_are_counted_unusable(cpu_bundle, model):
         for name, array in UNUSABLE_FRAMES.items():
             assert pipeline.step(Frame(array, 0, 0)) is None, name
         assert pipeline.metrics.corrupt == len(UNUSABLE_FRAMES)
+
+
+def test_onnx_model_failing_inside_the_graph_is_one_line(tmp_path, capfd):
+    """A Reshape that does not fit its input fails at the first frame: ONNX Runtime's multi-line
+    native report and a traceback, before."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, save
+
+    from edgekit.cli import main
+
+    target = helper.make_tensor("s", TensorProto.INT64, [2], [1, 100])
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "s"], ["y"])], "m",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 100])], initializer=[target])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    save(model, str(tmp_path / "m.onnx"))
+    capfd.readouterr()
+    code = main(["run", str(tmp_path / "m.onnx"), "--camera", "synthetic:64x64", "--max-frames", "2", "--quiet"])
+    err = capfd.readouterr().err
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 2, err
+    assert "reshaped" in err and "onnxruntime_src" not in err
