@@ -492,3 +492,9 @@ def test_keras_model_with_its_own_rescaling_is_fed_0_255_pixels(tmp_path):
     [r] = build(tmp_path / "app.keras", "cpu", [CALIB], out=tmp_path / "dist", variants="fp32", calib_count=20,
                 quiet=True)
     assert r.manifest["input"]["std"] == [1.0, 1.0, 1.0] and r.manifest["input"]["mean"] == [0.0, 0.0, 0.0]
+    signed = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Rescaling(1 / 127.5, offset=-1),
+                               keras.layers.Flatten(), keras.layers.Dense(2)])
+    signed.export(tmp_path / "signed_sm", verbose=False)  # as a SavedModel: found in its graph
+    assert load_source_model(tmp_path / "signed_sm").scales_own_pixels.endswith("divides the image by 127.5")
+    plain.export(tmp_path / "plain_sm", verbose=False)
+    assert load_source_model(tmp_path / "plain_sm").scales_own_pixels is None

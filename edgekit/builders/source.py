@@ -116,6 +116,46 @@ def scales_own_pixels(model) -> str | None:
     return None
 
 
+def _graph_scales_own_pixels(fn) -> str | None:
+    """:func:`scales_own_pixels` for a SavedModel signature: its first op on the image (past
+    Identity/Cast) divides it by 100 or more (a Keras Rescaling, as a Keras 2 ``model.save(dir)``
+    or a Keras 3 ``model.export(dir)`` keeps it)."""
+    try:  # reading a graph is best effort: the default stays [0, 1] when anything is unexpected
+        from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+        graph = convert_variables_to_constants_v2(fn, lower_control_flow=False,
+                                                  aggressive_inlining=True).graph.as_graph_def()
+        nodes = {n.name: n for n in graph.node}
+        frontier = {n.name for n in graph.node if n.op == "Placeholder"}
+        for _ in range(8):
+            users = [n for n in graph.node if any(i.split(":")[0] in frontier for i in n.input)]
+            for n in users:
+                divisor = _constant_divisor(n, nodes)
+                if divisor is not None and divisor >= 100:
+                    return f"its first op '{n.name}' divides the image by {divisor:.6g}"
+            frontier = {n.name for n in users if n.op in ("Identity", "Cast")}
+            if not frontier:
+                return None
+    except Exception:
+        return None
+    return None
+
+
+def _constant_divisor(node, nodes: dict) -> float | None:
+    """What a Mul or RealDiv node by a constant divides by (1 / the factor of a Mul), else None."""
+    from tensorflow.python.framework import tensor_util
+
+    if node.op not in ("Mul", "RealDiv"):
+        return None
+    for name in node.input:
+        const = nodes.get(name.split(":")[0])
+        if const is not None and const.op == "Const":
+            value = float(np.max(np.abs(tensor_util.MakeNdarray(const.attr["value"].tensor))))
+            if value > 0:
+                return 1 / value if node.op == "Mul" else value
+    return None
+
+
 def _check_float_input(path: Path, name: str, dtype) -> None:
     """edgekit feeds float32 pixels ((value - mean) / std): refuse, by type, an input of another type
     (a TF Object Detection API export takes uint8) instead of failing inside TensorFlow."""
@@ -172,7 +212,8 @@ def _load_savedmodel(path: Path, input_size: tuple[int, int] | None = None) -> S
     outs = dict(sorted(fn.structured_outputs.items()))
     model = SourceModel(path, "savedmodel", _input_hwc(spec.shape, path, input_size), fn, input_name=name,
                         outputs=make_outputs(list(outs), [o.shape for o in outs.values()]),
-                        input_shape=list(spec.shape), signature=signature)
+                        input_shape=list(spec.shape), signature=signature,
+                        scales_own_pixels=_graph_scales_own_pixels(fn))
     model._keepalive = loaded  # type: ignore[attr-defined]  # the signature needs its object alive
     return model
 
