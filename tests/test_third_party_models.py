@@ -498,3 +498,24 @@ def test_keras_model_with_its_own_rescaling_is_fed_0_255_pixels(tmp_path):
     assert load_source_model(tmp_path / "signed_sm").scales_own_pixels.endswith("divides the image by 127.5")
     plain.export(tmp_path / "plain_sm", verbose=False)
     assert load_source_model(tmp_path / "plain_sm").scales_own_pixels is None
+
+
+@pytest.mark.parametrize("factor, op, expected", [(1 / 255, "Mul", 255.0), (127.5, "Div", 127.5), (2.0, "Mul", None),
+                                                  (0.5, "Div", None)])
+def test_onnx_that_rescales_its_own_pixels_is_found(tmp_path, factor, op, expected):
+    """A Keras model with Rescaling exported by tf2onnx (NCHW: Transpose, then Mul by 1/127.5)."""
+    from edgekit.builders.onnx_source import load_onnx
+
+    nodes = [helper.make_node("Transpose", ["input.1"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node(op, ["t", "k"], ["s"], name="rescaling/mul"),
+             helper.make_node("ReduceMean", ["s"], ["y"], axes=[1, 2], keepdims=0)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])], [_const("k", factor)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    found = load_onnx(tmp_path / "m.onnx").scales_own_pixels
+    if expected is None:
+        assert found is None
+    else:
+        assert found == f"its first op 'rescaling/mul' divides the image by {expected:.6g}"

@@ -169,7 +169,31 @@ def load_onnx(path: Path, input_size: tuple[int, int] | None = None) -> SourceMo
                          f"{str(exc).strip().splitlines()[0][:200]}", _run_hint(dims, input_size)) from exc
     return SourceModel(path, "onnx", hwc, sess, input_name=name, static_batch=True, layout=layout,
                        outputs=make_outputs([o.name for o in outs], shapes), input_shape=dims, onnx=blob,
-                       opset=_opset(model))
+                       opset=_opset(model), scales_own_pixels=scales_own_pixels(model, name))
+
+
+def scales_own_pixels(model, input_name: str) -> str | None:
+    """Why the model takes 0-255 pixels, or None: its first op on the image (past Transpose,
+    Identity, Cast) divides it by 100 or more, as a Keras Rescaling exported by tf2onnx does."""
+    from onnx import numpy_helper
+
+    consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            consts[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    frontier = {input_name}
+    for _ in range(8):
+        users = [n for n in model.graph.node if frontier.intersection(n.input)]
+        for node in users:
+            factors = [float(abs(consts[i]).max()) for i in node.input if i in consts and consts[i].size]
+            divisor = (1 / factors[0] if node.op_type == "Mul" and factors and factors[0] > 0
+                       else factors[0] if node.op_type == "Div" and factors and node.input[1] in consts else None)
+            if divisor is not None and divisor >= 100:
+                return f"its first op '{node.name or node.op_type}' divides the image by {divisor:.6g}"
+        frontier = {o for n in users if n.op_type in ("Transpose", "Identity", "Cast") for o in n.output}
+        if not frontier:
+            return None
+    return None
 
 
 def _run_hint(dims: list, input_size: tuple[int, int] | None) -> str:
