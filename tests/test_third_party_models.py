@@ -519,3 +519,20 @@ def test_onnx_that_rescales_its_own_pixels_is_found(tmp_path, factor, op, expect
         assert found is None
     else:
         assert found == f"its first op 'rescaling/mul' divides the image by {expected:.6g}"
+
+
+def test_onnx_output_without_a_batch_dimension_is_named(tmp_path):
+    """A constant output (anchors, priors) was stacked image by image into a wrong shape, and every
+    variant was rejected with 'cosine None < 0.98'."""
+    from edgekit.builders.onnx_source import load_onnx
+    from edgekit.errors import ModelError
+
+    model = onnx.load(_tiny_onnx(tmp_path / "m.onnx"))
+    model.graph.initializer.append(numpy_helper.from_array(np.zeros((2, 4), np.float32), "priors"))
+    model.graph.node.append(helper.make_node("Identity", ["priors"], ["anchors"]))
+    model.graph.output.append(helper.make_tensor_value_info("anchors", TensorProto.FLOAT, [2, 4]))
+    onnx.save(model, tmp_path / "anchors.onnx")
+    with pytest.raises(ModelError) as err:
+        load_onnx(tmp_path / "anchors.onnx")
+    assert err.value.message == ("anchors.onnx: output 'anchors' has shape [2, 4] for one image: it has no batch "
+                                 "dimension (a constant such as anchors, or a count)")

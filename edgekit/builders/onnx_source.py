@@ -167,6 +167,11 @@ def load_onnx(path: Path, input_size: tuple[int, int] | None = None) -> SourceMo
     except Exception as exc:
         raise ModelError(f"ONNX Runtime cannot run {path.name} at input {shape_text(static)}: "
                          f"{str(exc).strip().splitlines()[0][:200]}", _run_hint(dims, input_size)) from exc
+    for out, shape in zip(outs, shapes):
+        if not shape or shape[0] != 1:  # edgekit stacks outputs image by image along the first dimension
+            raise ModelError(f"{path.name}: output '{out.name}' has shape {list(shape)} for one image: it has no "
+                             "batch dimension (a constant such as anchors, or a count)",
+                             "export the model without that output, or give it a leading batch dimension")
     return SourceModel(path, "onnx", hwc, sess, input_name=name, static_batch=True, layout=layout,
                        outputs=make_outputs([o.name for o in outs], shapes), input_shape=dims, onnx=blob,
                        opset=_opset(model), scales_own_pixels=scales_own_pixels(model, name))
