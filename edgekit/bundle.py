@@ -191,6 +191,9 @@ def load_bundle(path: str | Path, check_hashes: bool = True, allow_rejected: boo
     if problem := check_manifest(manifest.get("openset")):
         raise BundleError(f"{mpath}: {problem}", "rebuild the bundle")
     verification = manifest.get("verification") or {}
+    if not isinstance(verification.get("passed"), (bool, type(None))):  # "false" or 0 ran as passed
+        raise BundleError(f"{mpath}: verification.passed is {verification['passed']!r}, not true or false",
+                          "rebuild the bundle")
     if verification.get("passed") is False and not allow_rejected:
         raise BundleError(
             f"{path} failed its accuracy check at build time ({verification.get('reason') or 'see edgekit.json'})",

@@ -573,3 +573,12 @@ def test_onnx_model_failing_inside_the_graph_is_one_line(tmp_path, capfd):
     err = capfd.readouterr().err
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 2, err
     assert "reshaped" in err and "onnxruntime_src" not in err
+
+
+@pytest.mark.parametrize("passed", ["false", 0, 1, []])
+def test_verification_passed_that_is_not_a_bool(tmp_path, capsys, cpu_bundle, passed):
+    """A rejected bundle whose flag was written as "false" (or 0) ran as if it had passed."""
+    b, m = _copy(cpu_bundle, tmp_path)
+    m.setdefault("verification", {})["passed"] = passed
+    (b / "edgekit.json").write_text(json.dumps(m))
+    assert_refused(_run(capsys, b), "verification.passed")
