@@ -176,6 +176,12 @@ def _bench(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr, flush=True)
 
     report = run_bench(args.models, config, args.variants, progress)
+    if config.camera:  # the report (stdout, --json-file) names the camera: never a stream's password
+        import dataclasses
+
+        from edgekit.camera import redact_uri
+
+        report.config = dataclasses.replace(config, camera=redact_uri(config.camera))
     _print_report(report, args)
     return 0 if report.valid else 1
 

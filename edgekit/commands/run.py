@@ -141,7 +141,8 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
             raise error
         if pipeline.metrics.frames == 0 and not interrupted:  # Ctrl-C before the first frame: not the camera's fault
             raise CameraError(
-                f"camera {args.camera} delivered no usable frames", "check the URI and that the camera/file has frames"
+                f"camera {_shown(args.camera)} delivered no usable frames",
+                "check the URI and that the camera/file has frames",
             )
         _finish(recording, log, args)
     return 0
@@ -216,12 +217,19 @@ def _tensors(args: argparse.Namespace) -> dict[str, Any]:
 
 def _print_header(model, info: dict, args, out: TextIO) -> None:
     if args.json:
-        out.write(strict_dumps({"model": model.name, "camera": args.camera, "runtime": info, "task": model.task,
+        out.write(strict_dumps({"model": model.name, "camera": _shown(args.camera), "runtime": info, "task": model.task,
                               "assumed_input": model.assumed_input()}) + "\n")
         return
-    out.write(f"edgekit run: {model.name} on {args.camera}: {describe_runtime(info)}; task {model.task}\n")
+    out.write(f"edgekit run: {model.name} on {_shown(args.camera)}: {describe_runtime(info)}; task {model.task}\n")
     if model.assumed_input():
         out.write(f"  input: {model.assumed_input()}\n")
+
+
+def _shown(uri: str) -> str:
+    """The camera URI as printed and logged: a stream's password is not (``rtsp://***@host``)."""
+    from edgekit.camera import redact_uri
+
+    return redact_uri(uri)
 
 
 def _print_summary(summary: dict, args, out: TextIO, log: TextIO) -> None:

@@ -582,3 +582,52 @@ def test_verification_passed_that_is_not_a_bool(tmp_path, capsys, cpu_bundle, pa
     m.setdefault("verification", {})["passed"] = passed
     (b / "edgekit.json").write_text(json.dumps(m))
     assert_refused(_run(capsys, b), "verification.passed")
+
+
+# ---- a stream's password -----------------------------------------------------------------------------------
+
+@pytest.fixture
+def mjpeg_stream():
+    """An MJPEG-over-HTTP camera on loopback (what IP cameras serve), until the test ends."""
+    import http.server
+    import threading
+
+    import cv2
+
+    jpeg = cv2.imencode(".jpg", np.full((48, 64, 3), 90, np.uint8))[1].tobytes()
+
+    class Camera(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the stdlib's name
+            self.send_response(200)
+            self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
+            self.end_headers()
+            try:
+                for _ in range(2000):
+                    self.wfile.write(b"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: %d\r\n\r\n%s\r\n"
+                                     % (len(jpeg), jpeg))
+            except OSError:
+                pass
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Camera)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://viewer:s3cret@127.0.0.1:{server.server_address[1]}/video.mjpg"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("verb", ["run-json", "run", "bench"])
+def test_stream_password_is_not_printed(tmp_path, capsys, cpu_bundle, mjpeg_stream, verb):
+    """run printed the URI as given (header, --json header); bench's report (stdout and --json-file) too."""
+    report = tmp_path / "report.json"
+    argv = {"run-json": ("run", cpu_bundle, "--camera", mjpeg_stream, "--max-frames", "3", "--json"),
+            "run": ("run", cpu_bundle, "--camera", mjpeg_stream, "--max-frames", "3"),
+            "bench": ("bench", cpu_bundle, "--camera", mjpeg_stream, "--min-count", "3", "--repeats", "1",
+                      "--min-duration", "0.01", "--json", "--json-file", report)}[verb]
+    result = edgekit(capsys, *argv)
+    assert result.code in (0, 1), result.err
+    assert "s3cret" not in result.text and "127.0.0.1" in result.text
+    assert not report.exists() or "s3cret" not in report.read_text()
