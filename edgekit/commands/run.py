@@ -251,13 +251,16 @@ def format_summary(summary: dict) -> str:
         f"  {'stage':<14}{'n':>7}{'p50':>9}{'p90':>9}{'p99':>9}{'mean':>9}{'max':>9}  (ms)",
     ]
     for stage, s in summary["stages"].items():
-        lines.append(
-            f"  {stage:<14}{s['count']:>7}{s['p50_ms']:>9.3f}{s['p90_ms']:>9.3f}{s['p99_ms']:>9.3f}"
-            f"{s['mean_ms']:>9.3f}{s['max_ms']:>9.3f}"
-        )
+        lines.append(f"  {stage:<14}{s['count']:>7}" + "".join(
+            _cell(s[k]) for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms")))
     if summary.get("source"):
         lines.append("  source: " + ", ".join(f"{k} {_short(v)}" for k, v in summary["source"].items()))
     return "\n".join(lines) + "\n"
+
+
+def _cell(value: Any) -> str:
+    """A latency in the summary table; ``-`` where nothing was measured (all frames were warm-up)."""
+    return f"{value:>9.3f}" if isinstance(value, (int, float)) and value == value else f"{'-':>9}"
 
 
 def _short(value: Any) -> str:

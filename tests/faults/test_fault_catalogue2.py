@@ -62,6 +62,8 @@ def test_run_json_has_no_nan_when_no_frame_was_measured(capsys, cpu_bundle):
     assert result.code == 0, result.err
     lines = [_strict(line) for line in result.out.splitlines()]
     assert lines[-1]["summary"]["stages"]["inference"]["p50_ms"] is None
+    text = _run(capsys, cpu_bundle)
+    assert "nan" not in text.out, text.out  # the text table shows "-" where nothing was measured
 
 
 def test_run_json_of_a_model_emitting_nan_scores(tmp_path, capsys, cpu_bundle):
