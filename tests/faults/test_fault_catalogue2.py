@@ -66,6 +66,7 @@ def test_run_json_has_no_nan_when_no_frame_was_measured(capsys, cpu_bundle):
     assert "nan" not in text.out, text.out  # the text table shows "-" where nothing was measured
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # edgekit/image.py: reported
 def test_run_json_of_a_model_emitting_nan_scores(tmp_path, capsys, cpu_bundle):
     """A std of 1e-300 (finite, so accepted) makes every input inf and every score NaN: null in JSON."""
     b, m = _copy(cpu_bundle, tmp_path)
