@@ -70,15 +70,19 @@ class _Guarded:
 def guarded_stdout() -> Iterator[None]:
     """Within the block, ``sys.stdout`` failures are :class:`OutputError`; stdout is flushed at the end."""
     original = sys.stdout
-    sys.stdout = _Guarded(original)  # type: ignore[assignment]
+    # a closed stdout (`>&-`, some service managers) is None in Python: the results go nowhere
+    stream = original if original is not None else open(os.devnull, "w")  # noqa: SIM115 - closed below
+    sys.stdout = _Guarded(stream)  # type: ignore[assignment]
     try:
         yield
         sys.stdout.flush()
     except OutputError:
-        _discard(original)
+        _discard(stream)
         raise
     finally:
         sys.stdout = original
+        if stream is not original:
+            stream.close()
 
 
 def _discard(stream: Any) -> None:

@@ -634,3 +634,15 @@ def test_stream_password_is_not_printed(tmp_path, capsys, cpu_bundle, mjpeg_stre
     assert result.code in (0, 1), result.err
     assert "s3cret" not in result.text and "127.0.0.1" in result.text
     assert not report.exists() or "s3cret" not in report.read_text()
+
+
+@pytest.mark.parametrize("verb", ["run", "inspect"])
+def test_closed_stdout(tmp_path, cpu_bundle, verb):
+    """`edgekit run ... >&-` (cron, some service managers): Python's sys.stdout is None; it was an
+    AttributeError traceback at the first result."""
+    argv = {"run": ["run", str(cpu_bundle), "--camera", "synthetic:64x64", "--max-frames", "3"],
+            "inspect": ["inspect", str(cpu_bundle)]}[verb]
+    proc = subprocess.run([sys.executable, "-m", "edgekit.cli", *argv], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1),  # noqa: PLW1509 - as `>&-` does
+                          text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
