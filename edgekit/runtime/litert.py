@@ -177,6 +177,13 @@ def _check_delegate_fits(path: Path, delegate: str, compiled: bool) -> None:
             f"{path.name} is compiled for the Edge TPU and cannot run on the CPU",
             "run it with --delegate edgetpu on a machine with a Coral, or use the plain int8 model",
         )
+    if delegate == "edgetpu" and not compiled and path.name.endswith("_edgetpu.tflite"):
+        # named by edgetpu_compiler, yet without its op: a stand-in compiler, or one that mapped nothing
+        raise BackendUnavailable(
+            f"{path.name} carries the Edge TPU compiler's name but not its edgetpu-custom-op: the compiler "
+            "that wrote it compiled nothing for the Edge TPU",
+            "run the bundle's plain int8 model on the CPU (BUNDLE:int8), or rebuild with Coral's edgetpu_compiler",
+        )
     if delegate == "edgetpu" and not compiled:
         raise BackendUnavailable(
             f"{path.name} is not compiled for the Edge TPU, so it cannot run on one",

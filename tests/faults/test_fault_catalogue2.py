@@ -646,3 +646,17 @@ def test_closed_stdout(tmp_path, cpu_bundle, verb):
                           stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1),  # noqa: PLW1509 - as `>&-` does
                           text=True, timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_edgetpu_named_model_without_the_edgetpu_op(tmp_path, capsys, cpu_bundle):
+    """What a stand-in compiler leaves: `<name>_edgetpu.tflite` that is a plain model. The error
+    told the user to build with edgetpu_compiler on PATH, which they had done."""
+    b, m = _copy(cpu_bundle, tmp_path)
+    entry = m["models"][0]
+    renamed = entry["file"].replace(".tflite", "_edgetpu.tflite")
+    (b / entry["file"]).rename(b / renamed)
+    m["files"][renamed] = m["files"].pop(entry["file"])
+    entry["file"], entry["runtime_options"] = renamed, {"delegate": "edgetpu"}
+    (b / "edgekit.json").write_text(json.dumps(m))
+    line = assert_refused(_run(capsys, b), "edgetpu-custom-op")
+    assert "compiled nothing" in line
