@@ -660,3 +660,8 @@ def test_edgetpu_named_model_without_the_edgetpu_op(tmp_path, capsys, cpu_bundle
     (b / "edgekit.json").write_text(json.dumps(m))
     line = assert_refused(_run(capsys, b), "edgetpu-custom-op")
     assert "compiled nothing" in line
+
+
+def test_labels_flag_naming_an_endless_file(capsys, cpu_bundle):
+    """--labels /dev/zero read until memory ran out (read_text has no bound)."""
+    assert_refused(_run(capsys, cpu_bundle, "--labels", "/dev/zero"), "larger than 16 MiB")
