@@ -198,6 +198,7 @@ _MINIMUM = {  # (table, key) -> smallest allowed value
 
 
 MAX_SECONDS = 365 * 86400
+MAX_CONFIG_BYTES = 1 << 20
 
 
 def _type_name(value: Any) -> str:
@@ -299,7 +300,12 @@ def load_config(path: str | Path | None) -> ServeConfig:
         return ServeConfig()
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as f:  # bounded: --config /dev/zero read until memory ran out
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise UsageError(f"config file {path} is over {MAX_CONFIG_BYTES >> 20} MiB: not a serve configuration",
+                             "give the TOML file (edgekit serve --write-example-config PATH writes one)")
+        text = data.decode("utf-8")
     except FileNotFoundError as exc:
         raise UsageError(f"config file {path} does not exist",
                          "write a documented one: edgekit serve --write-example-config PATH") from exc

@@ -665,3 +665,8 @@ def test_edgetpu_named_model_without_the_edgetpu_op(tmp_path, capsys, cpu_bundle
 def test_labels_flag_naming_an_endless_file(capsys, cpu_bundle):
     """--labels /dev/zero read until memory ran out (read_text has no bound)."""
     assert_refused(_run(capsys, cpu_bundle, "--labels", "/dev/zero"), "larger than 16 MiB")
+
+
+def test_serve_config_naming_an_endless_file(capsys):
+    """--config /dev/zero read until memory ran out."""
+    assert_refused(edgekit(capsys, "serve", "--config", "/dev/zero", "--print-config"), "over 1 MiB")
