@@ -111,3 +111,83 @@ def fuse_gelu(model: Any) -> int:
     if not any(o.domain == GELU_DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(GELU_DOMAIN, 1))
     return len(chains)
+
+
+_NON_NEGATIVE = {"Relu", "Sigmoid", "HardSigmoid", "Softmax", "Abs", "Exp", "Sqrt"}
+_KEEPS_SIGN = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Identity", "Reshape", "Flatten",
+               "Transpose", "Resize", "Concat"}
+
+
+def _non_negative(name: str, producers: dict, consts: dict, depth: int = 8) -> bool:
+    """Whether tensor ``name`` can never be negative (a Relu's output, and what only pools or moves it)."""
+    node = producers.get(name)
+    if node is None or depth == 0:
+        return False
+    if node.op_type in _NON_NEGATIVE:
+        return True
+    if node.op_type == "Clip":  # ReLU6: Clip(x, 0, 6)
+        return len(node.input) > 1 and node.input[1] in consts and float(np.min(consts[node.input[1]])) >= 0
+    if node.op_type in _KEEPS_SIGN:
+        data = [i for i in node.input[: None if node.op_type == "Concat" else 1] if i]
+        return bool(data) and all(_non_negative(i, producers, consts, depth - 1) for i in data)
+    return False
+
+
+def _ceil_extra(size: int, kernel: int, stride: int, dilation: int, begin: int, end: int) -> int:
+    """End padding that makes a floor-mode pool give ceil_mode's output size (PyTorch's rule: the
+    last window starts inside the input or its begin padding)."""
+    span = (kernel - 1) * dilation + 1
+    out = -(-(size + begin + end - span) // stride) + 1
+    if (out - 1) * stride >= size + begin:
+        out -= 1
+    return max(0, (out - 1) * stride + span - (size + begin + end))
+
+
+def pad_maxpools(model: Any) -> int:
+    """Give padded (or ceil_mode) MaxPools of a non-negative input an explicit zero Pad; returns how many.
+
+    onnx2tf pads a MaxPool with float32's lowest value (-3.4e38; onnx2tf ``ops/MaxPool.py``,
+    PINTO0309/onnx2tf#444): int8 calibration then sees that value, and the int8 model of a
+    torchvision ResNet stem (Conv, ReLU, MaxPool pads 1) agreed with the original on 0 % of
+    images. After a ReLU every value is >= 0, so padding with 0 gives the same maxima.
+    """
+    from onnx import helper, numpy_helper, shape_inference
+
+    graph = model.graph
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+              for v in shape_inference.infer_shapes(model).graph.value_info}
+    shapes.update({v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in graph.input})
+    consts = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    producers = {o: n for n in graph.node for o in n.output}
+    done = 0
+    for node in list(graph.node):
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type != "MaxPool" or attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+            continue
+        shape = shapes.get(node.input[0], [])
+        kernel = list(attrs.get("kernel_shape", []))
+        rank = len(kernel)
+        pads = list(attrs.get("pads", [0] * 2 * rank))
+        if (not any(pads) and not attrs.get("ceil_mode")) or len(shape) != rank + 2 or not all(shape[2:]):
+            continue
+        if not _non_negative(node.input[0], producers, consts):
+            continue
+        strides = list(attrs.get("strides", [1] * rank))
+        dilations = list(attrs.get("dilations", [1] * rank))
+        if attrs.get("ceil_mode"):
+            pads[rank:] = [e + _ceil_extra(shape[2 + i], kernel[i], strides[i], dilations[i], pads[i], e)
+                           for i, e in enumerate(pads[rank:])]
+        padded = f"{node.input[0]}_edgekit_pad{done}"
+        pad_name = f"{padded}_pads"
+        graph.initializer.append(numpy_helper.from_array(np.array([0, 0, *pads[:rank], 0, 0, *pads[rank:]],
+                                                                  np.int64), pad_name))
+        graph.node.insert(list(graph.node).index(node),
+                          helper.make_node("Pad", [node.input[0], pad_name], [padded], name=f"edgekit_pad_{done}"))
+        node.input[0] = padded
+        for a in node.attribute:
+            if a.name == "pads":
+                a.ints[:] = [0] * 2 * rank
+            elif a.name == "ceil_mode":
+                a.i = 0
+        done += 1
+    return done

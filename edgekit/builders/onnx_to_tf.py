@@ -99,17 +99,20 @@ def onnx_to_saved_model(source: SourceModel, samples: np.ndarray, workdir: Path,
 
 
 def _rewritten(source: SourceModel, log: BuildLog) -> bytes:
-    """The prepared ONNX as onnx2tf gets it: erf-GELU chains fused (:mod:`edgekit.builders.onnx_rewrite`)."""
+    """The prepared ONNX as onnx2tf gets it: erf-GELU chains fused, padded MaxPools after a ReLU
+    padded with zeros first (:mod:`edgekit.builders.onnx_rewrite`)."""
     import onnx
 
-    from edgekit.builders.onnx_rewrite import fuse_gelu
+    from edgekit.builders.onnx_rewrite import fuse_gelu, pad_maxpools
 
     model = onnx.load_from_string(source.onnx or b"")
-    fused = fuse_gelu(model)
-    if not fused:
-        return source.onnx or b""
-    log.record(f"{fused} Div-Erf-Add-Mul-Mul chain(s) fused into Gelu (TFLite has no Erf)", prefix="onnx2tf job: ")
-    return model.SerializeToString()
+    fused, padded = fuse_gelu(model), pad_maxpools(model)
+    if fused:
+        log.record(f"{fused} Div-Erf-Add-Mul-Mul chain(s) fused into Gelu (TFLite has no Erf)", prefix="onnx2tf job: ")
+    if padded:
+        log.record(f"{padded} padded MaxPool(s) of a non-negative input given an explicit zero Pad (onnx2tf pads "
+                   "with -3.4e38, which int8 calibration cannot take)", prefix="onnx2tf job: ")
+    return model.SerializeToString() if fused or padded else source.onnx or b""
 
 
 def _result(job_dir: Path, proc: subprocess.CompletedProcess, source: SourceModel) -> dict:
