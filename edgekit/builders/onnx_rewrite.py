@@ -157,7 +157,7 @@ def pad_maxpools(model: Any) -> int:
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
               for v in shape_inference.infer_shapes(model).graph.value_info}
     shapes.update({v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in graph.input})
-    consts = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    consts = {**{i.name: numpy_helper.to_array(i) for i in graph.initializer}, **_constants(graph)}
     producers = {o: n for n in graph.node for o in n.output}
     done = 0
     for node in list(graph.node):
