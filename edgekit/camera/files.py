@@ -315,4 +315,7 @@ class ImageFolderSource(SequenceSource):
 
 def open_video(path: str, **options: Any) -> VideoFileSource:
     """Open ``file:PATH`` (``file:///abs/path`` too) or a bare path with a video suffix."""
-    return VideoFileSource(path[2:] if path.startswith("//") else path, **options)
+    path = path[2:] if path.startswith("//") else path
+    if not path.strip():  # `file://`: no path at all (it said ": no such video file")
+        raise CameraError("bad camera URI: file: names no file", "write file:PATH or file:///abs/path")
+    return VideoFileSource(path, **options)

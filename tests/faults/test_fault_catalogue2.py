@@ -670,3 +670,8 @@ def test_labels_flag_naming_an_endless_file(capsys, cpu_bundle):
 def test_serve_config_naming_an_endless_file(capsys):
     """--config /dev/zero read until memory ran out."""
     assert_refused(edgekit(capsys, "serve", "--config", "/dev/zero", "--print-config"), "over 1 MiB")
+
+
+def test_file_uri_without_a_path(capsys, cpu_bundle):
+    line = assert_refused(_run(capsys, cpu_bundle, camera="file://"), "names no file")
+    assert not line.endswith(": : no such video file")
