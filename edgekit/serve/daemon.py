@@ -127,13 +127,14 @@ class Daemon:
         if self._preflight["model"]:  # hot-swap needs the daemon to open [model] path itself
             self._swap = BundleSwap(cfg, self._model.open_candidate, self._model, self._stop)
             self._swap.start()
-        if cfg.http.listen:  # before the results file: a port in use must not leave an empty file behind
+        # the results file last: a port in use or a bad TLS file must not leave an empty file behind
+        if cfg.http.listen:
             self._start_http(*parse_address(cfg.http.listen, 9100, "[http] listen"))
-        self.sink = JsonLinesSink(cfg.output.jsonl, cfg.output.max_bytes, cfg.output.backups)
         if cfg.mqtt.host:
             self._start_mqtt()
             if self._swap is not None:  # swap outcomes become MQTT events (fleet dashboards, alerts)
                 self._swap.on_event = self._swap_event
+        self.sink = JsonLinesSink(cfg.output.jsonl, cfg.output.max_bytes, cfg.output.backups)
         self._started_ns = self._clock()
         self._capture.start()
         sd_notify("READY=1")

@@ -675,3 +675,16 @@ def test_serve_config_naming_an_endless_file(capsys):
 def test_file_uri_without_a_path(capsys, cpu_bundle):
     line = assert_refused(_run(capsys, cpu_bundle, camera="file://"), "names no file")
     assert not line.endswith(": : no such video file")
+
+
+def test_serve_bad_tls_file_leaves_no_results_file(tmp_path, capsys, cpu_bundle):
+    """The results file was created before MQTT's TLS settings were refused."""
+    bad = tmp_path / "ca.pem"
+    bad.write_text("not a certificate\n")
+    out = tmp_path / "results.jsonl"
+    config = tmp_path / "serve.toml"
+    config.write_text(f'[model]\npath = "{cpu_bundle}"\n[camera]\nuri = "synthetic"\n[output]\njsonl = "{out}"\n'
+                      f'[mqtt]\nhost = "127.0.0.1"\nport = 9\ntls = true\nca_file = "{bad}"\n[http]\nlisten = "off"\n')
+    before = snapshot(tmp_path)
+    assert_refused(edgekit(capsys, "serve", "--config", str(config), "--max-frames", "2"), "TLS")
+    assert_nothing_left(before, tmp_path)
