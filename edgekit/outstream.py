@@ -77,7 +77,7 @@ def guarded_stdout() -> Iterator[None]:
         yield
         sys.stdout.flush()
     except OutputError:
-        _discard(stream)
+        discard(stream)
         raise
     finally:
         sys.stdout = original
@@ -85,7 +85,13 @@ def guarded_stdout() -> Iterator[None]:
             stream.close()
 
 
-def _discard(stream: Any) -> None:
+def discard_stdout() -> None:
+    """Send the rest of stdout nowhere (its reader left, or it cannot be written)."""
+    stream = sys.stdout
+    discard(getattr(stream, "_stream", stream))
+
+
+def discard(stream: Any) -> None:
     """Point the stream's file descriptor at /dev/null: what is still buffered goes nowhere, quietly."""
     with contextlib.suppress(OSError, ValueError, AttributeError):  # no real descriptor (a test's capture)
         fd = stream.fileno()

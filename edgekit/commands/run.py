@@ -128,6 +128,11 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
             _loop(pipeline, source, args, out, log, recording)
         except KeyboardInterrupt:
             interrupted = True
+        except BrokenPipeError:  # the reader left (`--json | head`): end as Ctrl-C does, --save's frames kept
+            from edgekit.outstream import discard_stdout
+
+            interrupted = True
+            discard_stdout()
         except (CameraError, SaveError) as exc:
             error = exc  # print what was measured before reporting the failure
         finally:

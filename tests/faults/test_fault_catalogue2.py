@@ -688,3 +688,19 @@ def test_serve_bad_tls_file_leaves_no_results_file(tmp_path, capsys, cpu_bundle)
     before = snapshot(tmp_path)
     assert_refused(edgekit(capsys, "serve", "--config", str(config), "--max-frames", "2"), "TLS")
     assert_nothing_left(before, tmp_path)
+
+
+def test_reader_leaving_keeps_the_recording(tmp_path, cpu_bundle):
+    """`edgekit run ... --json --save out.mp4 | head`: the reader left, the run ended with exit 0
+    and the recording was thrown away."""
+    clip = tmp_path / "out.mp4"
+    proc = subprocess.Popen([sys.executable, "-m", "edgekit.cli", "run", str(cpu_bundle), "--camera",
+                             "synthetic:64x64@30", "--json", "--every", "0", "--save", str(clip)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)})
+    for _ in range(4):
+        proc.stdout.readline()
+    proc.stdout.close()  # as `head -4` does
+    err = proc.communicate(timeout=60)[1].decode()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert clip.is_file() and "saved" in err
