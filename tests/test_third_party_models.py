@@ -598,3 +598,38 @@ def test_resnet_stem_int8_matches_the_original(tmp_path):
     assert r.manifest["verification"]["models"]["int8"]["holdout"]["cosine"] > 0.999
     log = (r.bundle / "build.log").read_text()
     assert "padded MaxPool(s) of a non-negative input given an explicit zero Pad" in log
+
+
+@pytest.mark.slow
+def test_int8_model_xnnpack_cannot_prepare_runs_without_it(tmp_path):
+    """XNNPACK refused to prepare this int8 model ('failed to create XNNPACK runtime'): the build
+    died naming its temporary folder with 'check that the file is a complete .tflite model'. The
+    model now runs with LiteRT's built-in kernels, the bundle says so, and so does the build."""
+    from edgekit.builders.build import build
+    from edgekit.bundle import load_bundle
+    from tests.conftest import FRAMES
+
+    rng = np.random.default_rng(0)
+    inits = [_const("w", rng.normal(0, 0.3, (8, 3, 3, 3))), _const("fw", rng.normal(0, 0.3, (10, 128))),
+             _const("fb", np.zeros(10)), numpy_helper.from_array(np.array([1, 8, 8, 8], np.int64), "sizes"),
+             _const("roi", np.zeros(0)), _const("scales", np.zeros(0))]
+    nodes = [helper.make_node("Conv", ["input.1", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("MaxPool", ["c"], ["p"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+             helper.make_node("Resize", ["p", "roi", "scales", "sizes"], ["r"], mode="linear",
+                              coordinate_transformation_mode="align_corners"),
+             helper.make_node("AveragePool", ["r"], ["a"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                              count_include_pad=1),
+             helper.make_node("Flatten", ["a"], ["f"]),
+             helper.make_node("Gemm", ["f", "fw", "fb"], ["logits"], transB=1)]
+    image = helper.make_tensor_value_info("input.1", TensorProto.FLOAT, ["batch_size", 3, 32, 32])
+    graph = helper.make_graph(nodes, "main_graph", [image],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch_size", 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "pools.onnx")
+    [r] = build(tmp_path / "pools.onnx", "cpu", [FRAMES], out=tmp_path / "dist", variants="fp32,int8", quiet=True)
+    entries = {m.name: m for m in load_bundle(r.bundle).models}
+    assert entries["int8"].extra.get("runtime_options") == {"delegate": "none"}
+    assert "runtime_options" not in entries["fp32"].extra  # XNNPACK runs it: the target's options
+    log = (r.bundle / "build.log").read_text()
+    assert "XNNPACK cannot run pools_int8.tflite (failed to create XNNPACK runtime" in log

@@ -121,7 +121,7 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
     ``[build]`` option) gets the per-layer quantisation report (builders/quant_report.py).
     """
     from edgekit.builders.verify import LiteRTRunner
-    from edgekit.runtime.litert import LiteRTRuntime, spec_from_details
+    from edgekit.runtime.litert import spec_from_details
 
     with ctx.log.step(f"[{target.name}] convert {variant}") as step:
         rep = ctx.representative() if variant == "int8" else None
@@ -130,15 +130,13 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
     path.write_bytes(blob)
     order = output_order(path, [o.key for o in ctx.source.outputs])
     names = {pos: ctx.source.outputs[j].name for j, pos in enumerate(order)}
-    with LiteRTRuntime(path, delegate="xnnpack") as rt:
-        spec = spec_from_details(rt.input_details()[0], ctx.nhwc_spec)
-        outputs = tuple(dict(_output_dict(d), name=names[i], tensor=d["name"])
-                        for i, d in enumerate(rt.output_details()))
-        desc = rt.describe()
+    delegate, (input_detail, output_details, desc) = _open_details(ctx, target, path)
+    spec = spec_from_details(input_detail, ctx.nhwc_spec)
+    outputs = tuple(dict(_output_dict(d), name=names[i], tensor=d["name"]) for i, d in enumerate(output_details))
     check_shapes(ctx, [outputs[pos] for pos in order], path.name)
     coverage = {k: desc[k] for k in ("total_nodes", "delegated_nodes", "cpu_nodes")}
-    coverage["delegate"] = "XNNPACK"
-    with LiteRTRunner(path, order) as runner:
+    coverage["delegate"] = "XNNPACK" if delegate == "xnnpack" else "none"
+    with LiteRTRunner(path, order, delegate=delegate) as runner:
         verification = ctx.verify(variant, lambda tensors: _checked(path, runner(tensors)), spec)
     missed = any(isinstance(r, dict) and r.get("passed") is False for r in verification.values())
     if variant == "int8" and (missed or quant_report or _weak_ungated(ctx, target, verification)):
@@ -146,8 +144,39 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
         verification["quantization"] = _quant_report(ctx, target, saved, io_dtype, missed, tensors)
     model = BuiltModel(name=variant, file=path.name, format="tflite", precision=PRECISION[variant], input=spec,
                        outputs=outputs, convert_seconds=step["seconds"], bytes=len(blob), verification=verification,
-                       extra=task_extra(ctx.class_output, order))
+                       extra=task_extra(ctx.class_output, order),
+                       runtime_options=None if delegate == "xnnpack" else {"delegate": delegate})
     return model, coverage
+
+
+def _open_details(ctx: BuildContext, target: Target, path: Path) -> tuple[str, tuple]:
+    """The delegate a converted model runs with, and its (input detail, output details, description).
+
+    XNNPACK first, as the device runs it. When XNNPACK cannot prepare the model (seen: an int8
+    model with MaxPool ceil_mode, Resize align_corners and a padded AveragePool from a PyTorch
+    export: "failed to create XNNPACK runtime"), LiteRT's built-in kernels: the model's entry
+    then says ``delegate = "none"`` so the device does the same, and the build warns.
+    """
+    from edgekit.runtime.litert import LiteRTRuntime
+
+    try:
+        return "xnnpack", _details(LiteRTRuntime(path, delegate="xnnpack"))
+    except ModelError as exc:
+        reason = exc.message.replace(f"LiteRT cannot load {path}: ", "")[:200]
+    try:
+        details = _details(LiteRTRuntime(path, delegate="none"))
+    except ModelError as exc:
+        raise ModelError(f"[{target.name}] the converted {path.name} does not load in LiteRT: "
+                         + exc.message.replace(str(path), path.name)[:240],
+                         "build the other variants (--variants), or see build.log (--debug)") from exc
+    ctx.log.warn(f"[{target.name}] XNNPACK cannot run {path.name} ({reason}); the bundle runs it with "
+                 "LiteRT's built-in kernels (delegate none), which can be several times slower")
+    return "none", details
+
+
+def _details(rt) -> tuple:
+    with rt:
+        return rt.input_details()[0], rt.output_details(), rt.describe()
 
 
 def check_shapes(ctx: BuildContext, outputs: list[dict], file: str) -> None:
