@@ -56,7 +56,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_runtime_options(parser)
     add_bundle_options(parser)
     parser.add_argument("--max-frames", type=at_least(1), metavar="N", help="stop after N results")
-    parser.add_argument("--duration", type=at_least(0.0, float), metavar="S", help="stop after S seconds")
+    # 0 ran forever (a zero duration read as "no limit"): the shortest run is a millisecond
+    parser.add_argument("--duration", type=at_least(0.001, float), metavar="S", help="stop after S seconds")
     parser.add_argument("--top-k", type=at_least(1), default=3, help="classes shown per frame (default 3)")
     parser.add_argument("--warmup", type=at_least(0), default=5, help="frames left out of the statistics (default 5)")
     parser.add_argument(

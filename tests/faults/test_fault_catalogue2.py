@@ -99,6 +99,7 @@ def test_bench_json_of_invalid_runs_has_no_nan(tmp_path, capsys, cpu_bundle):
 @pytest.mark.parametrize("flags,needle", [
     (("--duration", "nan"), "--duration"),
     (("--duration", "inf"), "--duration"),
+    (("--duration", "0"), "--duration"),  # ran forever
     (("--every", "nan"), "--every"),
     (("--every", "-1"), "--every"),
     (("--stats-every", "inf"), "--stats-every"),
