@@ -143,13 +143,15 @@ def _ceil_extra(size: int, kernel: int, stride: int, dilation: int, begin: int, 
     return max(0, (out - 1) * stride + span - (size + begin + end))
 
 
-def pad_maxpools(model: Any) -> int:
-    """Give padded (or ceil_mode) MaxPools of a non-negative input an explicit zero Pad; returns how many.
+def pad_maxpools(model: Any, floors: dict[str, float] | None = None) -> int:
+    """Give padded (or ceil_mode) MaxPools an explicit finite Pad; returns how many.
 
     onnx2tf pads a MaxPool with float32's lowest value (-3.4e38; onnx2tf ``ops/MaxPool.py``,
     PINTO0309/onnx2tf#444): int8 calibration then sees that value, and the int8 model of a
     torchvision ResNet stem (Conv, ReLU, MaxPool pads 1) agreed with the original on 0 % of
-    images. After a ReLU every value is >= 0, so padding with 0 gives the same maxima.
+    images. After a ReLU every value is >= 0, so padding with 0 gives the same maxima; another
+    input is padded with ``floors[name]`` (twice the lowest value seen on the calibration
+    images, :func:`maxpool_floors`), below what int8 can represent of it anyway.
     """
     from onnx import helper, numpy_helper, shape_inference
 
@@ -170,7 +172,8 @@ def pad_maxpools(model: Any) -> int:
         pads = list(attrs.get("pads", [0] * 2 * rank))
         if (not any(pads) and not attrs.get("ceil_mode")) or len(shape) != rank + 2 or not all(shape[2:]):
             continue
-        if not _non_negative(node.input[0], producers, consts):
+        value = 0.0 if _non_negative(node.input[0], producers, consts) else (floors or {}).get(node.input[0])
+        if value is None:
             continue
         strides = list(attrs.get("strides", [1] * rank))
         dilations = list(attrs.get("dilations", [1] * rank))
@@ -181,8 +184,9 @@ def pad_maxpools(model: Any) -> int:
         pad_name = f"{padded}_pads"
         graph.initializer.append(numpy_helper.from_array(np.array([0, 0, *pads[:rank], 0, 0, *pads[rank:]],
                                                                   np.int64), pad_name))
-        graph.node.insert(list(graph.node).index(node),
-                          helper.make_node("Pad", [node.input[0], pad_name], [padded], name=f"edgekit_pad_{done}"))
+        graph.initializer.append(numpy_helper.from_array(np.array(value, np.float32), f"{padded}_value"))
+        graph.node.insert(list(graph.node).index(node), helper.make_node(
+            "Pad", [node.input[0], pad_name, f"{padded}_value"], [padded], name=f"edgekit_pad_{done}"))
         node.input[0] = padded
         for a in node.attribute:
             if a.name == "pads":
@@ -191,3 +195,29 @@ def pad_maxpools(model: Any) -> int:
                 a.i = 0
         done += 1
     return done
+
+
+def maxpool_floors(blob: bytes, input_name: str, samples: np.ndarray) -> dict[str, float]:
+    """For each padded MaxPool whose input may be negative: twice the lowest value that input
+    takes on ``samples`` (batch first, in the model's layout), run in ONNX Runtime; {} when none."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = onnx.load_from_string(blob)
+    consts = {**{i.name: numpy_helper.to_array(i) for i in model.graph.initializer}, **_constants(model.graph)}
+    producers = {o: n for n in model.graph.node for o in n.output}
+    wanted = []
+    for node in model.graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type == "MaxPool" and (any(attrs.get("pads", [])) or attrs.get("ceil_mode")) \
+                and not _non_negative(node.input[0], producers, consts) and node.input[0] not in wanted:
+            wanted.append(node.input[0])
+    if not wanted or not len(samples):
+        return {}
+    model.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in wanted)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    lows = np.full(len(wanted), np.inf)
+    for x in samples:
+        lows = np.minimum(lows, [float(np.min(t)) for t in session.run(wanted, {input_name: x[None]})])
+    return {n: min(0.0, 2 * float(low)) for n, low in zip(wanted, lows)}

@@ -81,7 +81,7 @@ def onnx_to_saved_model(source: SourceModel, samples: np.ndarray, workdir: Path,
     check_convertible(source)
     job_dir = workdir / "onnx2tf"
     job_dir.mkdir(parents=True, exist_ok=True)
-    (job_dir / "model.onnx").write_bytes(_rewritten(source, log))
+    (job_dir / "model.onnx").write_bytes(_rewritten(source, log, samples[:20]))
     np.save(job_dir / SAMPLE_FILE, np.ascontiguousarray(samples[:20], dtype=np.float32))
     log.record(f"sample data: {min(len(samples), 20)} of edgekit's calibration tensors as {SAMPLE_FILE}; "
                "network blocked in the conversion process", prefix="onnx2tf job: ")
@@ -98,20 +98,23 @@ def onnx_to_saved_model(source: SourceModel, samples: np.ndarray, workdir: Path,
     return job_dir / "saved_model", _result(job_dir, proc, source)
 
 
-def _rewritten(source: SourceModel, log: BuildLog) -> bytes:
-    """The prepared ONNX as onnx2tf gets it: erf-GELU chains fused, padded MaxPools after a ReLU
-    padded with zeros first (:mod:`edgekit.builders.onnx_rewrite`)."""
+def _rewritten(source: SourceModel, log: BuildLog, samples: np.ndarray) -> bytes:
+    """The prepared ONNX as onnx2tf gets it: erf-GELU chains fused, padded MaxPools given a finite
+    explicit Pad (:mod:`edgekit.builders.onnx_rewrite`). ``samples``: NHWC calibration tensors."""
     import onnx
 
-    from edgekit.builders.onnx_rewrite import fuse_gelu, pad_maxpools
+    from edgekit.builders.onnx_rewrite import fuse_gelu, maxpool_floors, pad_maxpools
 
+    images = samples.transpose(0, 3, 1, 2) if source.layout == "NCHW" else samples
+    floors = maxpool_floors(source.onnx or b"", source.input_name, np.ascontiguousarray(images, np.float32))
     model = onnx.load_from_string(source.onnx or b"")
-    fused, padded = fuse_gelu(model), pad_maxpools(model)
+    fused, padded = fuse_gelu(model), pad_maxpools(model, floors)
     if fused:
         log.record(f"{fused} Div-Erf-Add-Mul-Mul chain(s) fused into Gelu (TFLite has no Erf)", prefix="onnx2tf job: ")
     if padded:
-        log.record(f"{padded} padded MaxPool(s) of a non-negative input given an explicit zero Pad (onnx2tf pads "
-                   "with -3.4e38, which int8 calibration cannot take)", prefix="onnx2tf job: ")
+        log.record(f"{padded} padded MaxPool(s) given an explicit finite Pad (0 after a ReLU, else twice the lowest "
+                   "value on calibration images; onnx2tf pads with -3.4e38, which int8 calibration cannot take)",
+                   prefix="onnx2tf job: ")
     return model.SerializeToString() if fused or padded else source.onnx or b""
 
 
