@@ -680,3 +680,24 @@ def test_int8_model_xnnpack_cannot_prepare_runs_without_it(tmp_path):
     delegate, (input_detail, outputs, desc) = _open_details(Ctx, Target, int8)
     assert delegate == "none" and desc["delegated_nodes"] == 0 and input_detail["shape"].tolist() == [1, 32, 32, 3]
     assert Ctx.log.warnings[0].startswith("[cpu] XNNPACK cannot run pools_int8.tflite (failed to create XNNPACK")
+
+
+def test_maxpool_floors_measure_twice_the_lowest_input(tmp_path):
+    import onnxruntime as ort
+
+    from edgekit.builders.onnx_rewrite import maxpool_floors, pad_maxpools
+    from edgekit.builders.onnx_source import load_onnx
+
+    source = load_onnx(resnet_stem_onnx(tmp_path / "s.onnx", relu=False))
+    x = np.random.default_rng(2).random((4, 3, 32, 32)).astype(np.float32)
+    floors = maxpool_floors(source.onnx, "input.1", x)
+    model = onnx.load_from_string(source.onnx)
+    model.graph.output.append(helper.make_tensor_value_info("c", TensorProto.FLOAT, None))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    low = min(float(session.run(["c"], {"input.1": x[i:i + 1]})[0].min()) for i in range(4))
+    assert floors == {"c": pytest.approx(min(0.0, 2 * low))}
+    model = onnx.load_from_string(source.onnx)
+    assert pad_maxpools(model, floors) == 1
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"input.1": x[:1]})
+    np.testing.assert_allclose(got[0], source.predict(x[:1])[0], rtol=1e-5, atol=1e-6)  # on what it was measured on

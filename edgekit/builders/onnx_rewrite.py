@@ -215,9 +215,14 @@ def maxpool_floors(blob: bytes, input_name: str, samples: np.ndarray) -> dict[st
             wanted.append(node.input[0])
     if not wanted or not len(samples):
         return {}
-    model.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in wanted)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    lows = np.full(len(wanted), np.inf)
-    for x in samples:
-        lows = np.minimum(lows, [float(np.min(t)) for t in session.run(wanted, {input_name: x[None]})])
-    return {n: min(0.0, 2 * float(low)) for n, low in zip(wanted, lows)}
+    outputs = {o.name for o in model.graph.output}
+    model.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+                              for n in wanted if n not in outputs)
+    try:  # best effort: without floors those MaxPools keep onnx2tf's padding
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        lows = np.full(len(wanted), np.inf)
+        for x in samples:
+            lows = np.minimum(lows, [float(np.min(t)) for t in session.run(wanted, {input_name: x[None]})])
+    except Exception:
+        return {}
+    return {n: min(0.0, 2 * float(low)) for n, low in zip(wanted, lows) if np.isfinite(low)}
