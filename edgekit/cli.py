@@ -138,8 +138,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     _setup_logging(args)
+    from edgekit.outstream import guarded_stdout  # stdout on a full disk: an EdgekitError, not a traceback
+
     try:
-        return int(args._main(args) or 0)
+        with guarded_stdout():
+            return int(args._main(args) or 0)
     except EdgekitError as exc:
         if args.debug:
             traceback.print_exc()

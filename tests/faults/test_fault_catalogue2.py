@@ -705,3 +705,15 @@ def test_reader_leaving_keeps_the_recording(tmp_path, cpu_bundle):
     err = proc.communicate(timeout=60)[1].decode()
     assert proc.returncode == 0 and "Traceback" not in err, err
     assert clip.is_file() and "saved" in err
+
+
+@pytest.mark.parametrize("argv", [("serve", "--bundle", "{bundle}", "--print-config"),
+                                  ("serve", "--write-example-config", "-"), ("doctor",), ("targets",)])
+def test_any_verb_printing_to_a_full_disk(tmp_path, cpu_bundle, full_disk, argv):  # noqa: F811
+    """Every verb's stdout is guarded in the CLI (these were OSError tracebacks)."""
+    _fill(full_disk)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    with open(full_disk / "filler", "ab") as out:
+        proc = subprocess.run([sys.executable, "-m", "edgekit.cli", *[a.format(bundle=cpu_bundle) for a in argv]],
+                              stdout=out, stderr=subprocess.PIPE, text=True, timeout=120, cwd=ROOT, env=env)
+    assert proc.returncode == 2 and "No space left" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
