@@ -73,7 +73,8 @@ def write_plots(report: BenchReport, path: str | Path) -> list[Path]:
     """Write the box plot at ``path`` and a latency-over-time plot beside it (``<stem>-timeline.png``)."""
     figure = _figure_class()
     path = Path(path)
-    timeline = path.with_name(f"{path.stem}-timeline{path.suffix or '.png'}")
+    path = path if path.suffix else path.with_name(path.name + ".png")  # what matplotlib would write
+    timeline = path.with_name(f"{path.stem}-timeline{path.suffix}")
     _box_figure(figure, report).savefig(path, dpi=120)
     _timeline_figure(figure, report).savefig(timeline, dpi=120)
     return [path, timeline]

@@ -3,12 +3,11 @@
 Calibration on the host and inference on the device both call :class:`Preprocessor`, so
 an int8 model is calibrated on exactly the tensors it will later be fed.
 
-Frames follow OpenCV's convention: ``uint8`` arrays, 2-D for gray, ``HxWx3`` in B,G,R
-order for colour (``HxWx4`` BGRA is accepted and its alpha dropped).
+Frames follow OpenCV's convention: ``uint8`` arrays, 2-D for gray, ``HxWx3`` in B,G,R order
+for colour (``HxWx4`` BGRA: alpha dropped).
 
-OpenCV is optional: when it is installed it does the resizing, colour conversion and table
-lookup (fastest); without it :mod:`edgekit.imgops` does them in numpy, following OpenCV's
-definitions, and images are decoded with Pillow. ``import edgekit`` never loads OpenCV.
+OpenCV is optional: it does the resizing, colour conversion and table lookup when installed;
+without it :mod:`edgekit.imgops` does them in numpy as OpenCV defines them, and Pillow decodes.
 """
 
 from __future__ import annotations
@@ -31,8 +30,7 @@ _CHOICES = {"dtype": ("float32", "float16", *_INT_RANGES), "layout": ("NHWC", "N
             "colour": ("gray", "rgb", "bgr"), "resize": ("stretch", "letterbox"),
             "interpolation": ("area", "linear", "nearest")}
 MAX_SIDE = 16384
-"""The largest input or crop side accepted: a bigger one is a mistake or a hostile bundle
-(one 16384 x 16384 x 3 float32 tensor is already 3 GiB)."""
+"""The largest input or crop side accepted (one 16384 x 16384 x 3 float32 tensor is 3 GiB)."""
 
 
 class InputSpecError(EdgekitError, ValueError):
@@ -159,6 +157,8 @@ def _spec_problem(s: InputSpec) -> str | None:
             return f"{key} {values!r} must be 1 or {s.channels} finite numbers"
     if any(v == 0 for v in s.std):
         return f"std {list(s.std)} has a zero (pixel = (value - mean) / std)"
+    if not all(1e-3 <= v <= 1e6 for v in s.std) or not all(abs(v) <= 1e4 for v in s.mean):  # else inf/NaN tensors
+        return f"mean {list(s.mean)} / std {list(s.std)} must be within +-1e4 / 0.001..1e6 (pixel units)"
     if s.quantized and not (isinstance(s.scale, (int, float)) and math.isfinite(s.scale) and s.scale > 0):
         return f"dtype {s.dtype} needs a positive quantisation scale, not {s.scale!r}"
     lo, hi = _INT_RANGES.get(s.dtype, (None, None))

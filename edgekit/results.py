@@ -146,6 +146,9 @@ class Decoder:
         return values, False
 
     def _values(self, outputs: Sequence[np.ndarray]) -> np.ndarray:
+        if self.output_index >= len(outputs):
+            raise UsageError(f"classify output_index {self.output_index}, but the model has {len(outputs)} "
+                             "output(s)", "edgekit inspect MODEL lists the outputs")
         raw = np.asarray(outputs[self.output_index])
         raw = raw[0] if raw.ndim > 1 else raw
         scale, zero_point = self.quantization or (None, None)
@@ -289,11 +292,15 @@ def classifier(
         raise UsageError(f"classify got k={k} and top_k={top_k}", "give one of them")
     count = k if k is not None else top_k if top_k is not None else 5
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise UsageError(f"classify k must be a whole number of at least 1, not {count!r}")
+        raise UsageError(f"classify k must be a whole number of at least 1, not {count!r}", "e.g. -T k=5")
     if softmax not in ("auto", "always", "never"):
-        raise UsageError(f"classify softmax must be auto, always or never, not {softmax!r}")
-    if isinstance(output_index, bool) or not isinstance(output_index, int) or output_index < 0:
-        raise UsageError(f"classify output_index must be a whole number >= 0, not {output_index!r}")
+        raise UsageError(f"classify softmax must be auto, always or never, not {softmax!r}", "e.g. -T softmax=auto")
+    outputs = len(getattr(runtime, "output_quantization", None) or []) or None  # known for LiteRT and ONNX Runtime
+    if isinstance(output_index, bool) or not isinstance(output_index, int) or output_index < 0 \
+            or (outputs is not None and output_index >= outputs):
+        raise UsageError(f"classify output_index must be a whole number from 0 to the model's outputs - 1"
+                         f"{f' ({outputs - 1})' if outputs else ''}, not {output_index!r}",
+                         "edgekit inspect MODEL lists the outputs")
     quantization = output_quantization(runtime, output_index) if runtime is not None else None
     return Decoder(labels, count, quantization, output_index, softmax)
 

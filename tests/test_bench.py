@@ -115,11 +115,12 @@ def test_cli_writes_json_csv_and_plots(models, tmp_path, capsys):
             "--csv",
             f"{out}.csv",
             "--plot",
-            f"{out}.png",
+            str(out),  # no suffix: matplotlib writes PNG, and the report names the file it wrote
         ]
     )
     text = capsys.readouterr().out
     assert rc == 0
+    assert f"plots: {out}.png, {out}-timeline.png" in text
     assert text.startswith("machine: ") and "p50 x" in text and "demo-cpu:int8" in text
     data = json.loads((tmp_path / "out.json").read_text())
     assert data["valid"] and data["machine"]["libraries"]["numpy"] == np.__version__

@@ -350,7 +350,7 @@ def test_decoder_and_classify_refusals_say_what_is_wrong():
     with pytest.raises(UsageError, match="classify softmax must be auto, always or never, not 'sometimes'"):
         make_decoder(softmax="sometimes")
     for bad in (-1, True):
-        with pytest.raises(UsageError, match=f"classify output_index must be a whole number >= 0, not {bad!r}"):
+        with pytest.raises(UsageError, match=f"classify output_index must be a whole number from 0 .* not {bad!r}"):
             make_decoder(output_index=bad)
     logits = [np.array([[2.0, -1.0]], np.float32)]
     assert make_decoder(softmax="never")(logits).top.score == 2.0

@@ -158,7 +158,7 @@ def choose_layout(layout: str, shapes: list[tuple[int, ...]], config: DetectConf
     """
     seen = ", ".join(str(list(s)) for s in shapes) or "none"
     if layout != "auto":
-        if layout not in LAYOUTS:
+        if not isinstance(layout, str) or layout not in LAYOUTS:
             raise UsageError(f"detect layout {layout!r} is unknown", f"use auto or one of {', '.join(LAYOUTS)}")
         if not _fits(layout, shapes, config):
             raise ModelError(f"the model's outputs ({seen}) do not fit the {layout} layout: "
