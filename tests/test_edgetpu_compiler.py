@@ -193,14 +193,16 @@ def test_build_step_with_compiler_judges_the_compiler_report(fake_compiler, mode
     step = compile_for_edgetpu(model("small_int8"), tmp_path, min_runtime_version=14, min_tpu_ops=0.95)
     assert step["status"] == "compiled" and step["compiled_file"] == "small_int8_edgetpu.tflite"
     assert step["compiler"]["tpu_ops"] == 8 and step["min_runtime_version"] == 14
-    assert step["warnings"] == []
+    # the fixture compiler copies its input, which the build points out; nothing else is wrong
+    assert [w for w in step["warnings"] if "holds no edgetpu-custom-op" not in w] == []
 
 
 def test_build_step_warns_about_off_chip_streaming(fake_compiler, model, tmp_path):
     fake_compiler("mapped")
     step = compile_for_edgetpu(model("anki_int8"), tmp_path)
     assert step["compiler"]["off_chip_memory_used_bytes"] > 8 * 1024**2
-    assert len(step["warnings"]) == 1 and "stream from the host on every inference" in step["warnings"][0]
+    warnings = [w for w in step["warnings"] if "holds no edgetpu-custom-op" not in w]  # the fixture copies
+    assert len(warnings) == 1 and "stream from the host on every inference" in warnings[0]
     assert step["offline"]["cache_status"] == "streams"  # the prediction agreed
 
 

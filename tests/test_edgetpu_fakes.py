@@ -222,6 +222,21 @@ def test_a_compiler_of_another_kind_is_compiled_with_warnings(tmp_path, monkeypa
     assert any("the Edge TPU share is unknown" in w for w in step["warnings"])
     step = compile_for_edgetpu(int8, tmp_path / "out2", min_tpu_ops=0.9)
     assert any("--min-tpu-ops 0.9 unchecked" in w for w in step["warnings"])
+    # it copied its input: no edgetpu-custom-op, which the build says (run refuses it on a TPU)
+    assert step["compiler"]["edgetpu_custom_op"] is False
+    assert any("holds no edgetpu-custom-op" in w and "BUNDLE:int8" in w for w in step["warnings"])
+
+
+def test_a_compiled_model_with_the_custom_op_raises_no_such_warning(tmp_path, monkeypatch, model):
+    install(tmp_path, monkeypatch, "TOTAL = 1\n" + SUMMARY + r'''
+with open(out, "wb") as f:
+    f.write(open(m, "rb").read() + b"edgetpu-custom-op")
+with open(log, "w") as f:
+    f.write("Operator  Count  Status\nCONV_2D  1  Mapped to Edge TPU\n")
+''')
+    step = compile_for_edgetpu(model("small_int8"), tmp_path / "out")
+    assert step["compiler"]["edgetpu_custom_op"] is True
+    assert not any("edgetpu-custom-op" in w for w in step["warnings"])
 
 
 def test_a_different_version_is_recorded(tmp_path, monkeypatch, int8):

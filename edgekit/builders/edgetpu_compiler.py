@@ -36,6 +36,7 @@ from edgekit.builders.edgetpu_report import (
     report_warnings,
 )
 from edgekit.errors import CompilerError, UsageError
+from edgekit.runtime.litert import is_edgetpu_compiled  # a byte search: loads no interpreter
 from edgekit.tflite.edgetpu_rules import ABSENT_REASON, COMPILER  # shared with `edgekit inspect`
 
 # The parsers live in edgetpu_report; they stay importable from here, where callers found them.
@@ -158,6 +159,7 @@ def compile_model(
             log_file=f"{stem}_edgetpu.log" if log_path else None,
         )
         _check_compiled(written, f"{stem}_edgetpu.tflite", report, output)
+        report["edgetpu_custom_op"] = is_edgetpu_compiled(written)  # a stand-in may copy its input
         if log_path:
             os.replace(log_path, out_dir / report["log_file"])
         os.replace(written, compiled := out_dir / f"{stem}_edgetpu.tflite")

@@ -151,6 +151,9 @@ def report_warnings(report: dict[str, Any], checked: bool) -> list[str]:
     warnings = []
     if not report.get("compiler_version"):
         warnings.append("edgetpu_compiler printed no 'Edge TPU Compiler version' line: is it Coral's compiler?")
+    if report.get("edgetpu_custom_op") is False:  # the real compiler wraps every mapped op in one
+        warnings.append("the compiled model holds no edgetpu-custom-op: nothing in it runs on the Edge TPU "
+                        "(a stand-in compiler that copied its input?); run the plain int8 model: BUNDLE:int8")
     if (report.get("tpu_ops") is None or not report.get("total_ops")) and not checked:
         warnings.append("edgetpu_compiler's output gave no readable op counts: the Edge TPU share is unknown")
     off_chip = report.get("off_chip_memory_used_bytes") or 0
