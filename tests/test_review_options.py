@@ -52,3 +52,14 @@ def test_preprocessing_numbers_out_of_range_are_refused(mean, std):
 @pytest.mark.parametrize("std", [(1.0,), (58.395,), (127.5,), (255.0,)])
 def test_the_usual_preprocessing_numbers_pass(std):
     assert InputSpec.from_dict({**SPEC.to_dict(), "std": list(std)}).std == std
+
+
+def test_a_run_shorter_than_its_warm_up_says_why_it_has_no_timings():
+    from edgekit.commands.run import format_summary
+
+    nan = float("nan")
+    stage = {"count": 0, "p50_ms": nan, "p90_ms": nan, "p99_ms": nan, "mean_ms": nan, "max_ms": nan}
+    summary = {"frames": 3, "warmup": 3, "fps": 0.0, "skipped": 0, "corrupt": 0, "stages": {"inference": stage}}
+    text = format_summary(summary)
+    assert "no timings: all 3 frames were warm-up; give --warmup 0" in text and "nan" not in text
+    assert "no timings" not in format_summary({**summary, "frames": 8})

@@ -256,6 +256,9 @@ def format_summary(summary: dict) -> str:
         f"  init {_ms(summary.get('init_ms'))}, first inference {_ms(summary.get('first_inference_ms'))}",
         f"  {'stage':<14}{'n':>7}{'p50':>9}{'p90':>9}{'p99':>9}{'mean':>9}{'max':>9}  (ms)",
     ]
+    if summary["frames"] and summary["frames"] <= summary["warmup"]:
+        lines.insert(2, f"  no timings: all {summary['frames']} frames were warm-up; give --warmup 0, or more "
+                        "frames than --warmup (default 5)")
     for stage, s in summary["stages"].items():
         lines.append(f"  {stage:<14}{s['count']:>7}" + "".join(
             _cell(s[k]) for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms")))
