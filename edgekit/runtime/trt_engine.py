@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 
 TRT_HINT = (
     "TensorRT ships with JetPack: sudo apt install nvidia-jetpack (or python3-libnvinfer); "
-    "it is not installable from PyPI on a Jetson"
+    "it is not installable from PyPI on a Jetson. Elsewhere, run the ONNX model on the CPU: --backend onnxruntime"
 )
 CUDA_HINT = "pip install cuda-python (major version matching the CUDA of your JetPack, e.g. 'cuda-python<13')"
 
