@@ -701,3 +701,43 @@ def test_maxpool_floors_measure_twice_the_lowest_input(tmp_path):
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     got = session.run(None, {"input.1": x[:1]})
     np.testing.assert_allclose(got[0], source.predict(x[:1])[0], rtol=1e-5, atol=1e-6)  # on what it was measured on
+
+
+def test_task_default_for_several_outputs_with_a_classification_eval_set(tmp_path):
+    """A classifier with an auxiliary head used to default to ``raw`` even with --eval class
+    folders: top-1 was neither measured nor gated, and nothing said so."""
+    from types import SimpleNamespace
+
+    from edgekit.builders.build import choose_task
+    from edgekit.builders.source_model import SourceOutput
+
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+
+    def source(*shapes):
+        return SimpleNamespace(outputs=tuple(SourceOutput(f"o{i}", f"o{i}", s) for i, s in enumerate(shapes)))
+
+    assert choose_task(None, source((4,), (3,)), tmp_path) == ("classify", 1)  # the one sized like the classes
+    assert choose_task(None, source((3,), (3,)), tmp_path) == ("classify", 0)  # main head first, as torchvision
+    assert choose_task(None, source((4,), (3,))) == ("raw", None)  # no eval set: every output compared
+    assert choose_task(None, source((3, 1, 1),)) == ("classify", 0)  # a 1x1-conv head's [C, 1, 1]
+    assert choose_task(None, source((8, 4, 4),), tmp_path) == ("raw", None)  # a map, not classes
+
+
+@pytest.mark.slow
+def test_keras_classifier_with_an_auxiliary_output_is_gated_on_top1(tmp_path):
+    import keras
+
+    from edgekit.builders.build import build
+    from tests.conftest import DEMO_MODEL, EVAL
+
+    demo = keras.saving.load_model(DEMO_MODEL)
+    aux = keras.layers.Dense(4, name="aux")(demo.get_layer("global_average_pooling2d").output)
+    keras.Model(demo.inputs, [aux, demo.output]).save(tmp_path / "two.keras")
+    labels = DEMO_MODEL.with_suffix(".labels.txt").read_text(encoding="utf-8").split()
+    built = build(tmp_path / "two.keras", ["cpu"], out=tmp_path / "dist", calib=[CALIB], eval_dir=EVAL,
+                  labels=labels, variants=["fp32"], quiet=True, calib_count=40)[0]
+    verification = built.manifest["verification"]
+    assert built.manifest["task"] == "classify" and verification["metric"] == "top1"
+    assert verification["models"]["fp32"]["eval"]["original"] == pytest.approx(0.9345, abs=0.01)
+    assert "class scores from output 'scores' of 2" in (built.bundle / "build.log").read_text(encoding="utf-8")

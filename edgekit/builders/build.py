@@ -104,6 +104,9 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
         source = load_source_model(request.model, request.input_size)
         check_resources(request, source, log)
         task, class_output = choose_task(request.task, source, request.eval_dir)
+        if class_output is not None and len(source.outputs) > 1:
+            log.info(f"task classify: class scores from output {source.outputs[class_output].name!r} of "
+                     f"{len(source.outputs)} (top-1 is gated on it; every output is compared too)")
         side_labels, side_pre = read_sidecars(request.model)
         labels = explicit_labels(request.labels)
         float_spec = _float_spec(request, source, side_pre, log)
@@ -159,19 +162,25 @@ def choose_task(task: str | None, source: SourceModel, eval_dir: Path | None = N
     """The bundle's task head and the index of its class output (None for ``raw`` and ``detect``).
 
     Default: ``detect`` when the eval set is a detection set (COCO JSON, or YOLO images/ +
-    labels/: the annotations say what the model is for); else ``classify`` for a model with
-    one output of one dimension per image, ``raw`` otherwise (a detector without annotations,
-    a segmenter, a class + regression model): never top-k indices of something that is not a
-    class score vector. A detector's layout is checked once its labels are known
-    (:class:`~edgekit.builders.detect_gate.DetectGate`).
+    labels/: the annotations say what the model is for); ``classify`` for a model with one
+    output of one vector per image, or, given a classification eval set (class folders), for
+    a model with several outputs one of which is a class vector (its size the number of class
+    folders when one is; else the first, as torchvision's auxiliary heads come after the main
+    one); ``raw`` otherwise (a detector without annotations, a segmenter, a class + regression
+    model): never top-k indices of something that is not a class score vector. A detector's
+    layout is checked once its labels are known (:class:`~edgekit.builders.detect_gate.DetectGate`).
     """
     from edgekit.detect.dataset import is_detection_set
 
-    flat = [i for i, o in enumerate(source.outputs) if len(o.shape) == 1]
+    flat = [i for i, o in enumerate(source.outputs) if _is_vector(o.shape)]
     if task is None and eval_dir is not None and is_detection_set(eval_dir):
         task = "detect"
     if task is None:
-        task = "classify" if len(source.outputs) == 1 and flat else "raw"
+        classes = eval_dir is not None and flat and len(source.outputs) > 1
+        task = "classify" if (len(source.outputs) == 1 and flat) or classes else "raw"
+        if classes:
+            folders = _class_folders(eval_dir)
+            flat = sorted(flat, key=lambda i: source.outputs[i].size != folders)  # stable: the first on a tie
     if task in ("raw", "detect"):
         return task, None
     if not flat:
@@ -179,6 +188,19 @@ def choose_task(task: str | None, source: SourceModel, eval_dir: Path | None = N
         raise UsageError(f"--task classify needs an output of class scores (one value per class); "
                          f"this model's outputs are {shapes}", "use --task raw")
     return task, flat[0]
+
+
+def _is_vector(shape: tuple) -> bool:
+    """One vector per image: ``[C]``, or ``[C, 1, 1]`` as a 1x1 convolution head leaves it."""
+    return len(shape) == 1 or (all(isinstance(d, int) for d in shape) and sum(d != 1 for d in shape) == 1)
+
+
+def _class_folders(eval_dir: Path) -> int:
+    """How many class folders a classification eval set has (0 when it is not a folder)."""
+    try:
+        return sum(1 for p in Path(eval_dir).iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError:
+        return 0
 
 
 def _resolve_targets(request: BuildRequest) -> list[Target]:
