@@ -82,6 +82,21 @@ def test_without_eval_the_held_back_agreement_is_reported_not_gated():
     assert s["dataset"]["eval_images"] == 0 and "not gated" in s["note"]
 
 
+@pytest.mark.parametrize("task", ["classify", "detect"])
+def test_without_eval_only_a_broken_conversion_fails(task):
+    ctx = _Ctx(evalset=None, task=task, detect=type("D", (), {"layout": "yolo"})())
+    sound = {"holdout": {"agreement": 0.7, "cosine": 0.93, "worst_output": "scores", "n": 12}}
+    broken = {"holdout": {"agreement": 0.0, "cosine": 0.12, "worst_output": "scores", "n": 12}}
+    s = verification_summary({"fp32": sound, "int8": sound}, "fp32", ctx)
+    assert s["passed"] is True and s["gated"] is False and "cosine >= 0.5" in s["note"]
+    s = verification_summary({"fp32": sound, "int8": broken}, "fp32", ctx)
+    assert s["passed"] is False and s["gated"] is False
+    assert s["reason"] == ("int8 output scores cosine 0.12 on 12 held-back images < 0.5: the conversion broke "
+                           "the model (no --eval: only this is gated)")
+    nothing = verification_summary({"fp32": {"holdout": {"cosine": None}}}, "fp32", ctx)
+    assert nothing["passed"] is True  # no held-back images: nothing to judge on
+
+
 def test_raw_task_gates_every_variant_on_cosine_even_without_eval():
     ctx = _Ctx(evalset=None, task="raw")
     bad = {"holdout": {"cosine": 0.5, "worst_output": "boxes", "passed": False}}
@@ -108,7 +123,8 @@ def test_a_variant_that_was_never_measured_fails_the_gate():
 
 def test_an_ungated_summary_has_no_reason():
     s = verification_summary({"fp32": {}}, "fp32", _Ctx(evalset=None))
-    assert s["reason"] is None and s["note"] == "no --eval: agreement on held-back calibration images, not gated"
+    assert s["reason"] is None and s["note"] == ("no --eval: agreement on held-back calibration images, not gated, "
+                                                 "beyond cosine >= 0.5")
 
 
 @dataclass
@@ -145,7 +161,7 @@ def test_a_detector_without_eval_reports_agreement_not_gated():
     s = verification_summary({"fp32": {"holdout": {"agreement": 0.9}}}, "fp32", ctx)
     assert (s["metric"], s["gated"], s["passed"]) == ("map_agreement_heldback", False, True)
     assert s["note"] == ("no --eval: mAP of each model against the original's own detections on the held-back "
-                         "calibration images (agreement), not gated")
+                         "calibration images (agreement), not gated, beyond cosine >= 0.5")
 
 
 # --- the real build ---------------------------------------------------------------------------------

@@ -202,13 +202,31 @@ def verification_summary(per_variant: dict, default: str, ctx: BuildContext) -> 
         note = ("no --eval: mAP of each model against the original's own detections on the held-back "
                 "calibration images (agreement), not gated" if ctx.task == "detect"
                 else "no --eval: agreement on held-back calibration images, not gated")
-        summary.update(passed=True, reason=None, note=note)
+        # only a conversion that broke the model fails: the gate needs an --eval set
+        broken = [_collapsed(v, r.get("holdout", {})) for v, r in per_variant.items()]
+        bad = [why for why in broken if why]
+        summary.update(passed=not bad, reason="; ".join(bad) or None, note=f"{note}, beyond cosine >= {BROKEN_COSINE}")
         return summary
     results = {v: r.get(dataset, {}) for v, r in per_variant.items()}
     bad = [_why(v, res, ctx, raw) + _where(per_variant[v]) for v, res in results.items() if not res.get("passed")]
     summary["passed"] = not bad
     summary["reason"] = "; ".join(bad) if bad else None
     return summary
+
+
+BROKEN_COSINE = 0.5
+"""Without --eval, a model whose worst output on the held-back images has a cosine below this
+against the original's was broken by the conversion (int8 of a sound model gives 0.98 or more;
+a padded-pool int8 mishap gave 0.55, an all-constant output 0): the build fails."""
+
+
+def _collapsed(variant: str, holdout: dict) -> str | None:
+    """Why a model's held-back outputs show a broken conversion, or None."""
+    cosine = holdout.get("cosine")
+    if not isinstance(cosine, (int, float)) or cosine >= BROKEN_COSINE:
+        return None
+    return (f"{variant} output {holdout.get('worst_output')} cosine {cosine} on {holdout.get('n', '?')} held-back "
+            f"images < {BROKEN_COSINE}: the conversion broke the model (no --eval: only this is gated)")
 
 
 def _metric(task: str, has_eval: bool) -> str:
