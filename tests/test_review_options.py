@@ -63,3 +63,15 @@ def test_a_run_shorter_than_its_warm_up_says_why_it_has_no_timings():
     text = format_summary(summary)
     assert "no timings: all 3 frames were warm-up; give --warmup 0" in text and "nan" not in text
     assert "no timings" not in format_summary({**summary, "frames": 8})
+
+
+def test_running_a_training_format_model_says_to_build_it_first(tmp_path):
+    from edgekit.errors import ModelError
+    from edgekit.runtime import open_runtime
+
+    model = tmp_path / "net.keras"
+    model.write_bytes(b"PK\x03\x04")
+    with pytest.raises(ModelError) as err:
+        open_runtime(str(model))
+    assert "a model to build, not to run" in err.value.message
+    assert err.value.hint.startswith("edgekit build --model net.keras --target cpu")

@@ -87,7 +87,11 @@ def open_runtime(source: str | Path | Bundle, model: str | None = None, backend:
     fmt = _format_of(path)
     name = backend if backend and fmt in BACKENDS[backend].formats else default_backend(fmt)
     if name is None:
-        raise ModelError(f"{path}: unsupported model file", "give a bundle directory, a .tflite or an .onnx file")
+        source_model = path.suffix.lower() in (".keras", ".h5", ".pb")  # a training format: build it first
+        why = " (a model to build, not to run)" if source_model else ""
+        raise ModelError(f"{path}: unsupported model file{why}",
+                         f"edgekit build --model {path.name} --target cpu --calib DIR, then run the bundle"
+                         if source_model else "give a bundle directory, a .tflite or an .onnx file")
     row = BACKENDS[name]
     cls = resolve(row.adapter, row.install_hint)
     options = check_options(cls, options, UsageError)
