@@ -703,9 +703,9 @@ def test_maxpool_floors_measure_twice_the_lowest_input(tmp_path):
     np.testing.assert_allclose(got[0], source.predict(x[:1])[0], rtol=1e-5, atol=1e-6)  # on what it was measured on
 
 
-def test_task_default_for_several_outputs_with_a_classification_eval_set(tmp_path):
-    """A classifier with an auxiliary head used to default to ``raw`` even with --eval class
-    folders: top-1 was neither measured nor gated, and nothing said so."""
+def test_task_choice_for_several_outputs_and_vector_shapes(tmp_path):
+    """Several outputs stay ``raw`` by default (every output gated on its cosine); ``--task
+    classify`` scores the vector sized like the eval set's class folders, else the first."""
     from types import SimpleNamespace
 
     from edgekit.builders.build import choose_task
@@ -717,15 +717,18 @@ def test_task_default_for_several_outputs_with_a_classification_eval_set(tmp_pat
     def source(*shapes):
         return SimpleNamespace(outputs=tuple(SourceOutput(f"o{i}", f"o{i}", s) for i, s in enumerate(shapes)))
 
-    assert choose_task(None, source((4,), (3,)), tmp_path) == ("classify", 1)  # the one sized like the classes
-    assert choose_task(None, source((3,), (3,)), tmp_path) == ("classify", 0)  # main head first, as torchvision
-    assert choose_task(None, source((4,), (3,))) == ("raw", None)  # no eval set: every output compared
+    assert choose_task(None, source((4,), (3,)), tmp_path) == ("raw", None)
+    assert choose_task("classify", source((4,), (3,)), tmp_path) == ("classify", 1)  # sized like the classes
+    assert choose_task("classify", source((3,), (3,)), tmp_path) == ("classify", 0)  # main head first
+    assert choose_task("classify", source((4,), (3,))) == ("classify", 0)  # no eval set: the first
     assert choose_task(None, source((3, 1, 1),)) == ("classify", 0)  # a 1x1-conv head's [C, 1, 1]
     assert choose_task(None, source((8, 4, 4),), tmp_path) == ("raw", None)  # a map, not classes
 
 
 @pytest.mark.slow
-def test_keras_classifier_with_an_auxiliary_output_is_gated_on_top1(tmp_path):
+def test_keras_classifier_with_an_auxiliary_output(tmp_path):
+    """By default every output is gated on cosine and the log says top-1 is not measured and how
+    to get it; with --task classify top-1 of the class output is gated."""
     import keras
 
     from edgekit.builders.build import build
@@ -735,8 +738,13 @@ def test_keras_classifier_with_an_auxiliary_output_is_gated_on_top1(tmp_path):
     aux = keras.layers.Dense(4, name="aux")(demo.get_layer("global_average_pooling2d").output)
     keras.Model(demo.inputs, [aux, demo.output]).save(tmp_path / "two.keras")
     labels = DEMO_MODEL.with_suffix(".labels.txt").read_text(encoding="utf-8").split()
-    built = build(tmp_path / "two.keras", ["cpu"], out=tmp_path / "dist", calib=[CALIB], eval_dir=EVAL,
-                  labels=labels, variants=["fp32"], quiet=True, calib_count=40)[0]
+    common = dict(calib=[CALIB], eval_dir=EVAL, variants=["fp32"], quiet=True, calib_count=40)
+    raw = build(tmp_path / "two.keras", ["cpu"], out=tmp_path / "raw", **common)[0]
+    assert raw.manifest["task"] == "raw" and raw.manifest["verification"]["metric"] == "cosine_worst_output"
+    assert ("top-1 is not measured (--task classify scores output 'scores'"
+            in (raw.bundle / "build.log").read_text(encoding="utf-8"))
+    built = build(tmp_path / "two.keras", ["cpu"], out=tmp_path / "dist", task="classify", labels=labels,
+                  **common)[0]
     verification = built.manifest["verification"]
     assert built.manifest["task"] == "classify" and verification["metric"] == "top1"
     assert verification["models"]["fp32"]["eval"]["original"] == pytest.approx(0.9345, abs=0.01)

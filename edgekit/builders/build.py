@@ -104,9 +104,7 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
         source = load_source_model(request.model, request.input_size)
         check_resources(request, source, log)
         task, class_output = choose_task(request.task, source, request.eval_dir)
-        if class_output is not None and len(source.outputs) > 1:
-            log.info(f"task classify: class scores from output {source.outputs[class_output].name!r} of "
-                     f"{len(source.outputs)} (top-1 is gated on it; every output is compared too)")
+        _log_task_choice(log, request, source, task, class_output)
         side_labels, side_pre = read_sidecars(request.model)
         labels = explicit_labels(request.labels)
         float_spec = _float_spec(request, source, side_pre, log)
@@ -162,13 +160,13 @@ def choose_task(task: str | None, source: SourceModel, eval_dir: Path | None = N
     """The bundle's task head and the index of its class output (None for ``raw`` and ``detect``).
 
     Default: ``detect`` when the eval set is a detection set (COCO JSON, or YOLO images/ +
-    labels/: the annotations say what the model is for); ``classify`` for a model with one
-    output of one vector per image, or, given a classification eval set (class folders), for
-    a model with several outputs one of which is a class vector (its size the number of class
-    folders when one is; else the first, as torchvision's auxiliary heads come after the main
-    one); ``raw`` otherwise (a detector without annotations, a segmenter, a class + regression
-    model): never top-k indices of something that is not a class score vector. A detector's
-    layout is checked once its labels are known (:class:`~edgekit.builders.detect_gate.DetectGate`).
+    labels/: the annotations say what the model is for); else ``classify`` for a model with
+    one output of one vector per image (``[C]``, or ``[C, 1, 1]``), ``raw`` otherwise (a
+    detector without annotations, a segmenter, a class + regression model): never top-k
+    indices of something that is not a class score vector, and every output gated on its
+    cosine. ``--task classify`` on several outputs takes the vector sized like the eval set's
+    class folders, else the first (torchvision's auxiliary heads come after the main one). A
+    detector's layout is checked once its labels are known (:class:`~edgekit.builders.detect_gate.DetectGate`).
     """
     from edgekit.detect.dataset import is_detection_set
 
@@ -176,18 +174,33 @@ def choose_task(task: str | None, source: SourceModel, eval_dir: Path | None = N
     if task is None and eval_dir is not None and is_detection_set(eval_dir):
         task = "detect"
     if task is None:
-        classes = eval_dir is not None and flat and len(source.outputs) > 1
-        task = "classify" if (len(source.outputs) == 1 and flat) or classes else "raw"
-        if classes:
-            folders = _class_folders(eval_dir)
-            flat = sorted(flat, key=lambda i: source.outputs[i].size != folders)  # stable: the first on a tie
+        task = "classify" if len(source.outputs) == 1 and flat else "raw"
     if task in ("raw", "detect"):
         return task, None
     if not flat:
         shapes = ", ".join(f"{o.name} {list(o.shape)}" for o in source.outputs)
         raise UsageError(f"--task classify needs an output of class scores (one value per class); "
                          f"this model's outputs are {shapes}", "use --task raw")
+    if eval_dir is not None and len(flat) > 1:
+        folders = _class_folders(eval_dir)
+        flat = sorted(flat, key=lambda i: source.outputs[i].size != folders)  # stable: the first on a tie
     return task, flat[0]
+
+
+def _log_task_choice(log: BuildLog, request: BuildRequest, source: SourceModel, task: str,
+                     class_output: int | None) -> None:
+    """Say which output a classifier is scored on, and why a model of several outputs is not."""
+    if class_output is not None and len(source.outputs) > 1:
+        log.info(f"task classify: class scores from output {source.outputs[class_output].name!r} of "
+                 f"{len(source.outputs)} (top-1 is gated on it)")
+    elif task == "raw" and request.task is None and request.eval_dir is not None:
+        vector = choose_task("classify", source, request.eval_dir)[1] if any(
+            _is_vector(o.shape) for o in source.outputs) else None
+        count = len(source.outputs)
+        log.warn(f"task raw: the model has {count} output{'s' if count > 1 else ''}, each gated on its cosine "
+                 "with the original's; top-1 is not measured" + (
+                     f" (--task classify scores output {source.outputs[vector].name!r}, --task detect a detector)"
+                     if vector is not None else ""))
 
 
 def _is_vector(shape: tuple) -> bool:

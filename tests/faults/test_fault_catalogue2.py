@@ -66,16 +66,39 @@ def test_run_json_has_no_nan_when_no_frame_was_measured(capsys, cpu_bundle):
     assert "nan" not in text.out, text.out  # the text table shows "-" where nothing was measured
 
 
-@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # edgekit/image.py: reported
-def test_run_json_of_a_model_emitting_nan_scores(tmp_path, capsys, cpu_bundle):
-    """A std of 1e-300 (finite, so accepted) makes every input inf and every score NaN: null in JSON."""
-    b, m = _copy(cpu_bundle, tmp_path)
-    m["models"][0]["input"]["std"] = [1e-300]
-    _save(b, m)
-    result = _run(capsys, b, "--json", "--every", "0")
+def nan_model(path: Path) -> Path:
+    """A bare ONNX classifier whose 3 scores are NaN: sqrt of (mean pixel - 1e6)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("Flatten", ["x"], ["flat"]),
+             helper.make_node("MatMul", ["flat", "w"], ["mm"]),
+             helper.make_node("Sub", ["mm", "big"], ["neg"]),
+             helper.make_node("Sqrt", ["neg"], ["scores"])]
+    graph = helper.make_graph(
+        nodes, "nan", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 3])],
+        [numpy_helper.from_array(np.full((192, 3), 1 / 192, np.float32), "w"),
+         numpy_helper.from_array(np.array(1e6, np.float32), "big")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_run_json_of_a_model_emitting_nan_scores(tmp_path, capsys):
+    """Every score NaN: null in JSON (json.loads with NaN refused), never the bare word NaN."""
+    result = _run(capsys, nan_model(tmp_path / "nan.onnx"), "--json", "--every", "0", "--warmup", "0")
     assert result.code == 0, result.err
     frames = [_strict(line) for line in result.out.splitlines()[1:-1]]
     assert frames and all(t["score"] is None for f in frames for t in f["top"])
+
+
+def test_a_bundle_whose_std_would_make_every_input_inf_is_refused(tmp_path, capsys, cpu_bundle):
+    """A std of 1e-300 is finite, but every input pixel becomes inf and every score NaN."""
+    b, m = _copy(cpu_bundle, tmp_path)
+    m["models"][0]["input"]["std"] = [1e-300]
+    _save(b, m)
+    result = _run(capsys, b, "--json")
+    assert result.code == 2 and "std [1e-300] must be within" in result.err and "Traceback" not in result.err
 
 
 def test_serve_and_mqtt_payloads_have_no_nan():
