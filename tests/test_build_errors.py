@@ -317,3 +317,17 @@ def test_a_crashed_converter_process_is_one_line(tmp_path):
         _result(tmp_path, proc, source)
     assert str(info.value.message) == ("onnx2tf could not convert m.onnx: the converter crashed "
                                        f"(exit {proc.returncode}): out of cheese")
+
+
+def test_a_target_that_fails_does_not_stop_the_others(tmp_path, capsys):
+    """onnx2tf cannot convert CastLike, so the TFLite target fails; the Jetson target (ONNX
+    FP16, no onnx2tf) is still built, the error says so and the exit code is still an error."""
+    model = _onnx(tmp_path / "castlike.onnx", "CastLike")
+    code, err = run_cli(capsys, "--model", str(model), "--target", "cpu,jetson", "--calib", str(CALIB),
+                        "--out", str(tmp_path / "dist"))
+    line = error_line(err)
+    assert code == 2 and line.startswith("edgekit build: error: cpu: ") and "CastLike" in line
+    assert line.endswith("(built anyway: jetson)")
+    assert "WARNING: cpu: not built: " in err and "going on with the other targets" in err
+    assert sorted(p.name for p in (tmp_path / "dist").iterdir()) == ["castlike-jetson"]
+    assert (tmp_path / "dist" / "castlike-jetson" / "edgekit.json").is_file()

@@ -26,7 +26,15 @@ from edgekit.builders.log import BuildLog, interruptible
 from edgekit.builders.preflight import check_resources, log_peak_memory
 from edgekit.builders.publish import build_target
 from edgekit.builders.source import SourceModel, load_source_model
-from edgekit.errors import EdgekitError, TargetError, UsageError, VerificationFailed
+from edgekit.errors import (
+    BackendUnavailable,
+    CompilerError,
+    EdgekitError,
+    ModelError,
+    TargetError,
+    UsageError,
+    VerificationFailed,
+)
 from edgekit.image import InputSpec, Preprocessor
 from edgekit.target import Target, load_target, merge_options
 
@@ -128,10 +136,36 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
             ctx = BuildContext(request=request, source=source, name=name, labels=labels or [], float_spec=float_spec,
                                calib_all=calib_all, calib=used, holdout=holdout, evalset=evalset, log=log,
                                workdir=Path(work), task=task, class_output=class_output, detect=detect)
-            results = [build_target(ctx, target, t_start) for target in resolved]
+            results, failed = _build_each(ctx, resolved, t_start)
         log_peak_memory(log, t_start, onnx2tf=source.kind == "onnx")
+    if failed:
+        built = [r.target for r in results]
+        failed.message += f" (built anyway: {', '.join(built)})" if built else ""
+        raise failed
     _raise_if_rejected(results)
     return results
+
+
+#: what one target's conversion can fail with while the others may still build
+TARGET_FAILURES = (ModelError, TargetError, CompilerError, BackendUnavailable)
+
+
+def _build_each(ctx: BuildContext, targets: list[Target],
+                t_start: float) -> tuple[list[TargetBuild], EdgekitError | None]:
+    """Build every target; one that fails (an op its converter lacks, a missing tool) does
+    not stop the others. Returns the builds and the first failure (None when none failed)."""
+    results, first = [], None
+    for target in targets:
+        try:
+            results.append(build_target(ctx, target, t_start))
+        except TARGET_FAILURES as exc:
+            if len(targets) == 1:
+                raise
+            ctx.log.warn(f"{target.name}: not built: {exc.message}; going on with the other targets")
+            first = first or exc
+            if first is exc and not exc.message.startswith(f"{target.name}:"):
+                exc.message = f"{target.name}: {exc.message}"
+    return results, first
 
 
 @contextmanager
