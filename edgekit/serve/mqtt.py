@@ -18,8 +18,9 @@ WARNING with the broker's address and the reason (paho itself only says so at DE
 While disconnected, results of QoS >= 1 wait in a bounded queue (``queue_size``; when it is
 full ``queue_policy`` drops the oldest or the newest, counted) and are replayed in order on
 reconnect, before any newer result; QoS 0 results are dropped and counted (the JSON-lines
-file has them all). The password is given to paho and kept nowhere else: it is in no log
-line and no stats.
+file has them all), except that the newest one is sent on (re)connect, with the current
+retained state: in ``change`` mode the next result may be hours away. The password is given
+to paho and kept nowhere else: it is in no log line and no stats.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ class MqttPublisher:
         self._closing = False
         self._lock = threading.Lock()  # orders publishes against the replay of the queue
         self._queue: deque[tuple[str, str, int, bool]] = deque()
+        self._missed: str | None = None  # the newest result dropped while disconnected (QoS 0)
         self._no_conn = mqtt.MQTT_ERR_NO_CONN
         self._client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id,
                                    clean_session=True)
@@ -143,6 +145,10 @@ class MqttPublisher:
         with self._lock:
             waiting = len(self._queue)
             self._replay(client)
+            self._republish_state(client)
+            if self._missed is not None:  # "change" mode may not publish again for hours
+                client.publish(self._result_topic, self._missed, qos=self.qos)
+                self._missed = None
             self.connects += 1
             self.last_error = ""  # /stats must not keep saying "cannot reach the broker"
             self.connected.set()
@@ -150,8 +156,8 @@ class MqttPublisher:
                  f"; replayed {waiting} queued results" if waiting else "")
 
     def _announce(self, client) -> None:
-        """Home Assistant discovery configs and the retained state topics (on every connect:
-        a broker without persistence forgets retained messages when it restarts)."""
+        """Home Assistant discovery configs (on every connect: a broker without persistence
+        forgets retained messages when it restarts)."""
         from edgekit._version import __version__
 
         o = self.options
@@ -159,6 +165,11 @@ class MqttPublisher:
         for config_topic, payload in discovery_messages(self.topic, device, o.labels_of_interest,
                                                         o.discovery_prefix, o.model, __version__):
             client.publish(config_topic, payload, qos=1, retain=True)
+
+    def _republish_state(self, client) -> None:
+        """The current retained state, after the replay (called with the lock held): at QoS 0 a
+        change made while disconnected was dropped, and a broker without persistence forgets
+        retained messages when it restarts; either way the state topic would be stale."""
         if self.policy.state is not None:
             for topic, payload in self._state_messages(self.policy.state):
                 client.publish(topic, payload, qos=1, retain=True)
@@ -222,9 +233,11 @@ class MqttPublisher:
                 info = self._client.publish(topic, payload, qos=qos, retain=retain)
                 if info.rc == 0 or (qos and info.rc == self._no_conn):  # NO_CONN: paho keeps and resends it
                     self.published += result
+                    self._missed = None if result else self._missed
                     return "sent"
             if not queue or qos == 0 or self.options.queue_size == 0:
                 self.dropped += result
+                self._missed = payload if result and topic == self._result_topic else self._missed
                 return "dropped"
             if len(self._queue) >= self.options.queue_size:
                 self.dropped += 1  # the queue holds results and state messages alike
