@@ -538,6 +538,18 @@ def test_onnx_output_without_a_batch_dimension_is_named(tmp_path):
                                  "dimension (a constant such as anchors, or a count)")
 
 
+def save_torch_style(path, nodes, inits, size: int):
+    """Save ``nodes`` as torch.onnx.export names and shapes them: input ``input.1`` of
+    ``[batch_size, 3, size, size]``, output ``logits`` of 10 classes, opset 13, IR 8."""
+    image = helper.make_tensor_value_info("input.1", TensorProto.FLOAT, ["batch_size", 3, size, size])
+    graph = helper.make_graph(nodes, "main_graph", [image],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch_size", 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
 def resnet_stem_onnx(path, relu: bool = True, ceil_mode: int = 0, pads=(1, 1, 1, 1), size: int = 32):
     """torchvision's ResNet stem (Conv 3x3/2, ReLU, MaxPool 3/2 pads 1); ``ceil_mode``: SqueezeNet's pool."""
     rng = np.random.default_rng(0)
@@ -551,13 +563,7 @@ def resnet_stem_onnx(path, relu: bool = True, ceil_mode: int = 0, pads=(1, 1, 1,
                                pads=list(pads), ceil_mode=ceil_mode, name="/maxpool/MaxPool"),
               helper.make_node("GlobalAveragePool", ["p"], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
               helper.make_node("Gemm", ["f", "fw", "fb"], ["logits"], transB=1)]
-    image = helper.make_tensor_value_info("input.1", TensorProto.FLOAT, ["batch_size", 3, size, size])
-    graph = helper.make_graph(nodes, "main_graph", [image],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch_size", 10])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return path
+    return save_torch_style(path, nodes, inits, size)
 
 
 @pytest.mark.parametrize("ceil_mode, pads, size", [(0, (1, 1, 1, 1), 32), (1, (0, 0, 0, 0), 30), (1, (1, 1, 1, 1), 26)])
@@ -614,13 +620,7 @@ def pools_onnx(path):
                               count_include_pad=1),
              helper.make_node("Flatten", ["a"], ["f"]),
              helper.make_node("Gemm", ["f", "fw", "fb"], ["logits"], transB=1)]
-    image = helper.make_tensor_value_info("input.1", TensorProto.FLOAT, ["batch_size", 3, 32, 32])
-    graph = helper.make_graph(nodes, "main_graph", [image],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch_size", 10])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return path
+    return save_torch_style(path, nodes, inits, 32)
 
 
 @pytest.mark.slow
