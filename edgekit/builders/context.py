@@ -70,9 +70,13 @@ class BuildContext:
         if self.task == "classify":  # before any work: a --background-class that is not a label is one line
             self.background = background_of(self.labels, self.request.background_class)
         self._float = Preprocessor(self.float_spec)
-        # what converted TFLite models take: channels-last, whatever the original's layout
+        # what converted TFLite models take: channels-last, whatever the original's layout, except
+        # a .tflite source, whose variants are made on its own graph and keep its layout
+        h, w, c = self.source.input_hwc
+        nchw = self.source.kind == "tflite" and self.source.layout == "NCHW"
         self._nhwc = Preprocessor(InputSpec.from_dict(
-            {**self.float_spec.to_dict(), "layout": "NHWC", "shape": [1, *self.source.input_hwc]}))
+            {**self.float_spec.to_dict(), "layout": "NCHW" if nchw else "NHWC",
+             "shape": [1, c, h, w] if nchw else [1, h, w, c]}))
         self.chunk = chunk_size(*self.source.input_hwc[:2])
         steps = self.request.calib_steps or len(self.calib)
         self.converter_calib = self.calib.subset(np.arange(min(steps, len(self.calib))))

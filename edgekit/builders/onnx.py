@@ -33,6 +33,10 @@ def to_onnx(ctx: BuildContext, dest: Path, opset: int) -> list[str]:
     if ctx.source.kind == "onnx":
         dest.write_bytes(ctx.source.onnx or b"")
         return ctx.source.output_names
+    if ctx.source.kind == "tflite":
+        from edgekit.builders.tflite_onnx import tflite_to_onnx
+
+        return tflite_to_onnx(ctx, dest, opset)
     import tensorflow as tf
     import tf2onnx
 

@@ -1,4 +1,4 @@
-"""Load the user's trained model (Keras .keras/.h5, SavedModel dir, ONNX) for conversion.
+"""Load the user's trained model (Keras .keras/.h5, SavedModel dir, ONNX, float TFLite) for conversion.
 
 Every failure becomes a ModelError naming the file and the fix; TensorFlow is imported
 only inside functions. A model may have several outputs: each keeps its name
@@ -19,7 +19,7 @@ from edgekit.errors import ModelError
 
 __all__ = ["SUPPORTED", "SourceModel", "SourceOutput", "load_source_model", "make_outputs", "signature_keys"]
 
-SUPPORTED = ".keras, .h5, a SavedModel directory, or .onnx"
+SUPPORTED = ".keras, .h5, a SavedModel directory, .onnx, or a float .tflite"
 
 
 def load_source_model(path: str | Path, input_size: tuple[int, int] | None = None) -> SourceModel:
@@ -49,6 +49,10 @@ def load_source_model(path: str | Path, input_size: tuple[int, int] | None = Non
         from edgekit.builders.onnx_source import load_onnx
 
         return load_onnx(path, input_size)
+    if suffix == ".tflite":
+        from edgekit.builders.tflite_source import load_tflite
+
+        return load_tflite(path, input_size)
     raise ModelError(f"{path}: unsupported model format {suffix or '(no suffix)'}", f"edgekit build takes {SUPPORTED}")
 
 

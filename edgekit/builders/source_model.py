@@ -73,7 +73,7 @@ class SourceModel:
     """
 
     path: Path
-    kind: str  # keras | savedmodel | onnx
+    kind: str  # keras | savedmodel | onnx | tflite
     input_hwc: tuple[int, int, int]
     handle: Any
     input_name: str = ""
@@ -109,6 +109,8 @@ class SourceModel:
             elif self.kind == "savedmodel":
                 res = self.handle(**{self.input_name: import_tf().constant(chunk)})
                 chunks.append([np.asarray(res[o.name]) for o in self.outputs])
+            elif self.kind == "tflite":  # builders/tflite_source.py: LiteRT, one image per run
+                chunks.append(self.handle.predict(chunk))
             else:
                 # a prepared ONNX has batch 1: one image per run, as the device runs it
                 runs = [self.handle.run(self.output_names, {self.input_name: chunk[j : j + 1]})
@@ -161,7 +163,8 @@ class SourceModel:
             inp = keras.Input(shape=self.input_hwc, batch_size=1)
             model = keras.Model(inp, layer(inp))
         else:
-            raise ModelError("ONNX models go through onnx2tf (edgekit.builders.onnx_to_tf), not export_static")
+            raise ModelError(f"{self.kind} models are not exported to a SavedModel (ONNX goes through onnx2tf, "
+                             "a .tflite is converted on its own graph)")
         names, keys = self.output_names, [o.key for o in self.outputs]
         archive = keras.export.ExportArchive()
         archive.track(model)

@@ -101,7 +101,7 @@ def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
     options = ctx.options_for(target)
     variants = list(options.get("variants", ["fp32"]))
     io_dtype = options.get("io_dtype", "uint8")
-    saved = ctx.saved_model()
+    saved = None if ctx.source.kind == "tflite" else ctx.saved_model()  # a .tflite is converted on its own graph
     models, coverage = [], {}
     for variant in variants:
         model, coverage[variant] = _variant(ctx, target, saved, out_dir, variant, io_dtype,
@@ -125,10 +125,12 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
 
     with ctx.log.step(f"[{target.name}] convert {variant}") as step:
         rep = ctx.representative() if variant == "int8" else None
-        blob = convert(saved, variant, rep, io_dtype)
+        blob = convert(saved, variant, rep, io_dtype) if saved is not None else convert_tflite(ctx, variant, rep,
+                                                                                              io_dtype)
     path = out_dir / f"{ctx.name}_{variant}.tflite"
     path.write_bytes(blob)
-    order = output_order(path, [o.key for o in ctx.source.outputs])
+    order = (output_order(path, [o.key for o in ctx.source.outputs]) if saved is not None
+             else same_outputs(path, len(ctx.source.outputs)))
     names = {pos: ctx.source.outputs[j].name for j, pos in enumerate(order)}
     delegate, (input_detail, output_details, desc) = _open_details(ctx, target, path)
     spec = spec_from_details(input_detail, ctx.nhwc_spec)
@@ -147,6 +149,33 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
                        extra=task_extra(ctx.class_output, order),
                        runtime_options=None if delegate == "xnnpack" else {"delegate": delegate})
     return model, coverage
+
+
+def convert_tflite(ctx: BuildContext, variant: str, representative, io_dtype: str) -> bytes:
+    """A variant of a float .tflite source, made on its own graph (builders/tflite_edit.py):
+    fp32 float32 weights, fp16 float16 weights, int8 full-integer with ``io_dtype`` I/O."""
+    from edgekit.builders import tflite_edit
+
+    blob = ctx.source.handle.blob
+    if variant == "fp32":
+        return tflite_edit.float32_weights(blob)
+    if variant == "fp16":
+        return tflite_edit.float16_weights(blob)
+    if variant == "int8":
+        return tflite_edit.quantize_int8(blob, representative, io_dtype)
+    raise ModelError(f"unknown TFLite variant {variant!r}", "use fp32, fp16 or int8")
+
+
+def same_outputs(path: Path, count: int) -> list[int]:
+    """The output order of a variant made on a .tflite source's own graph: the source's, as the
+    graph edits and TensorFlow's quantiser keep the subgraph's output list (checked by count)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    found = len(Interpreter(model_path=str(path)).get_output_details())
+    if found != count:
+        raise ModelError(f"{path.name} has {found} outputs after conversion, the original {count}",
+                         "report it with build.log")
+    return list(range(count))
 
 
 def _open_details(ctx: BuildContext, target: Target, path: Path) -> tuple[str, tuple]:
@@ -275,6 +304,10 @@ def _quant_report(ctx: BuildContext, target: Target, saved: Path, io_dtype: str,
     from edgekit.builders.quant_report import quantization_report, report_lines
 
     why = "int8 missed the gate" if missed else "int8"
+    if saved is None:  # TensorFlow's QuantizationDebugger needs a converter, which a .tflite source has not
+        ctx.log.info(f"[{target.name}] {why}: the per-layer quantisation report needs a Keras, SavedModel or "
+                     "ONNX source (not available for a .tflite source)")
+        return {"available": False, "reason": "per-layer report needs a Keras, SavedModel or ONNX source"}
     with ctx.log.step(f"[{target.name}] {why}: per-layer quantisation error"):
         report = quantization_report(ctx, lambda rep: converter(saved, "int8", rep, io_dtype), tensors)
     for line in report_lines(report):

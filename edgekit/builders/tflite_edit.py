@@ -1,0 +1,335 @@
+"""Variants of a float ``.tflite`` source made on its own graph, with no detour through ONNX.
+
+A model that ships as a float TFLite file (MediaPipe, TF Hub, Model Maker) is converted where it
+stands: ``fp32`` is the graph with float32 weights, ``fp16`` the same graph with float16 weights
+(each read through a ``DEQUANTIZE``, as TensorFlow's converter writes them), and ``int8`` is
+calibrated and quantised by TensorFlow's own post-training quantiser, the very steps
+``TFLiteConverter`` runs after converting a SavedModel (``Calibrator`` then ``mlir_quantize``).
+The int8 graph therefore holds exactly the ops a Keras build of the same network holds: no
+TRANSPOSE is added, which would cut the Edge TPU graph.
+
+Published float models often carry float16 weights already (every MediaPipe model does: 74
+``DEQUANTIZE`` ops in BlazeFace); TensorFlow's quantiser refuses those ("scale out of expressed
+type range"), so weights go back to float32 first (:func:`float32_weights`).
+
+Edits use TensorFlow's flatbuffer object API (``tensorflow.lite.tools.flatbuffer_utils``); this
+module is build-side only and imports TensorFlow inside its functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from edgekit.errors import ModelError
+
+FLOAT32, FLOAT16 = 0, 1  # tflite::TensorType
+DEQUANTIZE, DENSIFY = 6, 124  # tflite::BuiltinOperator
+FP16_MAX = 65504.0
+MIN_FP16_ELEMENTS = 2
+"""Smaller float constants (a scalar added or multiplied) stay float32, as TensorFlow leaves them."""
+
+
+def _schema():
+    from edgekit.builders.source_model import import_tf
+
+    import_tf()  # TF's C++ log level set first
+    from tensorflow.lite.python import schema_py_generated as schema
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    return schema, flatbuffer_utils
+
+
+def read(blob: bytes):
+    """The model object of a TFLite flatbuffer (ModelError when it is not one)."""
+    _, fb = _schema()
+    try:
+        return fb.convert_bytearray_to_object(bytearray(blob))
+    except Exception as exc:  # the generated reader raises whatever a bad offset gives
+        raise ModelError(f"not a readable TFLite flatbuffer ({type(exc).__name__})",
+                         "give the .tflite file as exported, not truncated or edited") from exc
+
+
+def write(model) -> bytes:
+    """A model object back as flatbuffer bytes."""
+    _, fb = _schema()
+    return bytes(fb.convert_object_to_bytearray(model))
+
+
+def _opcode(model, index: int) -> int:
+    code = model.operatorCodes[index]
+    return max(int(code.builtinCode or 0), int(code.deprecatedBuiltinCode or 0))
+
+
+def _constant(model, tensor) -> np.ndarray | None:
+    """A tensor's constant data as a flat uint8 array, or None for an activation."""
+    data = model.buffers[tensor.buffer].data if 0 < tensor.buffer < len(model.buffers) else None
+    return None if data is None or len(data) == 0 else np.asarray(data, np.uint8)
+
+
+def weight_precision(blob: bytes) -> str:
+    """``float16-weights`` when constants are stored as float16 and dequantised, else ``float32``."""
+    model = read(blob)
+    for sg in model.subgraphs:
+        for op in sg.operators:
+            if _opcode(model, op.opcodeIndex) == DEQUANTIZE and op.inputs is not None and len(op.inputs):
+                tensor = sg.tensors[op.inputs[0]]
+                if tensor.type == FLOAT16 and _constant(model, tensor) is not None:
+                    return "float16-weights"
+    return "float32"
+
+
+def float32_weights(blob: bytes) -> bytes:
+    """The model with every float16 constant read through a ``DEQUANTIZE`` stored as float32,
+    and MediaPipe's ``Convolution2DTransposeBias`` custom op as the builtin ``TRANSPOSE_CONV``.
+
+    Values are unchanged (float16 -> float32 is exact); the DEQUANTIZE ops and the float16
+    tensors go. A model without either comes back as it was.
+    """
+    model = read(blob)
+    changed = _builtin_transpose_conv(model)
+    densified = _densified(model, blob)
+    for sg_index, sg in enumerate(model.subgraphs):
+        producer = {int(t): op for op in sg.operators for t in _indices(op.outputs)}
+        drop = set()
+        for op in sg.operators:
+            src = sg.tensors[op.inputs[0]] if op.inputs is not None and len(op.inputs) else None
+            if _opcode(model, op.opcodeIndex) != DEQUANTIZE or src is None or src.type != FLOAT16:
+                continue
+            data = _constant(model, src)
+            if data is not None:
+                values = data.view(np.float16).astype(np.float32)
+            elif sg_index == 0 and int(op.outputs[0]) in densified:
+                values = densified[int(op.outputs[0])]
+                drop.add(id(producer[int(op.inputs[0])]))
+            else:
+                continue
+            sg.tensors[op.outputs[0]].buffer = _new_buffer(model, values)
+            drop.add(id(op))
+            changed = True
+        sg.operators = [op for op in sg.operators if id(op) not in drop]
+    return write(_pruned(model)) if changed else blob
+
+
+MEDIAPIPE_TRANSPOSE_CONV = b"Convolution2DTransposeBias"
+TFLITE_PADDING = {1: 0, 2: 1}  # TfLitePadding (kTfLitePaddingSame, kTfLitePaddingValid) -> tflite::Padding
+
+
+def _builtin_transpose_conv(model) -> bool:
+    """Replace MediaPipe's ``Convolution2DTransposeBias`` (a transposed convolution plus bias, in
+    every MediaPipe segmentation model) by the builtin ``TRANSPOSE_CONV`` with its bias input.
+
+    TensorFlow's calibrator, the Edge TPU compiler and tf2onnx have no kernel for the custom op
+    (tf2onnx leaves it in the graph without an error). Its options are MediaPipe's raw
+    ``TfLiteTransposeConvParams``: int32 padding, stride_width, stride_height. Returns True when
+    an op was replaced.
+    """
+    import struct
+
+    schema, _ = _schema()
+    customs = {i for i, code in enumerate(model.operatorCodes) if code.customCode == MEDIAPIPE_TRANSPOSE_CONV}
+    found = False
+    for sg in model.subgraphs:
+        for op in sg.operators:
+            raw = bytes(op.customOptions) if op.customOptions is not None else b""
+            if op.opcodeIndex not in customs or len(raw) < 12 or len(_indices(op.inputs)) != 3:
+                continue
+            padding, stride_w, stride_h = struct.unpack("<3i", raw[:12])
+            if padding not in TFLITE_PADDING or not (0 < stride_w <= 64 and 0 < stride_h <= 64):
+                continue
+            shape = schema.TensorT()
+            shape.shape, shape.type, shape.name = [4], 2, (sg.tensors[op.outputs[0]].name or b"") + b"_shape"  # INT32
+            shape.buffer = _new_buffer(model, np.asarray(sg.tensors[op.outputs[0]].shape, np.int32))
+            sg.tensors.append(shape)
+            image, weights, bias = _indices(op.inputs)
+            options = schema.TransposeConvOptionsT()
+            options.padding, options.strideW, options.strideH = TFLITE_PADDING[padding], stride_w, stride_h
+            op.opcodeIndex = _builtin_code(model, schema, 67, 3)  # TRANSPOSE_CONV v3: with a bias input
+            op.inputs = [len(sg.tensors) - 1, weights, image, bias]
+            op.builtinOptionsType, op.builtinOptions = schema.BuiltinOptions.TransposeConvOptions, options
+            op.customOptions, op.customOptionsFormat = None, 0
+            found = True
+    return found
+
+
+def _builtin_code(model, schema, builtin: int, version: int) -> int:
+    """The index of a builtin operator code (at least ``version``), added when the model has none."""
+    for i in range(len(model.operatorCodes)):
+        if _opcode(model, i) == builtin and not model.operatorCodes[i].customCode:
+            model.operatorCodes[i].version = max(int(model.operatorCodes[i].version or 1), version)
+            return i
+    code = schema.OperatorCodeT()
+    code.builtinCode, code.deprecatedBuiltinCode, code.version = builtin, min(builtin, 127), version
+    model.operatorCodes.append(code)
+    return len(model.operatorCodes) - 1
+
+
+def _densified(model, blob: bytes) -> dict[int, np.ndarray]:
+    """Float32 values of each ``DENSIFY`` -> ``DEQUANTIZE`` chain of a sparse float16 constant
+    (MediaPipe's pose detector stores 38 kernels so), by DEQUANTIZE output tensor.
+
+    TFLite's sparse formats are decoded by the interpreter itself, not re-implemented here: it
+    runs once with every intermediate tensor kept, and the dense values are read back.
+    """
+    sg = model.subgraphs[0]
+    producer = {int(t): op for op in sg.operators for t in _indices(op.outputs)}
+    wanted = []
+    for op in sg.operators:
+        src = _indices(op.inputs)[:1]
+        feeder = producer.get(src[0]) if src else None
+        if (_opcode(model, op.opcodeIndex) == DEQUANTIZE and feeder is not None
+                and _opcode(model, feeder.opcodeIndex) == DENSIFY
+                and _constant(model, sg.tensors[_indices(feeder.inputs)[0]]) is not None):
+            wanted.append(int(op.outputs[0]))
+    if not wanted:
+        return {}
+    import warnings
+
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    with warnings.catch_warnings():  # "preserve_all_tensors is for debugging": here it is the point
+        warnings.simplefilter("ignore", UserWarning)
+        # built-in kernels only: XNNPACK would take the constant chains over and never fill them in
+        interp = Interpreter(model_content=blob, experimental_preserve_all_tensors=True,
+                             experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    interp.allocate_tensors()
+    for detail in interp.get_input_details():
+        interp.set_tensor(detail["index"], np.zeros(detail["shape"], detail["dtype"]))
+    interp.invoke()
+    return {t: np.array(interp.get_tensor(t), np.float32) for t in wanted}
+
+
+def float16_weights(blob: bytes) -> bytes:
+    """The model with its float32 constants stored as float16 and dequantised at load.
+
+    XNNPACK folds these DEQUANTIZE ops into the weights when it prepares the model, so the
+    file halves while compute stays float32. Constants out of float16's range stay float32.
+    """
+    schema, _ = _schema()
+    model = read(float32_weights(blob))
+    deq = _builtin_code(model, schema, DEQUANTIZE, 3)  # DEQUANTIZE v3 reads float16
+    for sg in model.subgraphs:
+        consumed = {int(t) for op in sg.operators for t in (op.inputs if op.inputs is not None else []) if t >= 0}
+        front = []
+        for index in sorted(consumed):
+            tensor = sg.tensors[index]
+            data = _constant(model, tensor)
+            if tensor.type != FLOAT32 or data is None or data.size // 4 < MIN_FP16_ELEMENTS:
+                continue
+            values = data.view(np.float32)
+            if not np.all(np.isfinite(values)) or float(np.max(np.abs(values))) > FP16_MAX:
+                continue
+            half = schema.TensorT()
+            half.shape, half.type = tensor.shape, FLOAT16
+            half.name = (tensor.name or b"") + b"_fp16"
+            half.buffer = _new_buffer(model, values.astype(np.float16))
+            sg.tensors.append(half)
+            tensor.buffer = 0  # now the DEQUANTIZE's output, computed at load
+            op = schema.OperatorT()
+            op.opcodeIndex, op.inputs, op.outputs = deq, [len(sg.tensors) - 1], [index]
+            front.append(op)
+        sg.operators = front + list(sg.operators)
+    return write(_pruned(model))
+
+
+def _new_buffer(model, values: np.ndarray) -> int:
+    schema, _ = _schema()
+    buf = schema.BufferT()
+    buf.data = np.frombuffer(np.ascontiguousarray(values).tobytes(), np.uint8)
+    model.buffers.append(buf)
+    return len(model.buffers) - 1
+
+
+def _pruned(model):
+    """The model without tensors no op, input, output or signature uses, without operator codes
+    no op uses, and with the data of buffers nothing refers to any more dropped (buffer indices
+    kept: buffer 0 stays the empty one)."""
+    for sg in model.subgraphs:
+        used = set(_indices(sg.inputs)) | set(_indices(sg.outputs))
+        for op in sg.operators:
+            used |= set(_indices(op.inputs)) | set(_indices(op.outputs)) | set(_indices(op.intermediates))
+        new = {old: i for i, old in enumerate(sorted(used))}
+        sg.tensors = [sg.tensors[old] for old in sorted(used)]
+        sg.inputs = [new[int(t)] for t in _indices(sg.inputs)]
+        sg.outputs = [new[int(t)] for t in _indices(sg.outputs)]
+        for op in sg.operators:
+            op.inputs = [new[int(t)] if t >= 0 else -1 for t in (op.inputs if op.inputs is not None else [])]
+            op.outputs = [new[int(t)] for t in _indices(op.outputs)]
+            if op.intermediates is not None:
+                op.intermediates = [new[int(t)] for t in _indices(op.intermediates)]
+        for sig in model.signatureDefs or []:
+            if sig.subgraphIndex == model.subgraphs.index(sg):
+                for item in list(sig.inputs or []) + list(sig.outputs or []):
+                    item.tensorIndex = new.get(int(item.tensorIndex), item.tensorIndex)
+    codes = sorted({op.opcodeIndex for sg in model.subgraphs for op in sg.operators})
+    model.operatorCodes = [model.operatorCodes[c] for c in codes]  # an unused code can fail registration
+    for sg in model.subgraphs:
+        for op in sg.operators:
+            op.opcodeIndex = codes.index(op.opcodeIndex)
+    referenced = {t.buffer for sg in model.subgraphs for t in sg.tensors}
+    referenced |= {m.buffer for m in model.metadata or []} | set(_indices(model.metadataBuffer))
+    for i, buf in enumerate(model.buffers):
+        if i and i not in referenced:
+            buf.data = None
+    return model
+
+
+def _indices(values) -> list[int]:
+    return [int(v) for v in values if v >= 0] if values is not None else []
+
+
+def quantize_int8(blob: bytes, representative: Iterable[np.ndarray], io_dtype: str = "uint8") -> bytes:
+    """Full-integer int8 of a float TFLite model, calibrated on ``representative`` (one float
+    tensor per image, no batch axis, in the model's own layout), with ``io_dtype`` I/O.
+
+    TensorFlow's own post-training steps, as ``TFLiteConverter`` runs them with
+    ``TFLITE_BUILTINS_INT8``; an op left in float afterwards is refused, naming it.
+    """
+    from edgekit.builders.log import progress
+    from edgekit.builders.source_model import import_tf
+
+    tf = import_tf()
+    from tensorflow.lite.python.convert import mlir_quantize
+    from tensorflow.lite.python.optimize import calibrator
+
+    if representative is None or not len(representative):
+        raise ModelError("int8 conversion needs calibration images", "pass --calib DIR")
+    io = {"uint8": tf.uint8, "int8": tf.int8}[io_dtype]
+
+    def feed():
+        for x in progress(representative, "int8 calibration", total=len(representative)):
+            yield [np.asarray(x, np.float32)[None]]
+
+    try:
+        prepared = calibrator.add_intermediate_tensors(float32_weights(blob))
+        calibrated = calibrator.Calibrator(prepared).calibrate(feed)
+        quantized = mlir_quantize(calibrated, input_data_type=io, output_data_type=io)
+    except (RuntimeError, ValueError) as exc:
+        from edgekit.builders.tflite import converter_error
+
+        raise ModelError(f"TFLite int8 quantisation failed: {converter_error(str(exc)) or type(exc).__name__}",
+                         "see build.log (--debug); the fp32 and fp16 variants do not need it") from exc
+    float_ops = float_ops_left(quantized)
+    if float_ops:
+        raise ModelError(f"int8: TensorFlow's quantiser left {', '.join(float_ops)} in float (no int8 kernel)",
+                         "build --variants fp32,fp16 for this model, or replace those ops before export")
+    return quantized
+
+
+def float_ops_left(blob: bytes) -> list[str]:
+    """Names of the ops of a quantised model that still compute on float32 activations
+    (the input QUANTIZE and output DEQUANTIZE excepted)."""
+    _, fb = _schema()
+    model = read(blob)
+    left: set[str] = set()
+    for sg in model.subgraphs:
+        for op in sg.operators:
+            name = fb.opcode_to_name(model, op.opcodeIndex)
+            if name in ("QUANTIZE", "DEQUANTIZE"):
+                continue
+            for t in _indices(op.inputs):
+                tensor = sg.tensors[t]
+                if tensor.type == FLOAT32 and _constant(model, tensor) is None:
+                    left.add(name)
+    return sorted(left)

@@ -1,0 +1,178 @@
+"""A float .tflite as the model to build (as MediaPipe, TF Hub and Model Maker ship them).
+
+The demo classifier is exported to float .tflite files the way publishers make them (float32
+weights; float16 weights read through DEQUANTIZE, as every MediaPipe model is) and built for
+every target with the real converters. Its int8 must be the graph a Keras build makes (no
+TRANSPOSE added: the Edge TPU op count is the same), and the gate must hold on the eval set.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from edgekit.bundle import load_bundle
+from edgekit.errors import ModelError
+from tests.conftest import CALIB, DEMO_MODEL, EVAL, FRAMES
+
+TARGETS = ["edgetpu", "rpi", "cpu", "jetson"]
+pytestmark = pytest.mark.slow
+
+
+def _export(keras_model, shape, fp16: bool) -> bytes:
+    import tempfile
+
+    import tensorflow as tf
+
+    with tempfile.TemporaryDirectory() as saved:
+        keras_model.export(saved, input_signature=[tf.TensorSpec(shape, tf.float32)], verbose=False)
+        conv = tf.lite.TFLiteConverter.from_saved_model(saved)
+        if fp16:
+            conv.optimizations = [tf.lite.Optimize.DEFAULT]
+            conv.target_spec.supported_types = [tf.float16]
+        return conv.convert()
+
+
+def _ops(blob: bytes) -> Counter:
+    from ai_edge_litert.interpreter import Interpreter
+
+    return Counter(op["op_name"] for op in Interpreter(model_content=blob)._get_ops_details())
+
+
+@pytest.fixture(scope="module")
+def demo_tflite(tmp_path_factory):
+    """models/demo.keras as float .tflite files with its sidecars: {"fp32": path, "fp16": path}."""
+    import keras
+
+    d = tmp_path_factory.mktemp("tflite-src")
+    model = keras.models.load_model(DEMO_MODEL, compile=False)
+    paths = {}
+    for kind in ("fp32", "fp16"):
+        path = d / f"demo_{kind}.tflite"
+        path.write_bytes(_export(model, (1, *model.inputs[0].shape[1:]), fp16=kind == "fp16"))
+        for side in (".labels.txt", ".preprocess.json"):
+            shutil.copy(DEMO_MODEL.with_suffix(side), d / f"demo_{kind}{side}")
+        paths[kind] = path
+    return paths
+
+
+@pytest.fixture(scope="module")
+def tflite_bundles(demo_tflite, tmp_path_factory):
+    """The float16-weight demo .tflite built for every target: {target: TargetBuild}."""
+    from edgekit.builders.build import build
+
+    out = tmp_path_factory.mktemp("dist-tflite")
+    return {r.target: r for r in build(demo_tflite["fp16"], TARGETS, [CALIB, FRAMES], out=out, eval_dir=EVAL,
+                                       quiet=True)}
+
+
+def test_float_tflite_builds_for_every_target_through_the_accuracy_gate(tflite_bundles):
+    assert set(tflite_bundles) == set(TARGETS)
+    for target, r in tflite_bundles.items():
+        assert r.passed, (target, r.error)
+        m = load_bundle(r.bundle).manifest
+        v = m["verification"]
+        assert v["metric"] == "top1" and v["ratio"] >= 0.98 and v["original"] >= 0.85, (target, v)
+        assert m["source"]["format"] == "tflite" and m["task"] == "classify"
+    precisions = {m.name: m.precision for m in load_bundle(tflite_bundles["cpu"].bundle).models}
+    assert precisions == {"fp32": "float32", "fp16": "float16-weights", "int8": "int8"}
+    [int8] = load_bundle(tflite_bundles["edgetpu"].bundle).models
+    assert int8.input.dtype == "uint8" and int8.outputs[0]["dtype"] == "uint8"
+    assert int8.input.colour == "gray" and int8.input.crop == (200, 200)  # the sidecar's preprocessing
+
+
+def test_tflite_int8_is_the_graph_a_keras_build_makes(tflite_bundles, demo_bundles):
+    """Same ops and the same Edge TPU prediction as the Keras build of the same network: no TRANSPOSE."""
+    mine = tflite_bundles["edgetpu"]
+    keras_built = demo_bundles["edgetpu"]
+    ours = _ops((mine.bundle / load_bundle(mine.bundle).models[0].file).read_bytes())
+    theirs = _ops((keras_built.bundle / load_bundle(keras_built.bundle).models[0].file).read_bytes())
+    assert ours == theirs and "TRANSPOSE" not in ours and "DEQUANTIZE" not in ours
+    a, b = mine.manifest["edgetpu"]["offline"], keras_built.manifest["edgetpu"]["offline"]
+    assert (a["tpu_ops"], a["total_ops"]) == (b["tpu_ops"], b["total_ops"]) and a["tpu_ops"] == a["total_ops"]
+
+
+def test_fp32_and_fp16_variants_hold_the_source_values(demo_tflite):
+    """float16 weights dequantised to float32 are exact; float32 weights stored as float16 run the
+    same graph with every DEQUANTIZE folded by XNNPACK (outputs within float16 rounding)."""
+    from edgekit.builders import tflite_edit
+    from edgekit.runtime.litert import LiteRTRuntime
+
+    half = demo_tflite["fp16"].read_bytes()
+    full = tflite_edit.float32_weights(half)
+    assert tflite_edit.weight_precision(half) == "float16-weights"
+    assert tflite_edit.weight_precision(full) == "float32" and "DEQUANTIZE" not in _ops(full)
+    again = tflite_edit.float16_weights(full)
+    assert tflite_edit.weight_precision(again) == "float16-weights"
+    assert _ops(again)["DEQUANTIZE"] == _ops(half)["DEQUANTIZE"]
+    x = np.random.default_rng(0).random((1, 32, 32, 1), dtype=np.float32)
+    outs = []
+    for blob in (half, full, again):
+        path = demo_tflite["fp16"].parent / "check.tflite"
+        path.write_bytes(blob)
+        with LiteRTRuntime(path) as rt:
+            outs.append(rt.infer(x)[0])
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_array_equal(outs[0], outs[2])
+
+
+def test_multi_output_tflite_keeps_its_own_output_order_and_names(tmp_path):
+    """Four outputs whose order differs by name, by shape and by index: the bundle lists them as
+    the file does, and the runtime returns them in that order on every TFLite target."""
+    import keras
+    from keras import layers
+
+    from edgekit.builders.build import build
+    from edgekit.runtime import open_runtime
+
+    inp = keras.Input((16, 16, 3), batch_size=1)
+    x = layers.Conv2D(4, 3, activation="relu")(inp)
+    pooled = layers.GlobalAveragePooling2D()(x)
+    outs = [layers.Dense(7, name="zeta")(pooled), layers.Dense(2, name="alpha")(pooled),
+            layers.Dense(5, name="mid")(pooled), layers.Flatten(name="beta")(x)]
+    model = keras.Model(inp, outs)
+    path = tmp_path / "four.tflite"
+    path.write_bytes(_export(model, (1, 16, 16, 3), fp16=False))
+    from ai_edge_litert.interpreter import Interpreter
+
+    declared = [(d["name"], int(np.prod(d["shape"]))) for d in Interpreter(model_path=str(path)).get_output_details()]
+    results = build(path, ["cpu"], [FRAMES], out=tmp_path / "dist", quiet=True, variants=["fp32", "fp16"])
+    [r] = results
+    assert r.passed, r.error
+    entries = load_bundle(r.bundle).model("fp32").outputs
+    assert [(o["name"], int(np.prod(o["shape"]))) for o in entries] == declared
+    with open_runtime(r.bundle, model="fp16") as rt:
+        got = rt.infer(np.zeros(rt.input_spec.shape, np.float32))
+    assert [g.size for g in got] == [size for _, size in declared]
+
+
+def test_bad_tflite_sources_are_one_line_errors(tmp_path, demo_tflite):
+    from edgekit.builders.source import load_source_model
+
+    cases = {"truncated.tflite": demo_tflite["fp32"].read_bytes()[:2000], "text.tflite": b"not a model at all"}
+    for name, blob in cases.items():
+        (tmp_path / name).write_bytes(blob)
+        with pytest.raises(ModelError) as err:
+            load_source_model(tmp_path / name)
+        assert name in err.value.message and "\n" not in err.value.message
+    from tests import tflite_models
+
+    with pytest.raises(ModelError, match="already quantised"):
+        load_source_model(tflite_models.model_path("small_int8", tmp_path))
+    with pytest.raises(ModelError, match="height/width are not fixed"):
+        load_source_model(_dynamic_float(tmp_path))
+
+
+def _dynamic_float(tmp_path):
+    """A float .tflite whose height and width are left open."""
+    import keras
+    from keras import layers
+
+    inp = keras.Input((None, None, 3), batch_size=1)
+    model = keras.Model(inp, layers.GlobalAveragePooling2D()(layers.Conv2D(2, 3)(inp)))
+    path = tmp_path / "open.tflite"
+    path.write_bytes(_export(model, (1, None, None, 3), fp16=False))
+    return path
