@@ -327,7 +327,7 @@ def test_a_target_that_fails_does_not_stop_the_others(tmp_path, capsys):
                         "--out", str(tmp_path / "dist"))
     line = error_line(err)
     assert code == 2 and line.startswith("edgekit build: error: cpu: ") and "CastLike" in line
-    assert line.endswith("(built anyway: jetson)")
+    assert line.endswith("(written: jetson; failed: cpu)")
     assert "WARNING: cpu: not built: " in err and "going on with the other targets" in err
     assert sorted(p.name for p in (tmp_path / "dist").iterdir()) == ["castlike-jetson"]
     assert (tmp_path / "dist" / "castlike-jetson" / "edgekit.json").is_file()

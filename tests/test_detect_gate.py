@@ -160,7 +160,8 @@ def test_int8_that_loses_dim_objects_fails_with_exit_3_naming_where(tmp_path, ca
     code, _, err = build(capsys, data, tmp_path, "--eval", str(data["dim"]), "--task", "detect",
                          "--json", model="pixel_model")
     assert code == 3
-    assert not (tmp_path / "grid_px-cpu").exists() and (tmp_path / "grid_px-cpu.rejected").is_dir()
+    assert [m["name"] for m in manifest(tmp_path / "grid_px-cpu")["models"]] == ["fp32"]  # int8 left out
+    assert (tmp_path / "grid_px-cpu.rejected").is_dir()
     line = next(ln for ln in err.splitlines() if ln.startswith("edgekit build: error:"))
     assert "int8 mAP@[.5:.95]" in line and "vs original 1.0000" in line and "< 0.99" in line
     assert "worst int8 layers" in line and "normalise the boxes" in line  # the quantisation report

@@ -7,7 +7,6 @@ collapse while the fp32 default keeps the original's top-1.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -178,9 +177,12 @@ def test_a_ratio_exactly_at_the_minimum_passes(tmp_path):
 
 
 @pytest.mark.slow  # two conversions (fp32, int8) + verification, ~7 s on 2 cores
-def test_a_broken_non_default_variant_fails_the_build(tmp_path):
-    """int8 calibrated on black images only scores ~10 % while the fp32 default keeps 100 % of the original."""
+def test_a_broken_non_default_variant_fails_the_build_but_the_default_is_written(tmp_path):
+    """int8 calibrated on black images only scores ~10 % while the fp32 default keeps 100 % of the
+    original: fp32 is published without int8, int8 is kept as .rejected, and the build still fails."""
     import cv2
+
+    from edgekit.bundle import load_bundle
 
     black = tmp_path / "black"
     black.mkdir()
@@ -190,8 +192,15 @@ def test_a_broken_non_default_variant_fails_the_build(tmp_path):
         build(DEMO_MODEL, ["cpu"], [black], out=tmp_path / "dist", eval_dir=EVAL, quiet=True,
               variants=["fp32", "int8"], min_accuracy_ratio=0.5)
     [r] = err.value.results
-    assert r.manifest["default_model"] == "fp32" and r.passed is False
-    v = json.loads((tmp_path / "dist" / "demo-cpu.rejected" / "edgekit.json").read_text())["verification"]
-    assert v["ratio"] == 1.0 and v["models"]["fp32"]["eval"]["passed"] is True  # the default alone would pass
-    assert v["models"]["int8"]["eval"]["passed"] is False and v["passed"] is False
-    assert not (tmp_path / "dist" / "demo-cpu").exists()
+    assert r.partial and r.passed is False and r.rejected == ("int8",) and r.bundle == tmp_path / "dist" / "demo-cpu"
+    published = load_bundle(r.bundle)  # it loads as any passing bundle: every model in it passed
+    assert [m.name for m in published.models] == ["fp32"] and published.manifest["default_model"] == "fp32"
+    v = published.manifest["verification"]
+    assert v["passed"] is True and v["ratio"] == 1.0 and list(v["models"]) == ["fp32"]
+    assert v["rejected"]["int8"]["kept_in"] == "demo-cpu.rejected" and v["rejected"]["int8"]["reason"] == r.error
+    evidence = load_bundle(tmp_path / "dist" / "demo-cpu.rejected", allow_rejected=True)  # hashes checked
+    assert [m.name for m in evidence.models] == ["int8"] and evidence.manifest["default_model"] == "int8"
+    v = evidence.manifest["verification"]
+    assert v["passed"] is False and v["models"]["fp32"]["eval"]["passed"] is True  # every variant's numbers
+    assert v["models"]["int8"]["eval"]["passed"] is False and v["published"] == {"bundle": "demo-cpu",
+                                                                                 "models": ["fp32"]}

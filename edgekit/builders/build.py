@@ -23,6 +23,7 @@ from edgekit.builders.contract import BuildRequest, TargetBuild, check_bundle_na
 from edgekit.builders.detect_gate import DetectEval, DetectGate, load_detection_eval
 from edgekit.builders.inputs import PREPROCESS_KEYS, explicit_labels, float_input_spec, preprocessing, read_sidecars
 from edgekit.builders.log import BuildLog, interruptible
+from edgekit.builders.outcome import finish
 from edgekit.builders.preflight import check_resources, log_peak_memory
 from edgekit.builders.publish import build_target
 from edgekit.builders.source import SourceModel, load_source_model
@@ -33,7 +34,6 @@ from edgekit.errors import (
     ModelError,
     TargetError,
     UsageError,
-    VerificationFailed,
 )
 from edgekit.image import InputSpec, Preprocessor
 from edgekit.target import Target, load_target, merge_options
@@ -68,7 +68,7 @@ def build(
     calib_steps: int | None = 150,
     memory_check: bool = True,
     min_map_ratio: float = 0.99,
-    task_options: dict | None = None, background_class: str | None = None,
+    task_options: dict | None = None, background_class: str | None = None, allow_partial: bool = False,
 ) -> list[TargetBuild]:
     """Build one verified bundle per target.
 
@@ -95,9 +95,9 @@ def build(
         calib_steps, memory_check: most images int8 calibration runs (None: all); False skips the memory check.
         task_options: ``detect`` head options (``layout``, ``ssd_anchors`` ...) for the bundle and the gate.
         background_class: the label meaning "nothing there" (default ``background``; builders/openset.py).
+        allow_partial: accept (warn) a bundle written without the variants that missed the gate.
 
-    Returns one TargetBuild per target. Raises VerificationFailed (after building the other
-    targets) when any target misses the accuracy gate; other errors as EdgekitError.
+    Returns one TargetBuild per target; raises, once all are built, as builders/outcome.py:finish says.
     """
     # every parameter is a BuildRequest field of the same name (it normalises and checks them)
     return execute(BuildRequest(**locals()))
@@ -136,14 +136,9 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
             ctx = BuildContext(request=request, source=source, name=name, labels=labels or [], float_spec=float_spec,
                                calib_all=calib_all, calib=used, holdout=holdout, evalset=evalset, log=log,
                                workdir=Path(work), task=task, class_output=class_output, detect=detect)
-            results, failed = _build_each(ctx, resolved, t_start)
+            results, failures = _build_each(ctx, resolved, t_start)
         log_peak_memory(log, t_start, onnx2tf=source.kind == "onnx")
-    if failed:
-        built = [r.target for r in results]
-        failed.message += f" (built anyway: {', '.join(built)})" if built else ""
-        raise failed
-    _raise_if_rejected(results)
-    return results
+    return finish(results, failures, request.allow_partial, log)
 
 
 #: what one target's conversion can fail with while the others may still build
@@ -151,10 +146,10 @@ TARGET_FAILURES = (ModelError, TargetError, CompilerError, BackendUnavailable)
 
 
 def _build_each(ctx: BuildContext, targets: list[Target],
-                t_start: float) -> tuple[list[TargetBuild], EdgekitError | None]:
+                t_start: float) -> tuple[list[TargetBuild], dict[str, EdgekitError]]:
     """Build every target; one that fails (an op its converter lacks, a missing tool) does
-    not stop the others. Returns the builds and the first failure (None when none failed)."""
-    results, first = [], None
+    not stop the others. Returns the builds and, by target name, the failures."""
+    results, failures = [], {}
     for target in targets:
         try:
             results.append(build_target(ctx, target, t_start))
@@ -162,10 +157,8 @@ def _build_each(ctx: BuildContext, targets: list[Target],
             if len(targets) == 1:
                 raise
             ctx.log.warn(f"{target.name}: not built: {exc.message}; going on with the other targets")
-            first = first or exc
-            if first is exc and not exc.message.startswith(f"{target.name}:"):
-                exc.message = f"{target.name}: {exc.message}"
-    return results, first
+            failures[target.name] = exc
+    return results, failures
 
 
 @contextmanager
@@ -338,15 +331,3 @@ def _split_holdout(calib_all: ImageSet, fraction: float) -> tuple[ImageSet, Imag
     n_images = len(calib_all)
     n_hold = int(n_images * fraction) if n_images >= 10 else 0
     return calib_all.subset(np.arange(n_hold, n_images)), calib_all.subset(np.arange(n_hold))
-
-
-def _raise_if_rejected(results: list[TargetBuild]) -> None:
-    failed = [r for r in results if not r.passed]
-    if failed:
-        raise VerificationFailed(
-            "; ".join(f"{r.target}: {r.error}" for r in failed),
-            f"no bundle was written for {', '.join(r.target for r in failed)}; "
-            "see the .rejected bundle's edgekit.json, calibrate with more representative images, "
-            + ("or lower --min-map-ratio" if any(r.manifest.get("task") == "detect" for r in failed)
-               else "or lower --min-accuracy-ratio"),
-        ).with_results(results)

@@ -99,6 +99,7 @@ class BuildRequest:
     min_map_ratio: float = 0.99
     task_options: dict[str, Any] = field(default_factory=dict)
     background_class: str | None = None
+    allow_partial: bool = False
 
     def __post_init__(self) -> None:
         # Frozen: normalise through object.__setattr__, once, so every reader sees one shape.
@@ -240,7 +241,12 @@ class BuilderOutput:
 
 @dataclass(frozen=True)
 class TargetBuild:
-    """What one target's build produced: the bundle (None when rejected) and its manifest."""
+    """What one target's build produced: the bundle (None when rejected) and its manifest.
+
+    ``passed`` is True when every variant passed the gate. A partial bundle (``passed`` False,
+    ``bundle`` set) holds the variants that passed; ``rejected`` names those that did not
+    (kept in ``<bundle>.rejected``), ``error`` says why.
+    """
 
     target: str
     bundle: Path | None
@@ -248,3 +254,9 @@ class TargetBuild:
     seconds: float
     manifest: dict = field(default_factory=dict)
     error: str | None = None
+    rejected: tuple[str, ...] = ()
+
+    @property
+    def partial(self) -> bool:
+        """A bundle was written, without the variants that missed the gate."""
+        return self.bundle is not None and not self.passed

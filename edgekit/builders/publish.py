@@ -8,14 +8,16 @@ build had produced it.
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
 import shutil
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
 from edgekit.builders.context import BuildContext
-from edgekit.builders.contract import BuilderOutput, TargetBuild
+from edgekit.builders.contract import BuilderOutput, BuiltModel, TargetBuild
 from edgekit.builders.openset import log_line
 from edgekit.builders.openset import manifest_entry as openset_entry
 from edgekit.builders.resources import peak_rss
@@ -57,7 +59,7 @@ def build_target(ctx: BuildContext, target: Target, t_start: float) -> TargetBui
             ctx.log.info(log_line(manifest["openset"]))
         (writer.dir / "build.log").write_text(ctx.log.text(), encoding="utf-8")
         ctx.log.check()  # Ctrl-C during the last step: do not publish the bundle
-        return _publish(ctx, target, writer, manifest, seconds)
+        return _publish(ctx, target, writer, output, manifest, (seconds, t_start))
     except EdgekitError:
         if dest.exists():
             # The bundle there came from an earlier build; leaving it would make this failed
@@ -69,23 +71,96 @@ def build_target(ctx: BuildContext, target: Target, t_start: float) -> TargetBui
         writer_cm.__exit__(None, None, None)
 
 
-def _publish(ctx: BuildContext, target: Target, writer: BundleWriter, manifest: dict, seconds: float) -> TargetBuild:
-    """Rename the bundle into place if it passed the gate, else keep it as ``<dest>.rejected``."""
+def _publish(ctx: BuildContext, target: Target, writer: BundleWriter, output: BuilderOutput, manifest: dict,
+             times: tuple[float, float]) -> TargetBuild:
+    """Rename the bundle into place if it passed the gate; else keep the models that missed it as
+    ``<dest>.rejected`` and, when some passed, publish those (a partial bundle)."""
     dest = writer.dest
-    verification = manifest["verification"]
-    if verification["passed"]:
+    seconds = times[0]
+    if manifest["verification"]["passed"]:
         path = writer.commit(manifest)
         ctx.log.info(f"== {target.name}: bundle written to {path} ({seconds:.1f}s)")
         return TargetBuild(target.name, path, True, seconds, manifest)
+    failures = variant_failures(output.verification, ctx)
+    if len(failures) < len(output.models):
+        return _publish_partial(ctx, target, writer, output, failures, times)
     rejected = dest.with_name(dest.name + ".rejected")
-    shutil.rmtree(rejected, ignore_errors=True)
     writer.dest = rejected
     writer.commit(manifest)
     if dest.exists():
         shutil.rmtree(dest)  # an older bundle no longer matches this model: do not leave it looking good
-    error = verification["reason"]
+    error = manifest["verification"]["reason"]
     ctx.log.warn(f"{target.name}: accuracy gate failed ({error}); kept for inspection in {rejected}")
-    return TargetBuild(target.name, None, False, seconds, manifest, error)
+    return TargetBuild(target.name, None, False, seconds, manifest, error, tuple(failures))
+
+
+def _publish_partial(ctx: BuildContext, target: Target, writer: BundleWriter, output: BuilderOutput,
+                     failures: dict[str, str], times: tuple[float, float]) -> TargetBuild:
+    """Publish the models that passed the gate, with the best of them as the default, and move
+    those that missed it into ``<dest>.rejected`` (evidence: its manifest holds every model's
+    numbers). A device never gets a default model that failed."""
+    kept, lost = _split(output, failures, ctx)
+    rejected = writer.dest.with_name(writer.dest.name + ".rejected")
+    with BundleWriter(rejected) as evidence:
+        for name in [m.file for m in lost.models] + _edgetpu_files(lost):
+            os.replace(writer.dir / name, evidence.dir / name)
+        for name in ("labels.txt", "build.log"):
+            if (writer.dir / name).is_file():
+                shutil.copy2(writer.dir / name, evidence.dir / name)
+        evidence_manifest = bundle_manifest(ctx, target, lost, *times)
+        evidence_manifest["verification"] = dict(
+            verification_summary(output.verification, lost.default_model, ctx),
+            published={"bundle": writer.dest.name, "models": [m.name for m in kept.models]})
+        evidence.commit(evidence_manifest)
+    manifest = bundle_manifest(ctx, target, kept, *times)
+    manifest["verification"]["rejected"] = {
+        m.name: {"reason": failures[m.name], "kept_in": rejected.name, "file": m.file, "bytes": m.bytes,
+                 "verification": m.verification, "delegation": (output.delegation or {}).get(m.name)}
+        for m in lost.models}
+    path = writer.commit(manifest)
+    names = ", ".join(failures)
+    ctx.log.warn(f"{target.name}: {names} missed the accuracy gate ({'; '.join(failures.values())}); the bundle "
+                 f"{path} holds {', '.join(m.name for m in kept.models)} (default {kept.default_model}), "
+                 f"{names} kept for inspection in {rejected}")
+    return TargetBuild(target.name, path, False, times[0], manifest, "; ".join(failures.values()), tuple(failures))
+
+
+def _split(output: BuilderOutput, failures: dict[str, str], ctx: BuildContext) -> tuple[BuilderOutput, BuilderOutput]:
+    """The builder's output as (models that passed, models that missed the gate), each with its
+    own default (the builder's when it is in that part), delegation and Edge TPU report."""
+    def part(models: list[BuiltModel], default: str) -> BuilderOutput:
+        names = {m.name for m in models}
+        delegation = None if output.delegation is None else {
+            k: v for k, v in output.delegation.items() if k in names}
+        # the Edge TPU report describes one int8 file: it goes where that file goes
+        report_file = ((output.edgetpu or {}).get("offline") or {}).get("model")
+        edgetpu = output.edgetpu if any(m.file == report_file for m in models) else None
+        return replace(output, models=tuple(models), default_model=default, delegation=delegation, edgetpu=edgetpu)
+
+    kept = [m for m in output.models if m.name not in failures]
+    lost = [m for m in output.models if m.name in failures]
+    keep_default = output.default_model if output.default_model not in failures else _best(kept)
+    lost_default = output.default_model if output.default_model in failures else lost[0].name
+    return part(kept, keep_default), part(lost, lost_default)
+
+
+def _best(models: list[BuiltModel]) -> str:
+    """The passing model closest to the original: the highest gate figure (accuracy or mAP
+    ratio, else agreement, else worst-output cosine), the builder's order on a tie."""
+    def figure(m: BuiltModel) -> float:
+        res = m.verification.get("eval") or m.verification.get("holdout") or {}
+        for key in ("ratio", "agreement", "cosine"):
+            if isinstance(res.get(key), (int, float)):
+                return float(res[key])
+        return float("-inf")
+
+    return max(models, key=figure).name  # max keeps the first of equals
+
+
+def _edgetpu_files(output: BuilderOutput) -> list[str]:
+    """Files beside the models that belong to this part: the Edge TPU compiler's log."""
+    log_file = ((output.edgetpu or {}).get("compiler") or {}).get("log_file")
+    return [log_file] if log_file else []
 
 
 def bundle_manifest(ctx: BuildContext, target: Target, output: BuilderOutput, seconds: float,
@@ -180,7 +255,7 @@ def verification_summary(per_variant: dict, default: str, ctx: BuildContext) -> 
     has_eval = ctx.evalset is not None
     raw = ctx.task == "raw"
     dataset = "eval" if has_eval else "holdout"
-    gated = (has_eval or bool(len(ctx.holdout))) if raw else has_eval
+    gated = _gated(ctx)
     summary: dict[str, Any] = {
         "metric": _metric(ctx.task, has_eval),
         "dataset": {"eval_images": len(ctx.evalset) if has_eval else 0,
@@ -198,20 +273,31 @@ def verification_summary(per_variant: dict, default: str, ctx: BuildContext) -> 
                    cosine=d.get("cosine"), worst_output=d.get("worst_output"))
     if ctx.task == "detect":
         summary.update(map50=d.get("map50"), per_class=d.get("per_class"), layout=ctx.detect.layout)
+    bad = variant_failures(per_variant, ctx)
+    summary.update(passed=not bad, reason="; ".join(bad.values()) or None)
     if not gated:
         note = ("no --eval: mAP of each model against the original's own detections on the held-back "
                 "calibration images (agreement), not gated" if ctx.task == "detect"
                 else "no --eval: agreement on held-back calibration images, not gated")
-        # only a conversion that broke the model fails: the gate needs an --eval set
-        broken = [_collapsed(v, r.get("holdout", {})) for v, r in per_variant.items()]
-        bad = [why for why in broken if why]
-        summary.update(passed=not bad, reason="; ".join(bad) or None, note=f"{note}, beyond cosine >= {BROKEN_COSINE}")
-        return summary
-    results = {v: r.get(dataset, {}) for v, r in per_variant.items()}
-    bad = [_why(v, res, ctx, raw) + _where(per_variant[v]) for v, res in results.items() if not res.get("passed")]
-    summary["passed"] = not bad
-    summary["reason"] = "; ".join(bad) if bad else None
+        summary["note"] = f"{note}, beyond cosine >= {BROKEN_COSINE}"
     return summary
+
+
+def _gated(ctx: BuildContext) -> bool:
+    """Whether the gate judges the models: with --eval; for ``raw`` also on the held-back images."""
+    has_eval = ctx.evalset is not None
+    return (has_eval or bool(len(ctx.holdout))) if ctx.task == "raw" else has_eval
+
+
+def variant_failures(per_variant: dict, ctx: BuildContext) -> dict[str, str]:
+    """Why each model that misses the gate misses it, by model name in the builder's order
+    (empty when all pass). Without a gate only a conversion that broke the model fails."""
+    if not _gated(ctx):
+        broken = {v: _collapsed(v, r.get("holdout", {})) for v, r in per_variant.items()}
+        return {v: why for v, why in broken.items() if why}
+    dataset = "eval" if ctx.evalset is not None else "holdout"
+    return {v: _why(v, r.get(dataset, {}), ctx, ctx.task == "raw") + _where(r)
+            for v, r in per_variant.items() if not r.get(dataset, {}).get("passed")}
 
 
 BROKEN_COSINE = 0.5

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from edgekit.options import key_value
@@ -55,6 +54,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-size", metavar="HxW", help="image size for an ONNX input with symbolic height/width")
     p.add_argument("--min-cosine", type=float, default=0.98,
                    help="raw task: fail when the worst output's cosine similarity is below this (default 0.98)")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="exit 0 when a target's bundle was written without a variant that missed the gate "
+                        "(kept in <bundle>.rejected); without it such a build exits 3")
 
 
 def _preprocess_overrides(args: argparse.Namespace) -> dict:
@@ -87,7 +89,7 @@ def _preprocess_overrides(args: argparse.Namespace) -> dict:
 def main(args: argparse.Namespace) -> int:
     """Run the build and print the summary table."""
     from edgekit.builders.build import build
-    from edgekit.errors import VerificationFailed
+    from edgekit.errors import EdgekitError
     from edgekit.options import option_value
 
     # Flags left unset arrive as None (or False): the request leaves them out, so the target
@@ -102,22 +104,24 @@ def main(args: argparse.Namespace) -> int:
                         task=args.task, input_size=args.input_size, min_cosine=args.min_cosine,
                         calib_steps=args.calib_steps, memory_check=not args.no_memory_check,
                         min_map_ratio=args.min_map_ratio, background_class=args.background_class,
-                        task_options={k: option_value(v) for k, v in args.task_option or []})
-    except VerificationFailed as exc:
-        # The report matters most when the gate failed: JSON on stdout too, then the one-line error.
-        if args.json:
-            print(format_json(exc.results))
-        else:
-            print(format_table(exc.results), file=sys.stderr)
+                        task_options={k: option_value(v) for k, v in args.task_option or []},
+                        allow_partial=args.allow_partial)
+    except EdgekitError as exc:
+        # The report matters most when the gate failed or a target did not build: the same
+        # table (or JSON) on stdout as on success, then the one-line error on stderr.
+        results = getattr(exc, "results", None)
+        if results:
+            print(format_json(results) if args.json else format_table(results))
         raise
     print(format_json(results) if args.json else format_table(results))
     return 0
 
 
 def format_json(results) -> str:
-    """The results as a JSON list: target, bundle (null when rejected), gate, time, verification."""
+    """The results as a JSON list: target, bundle (null when rejected), gate, the variants that
+    missed it, time, verification."""
     return json.dumps([{"target": r.target, "bundle": str(r.bundle) if r.bundle else None, "passed": r.passed,
-                        "error": r.error, "seconds": r.seconds,
+                        "rejected_variants": list(r.rejected), "error": r.error, "seconds": r.seconds,
                         "verification": r.manifest.get("verification")} for r in results], indent=2)
 
 
@@ -126,46 +130,63 @@ def _size(n: int) -> str:
 
 
 def format_table(results) -> str:
-    """One row per model in every bundle: files, sizes, accuracy, ratio, gate, delegation, time."""
-    detect = bool(results) and all(r.manifest.get("task") == "detect" for r in results)
-    metric = "mAP" if detect else "top-1"  # a detector's: mAP@[.5:.95]; agree: mAP against the original
-    header = ("target", "model file", "size", f"orig {metric}", f"conv {metric}", "ratio", "agree", "gate",
-              "delegated", "build s")
+    """One row per model in every bundle (and per variant a partial bundle left out): files,
+    sizes, accuracy (raw: the worst output's cosine), ratio, gate, delegation, time."""
+    task = results[0].manifest.get("task") if results else None
+    if task == "raw":
+        header = ("target", "model file", "size", "worst output", "cosine", "gate", "delegated", "build s")
+    else:
+        metric = "mAP" if task == "detect" else "top-1"  # a detector's: mAP@[.5:.95]; agree: vs the original
+        header = ("target", "model file", "size", f"orig {metric}", f"conv {metric}", "ratio", "agree", "gate",
+                  "delegated", "build s")
     rows = [header]
     for r in results:
         m = r.manifest
         ver = m.get("verification", {})
         for model in m.get("models", []):
-            v = ver.get("models", {}).get(model["name"], {})
-            ev = v.get("eval") or v.get("holdout") or {}
-            agree = ev.get("agreement", (v.get("holdout") or {}).get("agreement"))
-            cov = (m.get("delegation") or {}).get(model["name"])
-            if cov:
-                deleg = f"{cov['delegated_nodes']}/{cov['total_nodes']} XNNPACK"
-            elif m.get("edgetpu"):
-                et = m["edgetpu"]
-                off, real = et.get("offline", {}), et.get("compiler") or {}
-                deleg = (f"TPU {real.get('tpu_ops', '?')}/{real.get('total_ops', '?')} compiled" if real else
-                         f"TPU {off.get('tpu_ops', '?')}/{off.get('total_ops', '?')} predicted, {et.get('status')}")
-            elif model["format"] == "onnx":
-                deleg = "TensorRT on device"
-            else:
-                deleg = "-"
-            gate = "PASS" if ev.get("passed") else ("FAIL" if "passed" in ev else "n/a")
-            rows.append((r.target, model["file"], _size(model.get("bytes", 0)),
-                         f"{ev['original']:.4f}" if "original" in ev else "-",
-                         f"{ev['converted']:.4f}" if "converted" in ev else "-",
-                         f"{ev['ratio']:.4f}" if ev and ev.get("ratio") is not None else "-",
-                         f"{agree:.4f}" if agree is not None else "-", gate, deleg, f"{r.seconds:.1f}"))
+            rows.append(_row(r, model, ver.get("models", {}).get(model["name"], {}),
+                             (m.get("delegation") or {}).get(model["name"]), task))
+        for name, lost in (ver.get("rejected") or {}).items():  # a partial bundle's missing variants
+            model = {"name": name, "file": f"{lost.get('kept_in')}/{lost.get('file')}", "bytes": lost.get("bytes", 0)}
+            rows.append(_row(r, model, lost.get("verification") or {}, lost.get("delegation"), task))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     for r in results:
-        if r.bundle:
+        if r.partial:
+            lines.append(f"{r.target}: {r.bundle} without {', '.join(r.rejected)} ({r.error})")
+        elif r.bundle:
             lines.append(f"{r.target}: {r.bundle}")
         else:
             lines.append(f"{r.target}: REJECTED ({r.error})")
     return "\n".join(lines)
+
+
+def _row(r, model: dict, v: dict, cov: dict | None, task: str | None) -> tuple:
+    """One model's row of :func:`format_table`."""
+    m = r.manifest
+    ev = v.get("eval") or v.get("holdout") or {}
+    agree = ev.get("agreement", (v.get("holdout") or {}).get("agreement"))
+    if cov:
+        deleg = f"{cov['delegated_nodes']}/{cov['total_nodes']} XNNPACK"
+    elif m.get("edgetpu"):
+        et = m["edgetpu"]
+        off, real = et.get("offline", {}), et.get("compiler") or {}
+        deleg = (f"TPU {real.get('tpu_ops', '?')}/{real.get('total_ops', '?')} compiled" if real else
+                 f"TPU {off.get('tpu_ops', '?')}/{off.get('total_ops', '?')} predicted, {et.get('status')}")
+    elif model.get("format") == "onnx" or model["file"].endswith(".onnx"):
+        deleg = "TensorRT on device"
+    else:
+        deleg = "-"
+    gate = "PASS" if ev.get("passed") else ("FAIL" if "passed" in ev else "n/a")
+    if task == "raw":
+        figures = (ev.get("worst_output") or "-", f"{ev['cosine']:.6f}" if ev.get("cosine") is not None else "-")
+    else:
+        figures = (f"{ev['original']:.4f}" if ev.get("original") is not None else "-",
+                   f"{ev['converted']:.4f}" if ev.get("converted") is not None else "-",
+                   f"{ev['ratio']:.4f}" if ev.get("ratio") is not None else "-",
+                   f"{agree:.4f}" if agree is not None else "-")
+    return (r.target, model["file"], _size(model.get("bytes") or 0), *figures, gate, deleg, f"{r.seconds:.1f}")
 
 
 __all__ = ["configure", "main", "format_table", "Path"]
