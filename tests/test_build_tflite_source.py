@@ -147,6 +147,19 @@ def test_multi_output_tflite_keeps_its_own_output_order_and_names(tmp_path):
     with open_runtime(r.bundle, model="fp16") as rt:
         got = rt.infer(np.zeros(rt.input_spec.shape, np.float32))
     assert [g.size for g in got] == [size for _, size in declared]
+    # the same network from Keras: TensorFlow's converter lists outputs by key (alpha, beta, mid,
+    # zeta); every variant's file and manifest carry the model's own order again
+    model.save(tmp_path / "four.keras")
+    [r] = build(tmp_path / "four.keras", ["cpu"], [FRAMES], out=tmp_path / "dist-keras", quiet=True,
+                variants=["fp32", "int8"], task="raw", min_cosine=0.5)
+    assert r.bundle is not None, r.error
+    for variant in ("fp32", "int8"):
+        entry = load_bundle(r.bundle).model(variant)
+        assert [o["name"].split("/")[0] for o in entry.outputs] == ["zeta", "alpha", "mid", "beta"], entry.outputs
+        with open_runtime(r.bundle, model=variant) as rt:
+            got = rt.infer(np.zeros(rt.input_spec.shape, rt.input_spec.dtype))
+        assert [g.size for g in got] == [7, 2, 5, 14 * 14 * 4]
+        assert entry.extra.get("task_options", {}).get("output_index") in (None, 0)
 
 
 def test_bad_tflite_sources_are_one_line_errors(tmp_path, demo_tflite):

@@ -131,6 +131,12 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
     path.write_bytes(blob)
     order = (output_order(path, [o.key for o in ctx.source.outputs]) if saved is not None
              else same_outputs(path, len(ctx.source.outputs)))
+    if order != sorted(order):  # the converter listed them by key: the file gets the model's own order back
+        from edgekit.builders.tflite_edit import reorder_outputs
+
+        blob = reorder_outputs(blob, order)
+        path.write_bytes(blob)
+        order = output_order(path, [o.key for o in ctx.source.outputs])
     names = {pos: ctx.source.outputs[j].name for j, pos in enumerate(order)}
     delegate, (input_detail, output_details, desc) = _open_details(ctx, target, path)
     spec = spec_from_details(input_detail, ctx.nhwc_spec)

@@ -279,6 +279,22 @@ def _indices(values) -> list[int]:
     return [int(v) for v in values if v >= 0] if values is not None else []
 
 
+def reorder_outputs(blob: bytes, order: list[int]) -> bytes:
+    """The model with its main subgraph's outputs listed as ``order`` says: ``order[j]`` is the
+    current position of the output that becomes output ``j``.
+
+    TensorFlow's converter lists a SavedModel's outputs by signature key, not as the model
+    declares them; putting them back makes ``infer()[j]`` the model's own output ``j``.
+    """
+    model = read(blob)
+    sg = model.subgraphs[0]
+    current = _indices(sg.outputs)
+    if sorted(order) != list(range(len(current))):
+        raise ModelError(f"output order {order} is not a permutation of {len(current)} outputs")
+    sg.outputs = [current[p] for p in order]
+    return write(model)
+
+
 def quantize_int8(blob: bytes, representative: Iterable[np.ndarray], io_dtype: str = "uint8") -> bytes:
     """Full-integer int8 of a float TFLite model, calibrated on ``representative`` (one float
     tensor per image, no batch axis, in the model's own layout), with ``io_dtype`` I/O.
