@@ -189,3 +189,63 @@ def _dynamic_float(tmp_path):
     path = tmp_path / "open.tflite"
     path.write_bytes(_export(model, (1, None, None, 3), fp16=False))
     return path
+
+
+def _as_mediapipe_custom_op(blob: bytes) -> bytes:
+    """A TRANSPOSE_CONV (with bias) rewritten as MediaPipe's Convolution2DTransposeBias custom op,
+    the way MediaPipe's segmentation models ship it: inputs (image, weights, bias), options the raw
+    TfLiteTransposeConvParams (padding SAME = 1, stride_w, stride_h)."""
+    import struct
+
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    from edgekit.builders import tflite_edit
+
+    model = tflite_edit.read(blob)
+    sg = model.subgraphs[0]
+    code = schema.OperatorCodeT()
+    code.builtinCode = code.deprecatedBuiltinCode = 32  # CUSTOM
+    code.customCode, code.version = b"Convolution2DTransposeBias", 1
+    model.operatorCodes.append(code)
+    for op in sg.operators:
+        if tflite_edit._opcode(model, op.opcodeIndex) == 67:
+            _, weights, image = list(op.inputs)[:3]
+            bias = schema.TensorT()  # Keras' bias is a separate ADD: the custom op gets one of its own
+            bias.shape, bias.type, bias.name = [3], 0, b"bias"
+            bias.buffer = tflite_edit._new_buffer(model, np.array([0.5, -1.0, 2.0], np.float32))
+            sg.tensors.append(bias)
+            bias = len(sg.tensors) - 1
+            op.opcodeIndex, op.inputs = len(model.operatorCodes) - 1, [image, weights, bias]
+            op.builtinOptionsType, op.builtinOptions = 0, None
+            op.customOptions = list(struct.pack("<3i", 1, 2, 2))
+            return tflite_edit.write(model)
+    raise AssertionError("no TRANSPOSE_CONV with a bias in the test model")
+
+
+def test_mediapipe_transpose_conv_custom_op_becomes_the_builtin(tmp_path):
+    """MediaPipe's custom op runs in LiteRT but not in TensorFlow's calibrator, the Edge TPU
+    compiler or tf2onnx: the fp32 variant holds the builtin instead, with the same outputs, and
+    int8 calibrates."""
+    import keras
+    from keras import layers
+
+    from edgekit.builders import tflite_edit
+    from edgekit.runtime.litert import LiteRTRuntime
+
+    inp = keras.Input((8, 8, 3), batch_size=1)
+    up = layers.Conv2DTranspose(3, 2, strides=2, padding="same", use_bias=False)
+    out = up(layers.Conv2D(4, 3, padding="same")(inp))
+    custom = _as_mediapipe_custom_op(_export(keras.Model(inp, out), (1, 8, 8, 3), fp16=True))
+    assert "Convolution2DTransposeBias" in _ops(custom)
+    builtin = tflite_edit.float32_weights(custom)
+    assert "TRANSPOSE_CONV" in _ops(builtin) and "Convolution2DTransposeBias" not in _ops(builtin)
+    x = np.random.default_rng(1).random((1, 8, 8, 3), dtype=np.float32)
+    got = []
+    for name, blob in (("custom.tflite", custom), ("builtin.tflite", builtin)):
+        (tmp_path / name).write_bytes(blob)
+        with LiteRTRuntime(tmp_path / name) as rt:
+            got.append(rt.infer(x)[0])
+    assert got[0].shape == (1, 16, 16, 3)
+    np.testing.assert_allclose(got[0], got[1], rtol=1e-5, atol=1e-5)
+    quantised = tflite_edit.quantize_int8(custom, np.random.default_rng(2).random((8, 8, 8, 3), dtype=np.float32))
+    assert "TRANSPOSE_CONV" in _ops(quantised) and not tflite_edit.float_ops_left(quantised)
