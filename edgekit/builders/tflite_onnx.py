@@ -29,8 +29,12 @@ def tflite_to_onnx(ctx: BuildContext, dest: Path, opset: int) -> list[str]:
 
     plain = ctx.workdir / f"{ctx.name}_float32_for_onnx.tflite"
     plain.write_bytes(float32_weights(ctx.source.handle.blob))
+    import warnings
+
     try:
-        model_proto, _ = tf2onnx.convert.from_tflite(str(plain), opset=opset)
+        with warnings.catch_warnings():  # tf2onnx reads the file with tf.lite.Interpreter, which warns it is deprecated
+            warnings.simplefilter("ignore", UserWarning)
+            model_proto, _ = tf2onnx.convert.from_tflite(str(plain), opset=opset)
     except Exception as exc:  # tf2onnx raises whatever its handlers hit
         raise ModelError(f"tf2onnx cannot convert {ctx.source.path.name} to ONNX: "
                          f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0][:240]}",
