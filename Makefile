@@ -52,7 +52,8 @@ model: $(STAMP)
 		--epochs 8 --out models/demo.keras
 
 # The second bundled models, made from models/demo.keras (not committed: it is retrained):
-# models/demo.onnx (tf2onnx, NCHW like a PyTorch export) and models/two_head.keras (class + regression).
+# models/demo.onnx (tf2onnx, NCHW like a PyTorch export), models/two_head.keras (class + regression) and
+# models/demo.tflite (float16 weights, as MediaPipe publishes models).
 models: $(STAMP) $(O2T)
 	$(BIN)/python -m scripts.bundled_models
 

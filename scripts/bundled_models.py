@@ -9,8 +9,10 @@
   calibration images' pooled features. The output names sort the other way round from
   their order, so a converter that orders outputs by name would swap them: the build must
   map them by name.
+- ``models/demo.tflite``: the demo classifier as a float .tflite with float16 weights, the way
+  MediaPipe and TF Hub publish models (``edgekit build`` converts it on its own graph).
 
-Both are made from ``demo.keras`` when asked, never committed: the demo model is retrained
+All are made from ``demo.keras`` when asked, never committed: the demo model is retrained
 from time to time and a copy would go stale. Each gets the demo's labels and preprocessing
 beside it (``<stem>.labels.txt``, ``<stem>.preprocess.json``).
 """
@@ -33,7 +35,8 @@ CALIB = (ROOT / "calib" / "fashion", ROOT / "calib" / "frames")
 def _sidecars(src: Path, dest: Path) -> None:
     """Copy the model's labels and preprocessing (those it has) beside ``dest``."""
     for suffix in (".labels.txt", ".preprocess.json"):
-        if src.with_suffix(suffix).is_file():
+        # models/demo.onnx's sidecars are models/demo.keras' own files: nothing to copy
+        if src.with_suffix(suffix).is_file() and src.with_suffix(suffix) != dest.with_suffix(suffix):
             shutil.copyfile(src.with_suffix(suffix), dest.with_suffix(suffix))
 
 
@@ -57,6 +60,30 @@ def export_onnx(model: Path = DEMO, out: Path = ROOT / "models" / "demo.onnx", d
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".part")
     tmp.write_bytes(proto.SerializeToString())
+    os.replace(tmp, out)
+    _sidecars(model, out)
+    return out
+
+
+def export_tflite(model: Path = DEMO, out: Path = ROOT / "models" / "demo.tflite") -> Path:
+    """Export a Keras image model to a float .tflite with float16 weights, as MediaPipe and TF Hub
+    publish theirs (static batch 1)."""
+    import tempfile
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+    import tensorflow as tf
+
+    net = keras.models.load_model(model, compile=False)
+    with tempfile.TemporaryDirectory() as saved:
+        net.export(saved, input_signature=[tf.TensorSpec((1, *net.inputs[0].shape[1:]), tf.float32)], verbose=False)
+        conv = tf.lite.TFLiteConverter.from_saved_model(saved)
+        conv.optimizations = [tf.lite.Optimize.DEFAULT]
+        conv.target_spec.supported_types = [tf.float16]
+        blob = conv.convert()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".part")
+    tmp.write_bytes(blob)
     os.replace(tmp, out)
     _sidecars(model, out)
     return out
@@ -117,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(export_onnx(args.model, args.out_dir / "demo.onnx", args.dynamic_hw))
     print(make_two_head(args.model, args.out_dir / "two_head.keras"))
+    print(export_tflite(args.model, args.out_dir / "demo.tflite"))
     return 0
 
 
