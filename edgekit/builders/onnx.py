@@ -101,11 +101,40 @@ def _check_converted(model, source_name: str) -> None:
 
 
 def to_fp16(src: Path, dest: Path) -> None:
-    """FP16 weights and compute, float32 inputs/outputs."""
+    """FP16 weights and compute, float32 inputs/outputs.
+
+    Ops onnxconverter-common keeps in float32 (its ``DEFAULT_OP_BLOCK_LIST``: Resize, whose
+    scales/roi must stay float32, Min, Max, TopK, NonMaxSuppression ...) are wrapped in Casts.
+    """
+    import warnings
+
     import onnx
     from onnxconverter_common import float16
 
-    model = float16.convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
+    model = onnx.load(str(src))
+    # Ultralytics' export (its onnxslim pass, simplify=True by default) lists every value_info
+    # twice. onnxconverter-common 1.16 (float16.py insert_cast16_after_node) retypes only the
+    # first entry of a name when it puts a Cast(to=float16) after a blocked op, so the second
+    # still says float and ONNX Runtime refuses the model: "Type (tensor(float)) of output arg
+    # (/model.10/Resize_output_0) of node (/model.10/Resize_output_cast0) does not match expected
+    # type (tensor(float16))". Keep the first entry of each name. Resize in fp16 upstream:
+    # microsoft/onnxconverter-common#207, #306.
+    seen: set[str] = set()
+    unique = [v for v in model.graph.value_info if not (v.name in seen or seen.add(v.name))]
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(unique)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = float16.convert_float_to_float16(model, keep_io_types=True)
+    except Exception as exc:  # the converter's own failure: one line, and the variant that still builds
+        raise ModelError(f"onnxconverter-common could not convert {src.name} to float16: "
+                         f"{type(exc).__name__}: {str(exc).splitlines()[0][:240] if str(exc) else ''}",
+                         "build the fp32 variant only (--variants fp32)") from exc
+    truncated = sum("will be truncated to" in str(w.message) for w in caught)
+    if truncated:  # it warns once per value (dozens of lines for YOLOv8n); the gate measures the effect
+        warnings.warn(f"{truncated} float32 weight value(s) of {src.name} are outside float16's range and were "
+                      "clamped (onnxconverter-common)", stacklevel=2)
     onnx.save(model, str(dest))
 
 
