@@ -64,6 +64,7 @@ class BuildContext:
     chunk: int = field(default=1, init=False)  # images per chunk (set from the input size)
     converter_calib: ImageSet | None = field(default=None, init=False)  # what int8 calibration sees
     background: int | None = field(default=None, init=False)  # the no-sign class (classify; builders/openset.py)
+    float_tflite: bytes | None = field(default=None, init=False, repr=False)  # fp32 TFLite, made once per build
     _saved: Path | None = None
 
     def __post_init__(self) -> None:
@@ -92,6 +93,8 @@ class BuildContext:
                                             self.evalset.labels, self.float_spec)
             if warning:
                 self.log.warn(warning)
+        if self.detect is not None and (weak := self.detect.weak_original_warning()):
+            self.log.warn(weak)
 
     def _reference(self, images: ImageSet, dataset: str) -> list[Spool]:
         """The original model's outputs for ``images``, one spool per output, a chunk at a time
@@ -128,8 +131,10 @@ class BuildContext:
 
             with self.log.step(f"convert ONNX ({self.source.layout}) to a TensorFlow SavedModel with onnx2tf "
                                "(its log goes to build.log)"):
+                # a failed conversion's log outlives the build's temporary folder (the error names it)
+                failed_log = self.request.out / f"{self.name}-onnx2tf.failed.log"
                 self._saved, result = onnx_to_saved_model(self.source, self.representative().head(20), self.workdir,
-                                                          self.log)
+                                                          self.log, failed_log)
                 self.converted_outputs = result["outputs"]
         elif self._saved is None:
             with self.log.step("export SavedModel (static batch 1)"):
@@ -194,6 +199,10 @@ def _summary(res: dict) -> str:
                 f"mAP@.5 {_fmt((res.get('map50') or {}).get('converted'))}; ")
     elif res.get("ratio") is not None:
         head = f"top-1 original {res['original']:.4f} converted {res['converted']:.4f} ratio {res['ratio']}; "
+    if res.get("keypoints"):
+        kp = res["keypoints"]
+        head += (f"keypoint error vs the original {_fmt(kp['mean'])} of the box size (max {_fmt(kp['max'])}, "
+                 f"{kp['matched']}/{kp['reference']} matched); ")
     if res.get("agreement") is not None and not res.get("metric"):
         head += f"agreement {res['agreement']:.4f}; "
     return head + "; ".join(f"{n}: cosine {m['cosine']} SQNR {m['sqnr_db']} dB" for n, m in res["outputs"].items())

@@ -125,8 +125,15 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
 
     with ctx.log.step(f"[{target.name}] convert {variant}") as step:
         rep = ctx.representative() if variant == "int8" else None
-        blob = convert(saved, variant, rep, io_dtype) if saved is not None else convert_tflite(ctx, variant, rep,
-                                                                                              io_dtype)
+        rewrites: list = []
+        if variant == "int8":
+            blob, rewrites = _int8(ctx, target, saved, rep, io_dtype)
+        elif saved is None:
+            blob = convert_tflite(ctx, variant, rep, io_dtype)
+        elif variant == "fp32":  # kept: an int8 with graph rewrites starts from it
+            blob = ctx.float_tflite = ctx.float_tflite or convert(saved, variant)
+        else:
+            blob = convert(saved, variant)
     path = out_dir / f"{ctx.name}_{variant}.tflite"
     path.write_bytes(blob)
     order = (output_order(path, [o.key for o in ctx.source.outputs]) if saved is not None
@@ -152,9 +159,32 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
         verification["quantization"] = _quant_report(ctx, target, saved, io_dtype, missed, tensors)
     model = BuiltModel(name=variant, file=path.name, format="tflite", precision=PRECISION[variant], input=spec,
                        outputs=outputs, convert_seconds=step["seconds"], bytes=len(blob), verification=verification,
-                       extra=task_extra(ctx.class_output, order),
+                       extra={**task_extra(ctx.class_output, order),
+                              **({"rewrites": [r.to_dict() for r in rewrites]} if rewrites else {})},
                        runtime_options=None if delegate == "xnnpack" else {"delegate": delegate})
     return model, coverage
+
+
+def _int8(ctx: BuildContext, target: Target, saved: Path | None, representative, io_dtype: str) -> tuple[bytes, list]:
+    """The int8 model and the graph rewrites it holds (builders/tflite_rewrite.py).
+
+    When the float graph has ops int8 back ends do not map (HARD_SWISH, RELU_0_TO_1), the float
+    TFLite model is rewritten and quantised by TensorFlow's post-training quantiser, the same
+    steps the converter runs; otherwise a SavedModel is converted as it always was.
+    """
+    from edgekit.builders import tflite_edit
+    from edgekit.builders.tflite_rewrite import rewrite_checked
+
+    if saved is None:
+        float_model = ctx.source.handle.blob
+    else:
+        if ctx.float_tflite is None:
+            ctx.float_tflite = convert(saved, "fp32")
+        float_model = ctx.float_tflite
+    rewritten, done = rewrite_checked(float_model, representative, ctx.log, target.name)
+    if saved is not None and not done:
+        return convert(saved, "int8", representative, io_dtype), []
+    return tflite_edit.quantize_int8(rewritten, representative, io_dtype), done
 
 
 def convert_tflite(ctx: BuildContext, variant: str, representative, io_dtype: str) -> bytes:

@@ -58,7 +58,11 @@ def write(model) -> bytes:
 
 
 def _opcode(model, index: int) -> int:
-    code = model.operatorCodes[index]
+    return max_code(model.operatorCodes[index])
+
+
+def max_code(code) -> int:
+    """An operator code's builtin number (codes past 127 live only in ``builtinCode``)."""
     return max(int(code.builtinCode or 0), int(code.deprecatedBuiltinCode or 0))
 
 

@@ -1,0 +1,122 @@
+"""Graph rewrites before int8 (edgekit/builders/tflite_rewrite.py): exact in float, and what the
+Edge TPU and XNNPACK then map. Real TensorFlow converter, quantiser and LiteRT throughout."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from edgekit.bundle import load_bundle
+from tests.conftest import FRAMES
+
+pytestmark = pytest.mark.slow
+
+
+def _float_tflite(model, shape) -> bytes:
+    import tempfile
+
+    import tensorflow as tf
+
+    with tempfile.TemporaryDirectory() as saved:
+        model.export(saved, input_signature=[tf.TensorSpec(shape, tf.float32)], verbose=False)
+        return tf.lite.TFLiteConverter.from_saved_model(saved).convert()
+
+
+def _ops(blob: bytes) -> Counter:
+    from ai_edge_litert.interpreter import Interpreter
+
+    return Counter(op["op_name"] for op in Interpreter(model_content=blob)._get_ops_details())
+
+
+def _run(blob: bytes, x: np.ndarray) -> np.ndarray:
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(model_content=blob)
+    interp.allocate_tensors()
+    interp.set_tensor(interp.get_input_details()[0]["index"], x)
+    interp.invoke()
+    return np.array(interp.get_tensor(interp.get_output_details()[0]["index"]))
+
+
+def _with_relu_0_to_1(blob: bytes) -> bytes:
+    """The model with its first HARD_SWISH made a RELU_0_TO_1 (a clip to [0, 1], which onnx2tf
+    writes for a hard sigmoid; TensorFlow's converter never writes one from Keras)."""
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    from edgekit.builders import tflite_edit
+
+    model = tflite_edit.read(blob)
+    code = schema.OperatorCodeT()
+    code.builtinCode, code.deprecatedBuiltinCode, code.version = 152, 127, 1
+    model.operatorCodes.append(code)
+    first = next(op for op in model.subgraphs[0].operators if tflite_edit._opcode(model, op.opcodeIndex) == 117)
+    first.opcodeIndex = len(model.operatorCodes) - 1
+    return tflite_edit.write(model)
+
+
+def _hard_activations():
+    """A small CNN with MobileNetV3's hard-swish and a squeeze-excite gate."""
+    import keras
+    from keras import layers
+
+    inp = keras.Input((24, 24, 3), batch_size=1)
+    x = layers.Conv2D(8, 3, activation="hard_swish")(inp)
+    x = layers.DepthwiseConv2D(3, activation="hard_swish")(x)
+    gate = layers.ReLU()(layers.Reshape((1, 1, 8))(layers.Dense(8)(layers.GlobalAveragePooling2D()(x))))
+    x = layers.Multiply()([x, gate])
+    return keras.Model(inp, layers.Dense(5)(layers.GlobalAveragePooling2D()(x)))
+
+
+def test_hard_swish_and_relu_0_to_1_are_rewritten_exactly():
+    from edgekit.builders.tflite_rewrite import rewrite_for_int8
+
+    blob = _with_relu_0_to_1(_float_tflite(_hard_activations(), (1, 24, 24, 3)))
+    before = _ops(blob)
+    assert before["HARD_SWISH"] == 1 and before["RELU_0_TO_1"] == 1, before
+    rewritten, done = rewrite_for_int8(blob)
+    after = _ops(rewritten)
+    assert "HARD_SWISH" not in after and "RELU_0_TO_1" not in after
+    assert {r.op: r.count for r in done} == {"HARD_SWISH": 1, "RELU_0_TO_1": 1}
+    assert after["RELU6"] == 2 and after["MUL"] - before["MUL"] == 2 + 2
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        x = (rng.standard_normal((1, 24, 24, 3)) * 3).astype(np.float32)  # hard-swish's bends at -3 and 3 hit
+        np.testing.assert_allclose(_run(rewritten, x), _run(blob, x), rtol=1e-5, atol=1e-5)
+    same, none = rewrite_for_int8(_float_tflite(_plain(), (1, 24, 24, 3)))
+    assert none == []
+
+
+def _plain():
+    import keras
+    from keras import layers
+
+    inp = keras.Input((24, 24, 3), batch_size=1)
+    return keras.Model(inp, layers.Dense(3)(layers.GlobalAveragePooling2D()(layers.Conv2D(4, 3)(inp))))
+
+
+@pytest.mark.parametrize("source", ["keras", "tflite"])
+def test_edgetpu_build_maps_every_op_after_the_rewrite(tmp_path, source):
+    """Without the rewrite the Edge TPU graph is cut at the first HARD_SWISH (op 2 of the int8
+    graph); with it every op is predicted on the TPU, the manifest lists the rewrite and the
+    int8 still passes the cosine gate against the original. A Keras source goes through
+    TensorFlow's converter, a .tflite source (with a RELU_0_TO_1 too) through its own graph."""
+    from edgekit.builders.build import build
+
+    model = _hard_activations()
+    if source == "keras":
+        path, expected, count = tmp_path / "hard.keras", {"HARD_SWISH"}, 2
+        model.save(path)
+    else:
+        path, expected, count = tmp_path / "hard.tflite", {"HARD_SWISH", "RELU_0_TO_1"}, 1
+        path.write_bytes(_with_relu_0_to_1(_float_tflite(model, (1, 24, 24, 3))))
+    [r] = build(path, ["edgetpu"], [FRAMES], out=tmp_path / "dist", quiet=True, task="raw", min_cosine=0.9)
+    assert r.passed, r.error
+    offline = r.manifest["edgetpu"]["offline"]
+    assert offline["tpu_ops"] == offline["total_ops"] and offline["cut"] is None, offline
+    entry = load_bundle(r.bundle).model("int8")
+    assert {w["op"] for w in entry.extra["rewrites"]} == expected
+    int8_ops = _ops((r.bundle / entry.file).read_bytes())
+    assert not expected & set(int8_ops)
+    assert f"rewrote HARD_SWISH x{count}" in (r.bundle / "build.log").read_text()
