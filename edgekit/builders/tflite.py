@@ -110,6 +110,10 @@ def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
     default = options.get("default") if options.get("default") in variants else variants[0]
     if options.get("compile") and "int8" in variants:
         return _edgetpu(ctx, out_dir, models, options)
+    if len(models) > 1:
+        from edgekit.builders.speed import time_variants
+
+        models, default = time_variants(ctx, target, out_dir, models, default)
     return BuilderOutput(tuple(models), default, delegation=coverage)
 
 
