@@ -38,8 +38,9 @@ def draw(frame: np.ndarray, result: Any) -> np.ndarray:
     """A copy of ``frame`` (uint8 gray, BGR or BGRA) as BGR with ``result`` drawn on it.
 
     :class:`~edgekit.detect.boxes.Detections`: a box per object with ``label score`` on a
-    filled tab in the class colour; :class:`~edgekit.results.Classification`: the top label
-    and score as a banner across the top; any other result: the frame unchanged.
+    filled tab in the class colour, its keypoints (if any) as small dots;
+    :class:`~edgekit.results.Classification`: the top label and score as a banner across the
+    top; any other result: the frame unchanged.
 
     Raises:
         BackendUnavailable: OpenCV is not installed.
@@ -85,7 +86,19 @@ def _draw_detections(cv2: Any, image: np.ndarray, detections: Detections) -> Non
         p2 = (int(round(x2 * sx)) - 1, int(round(y2 * sy)) - 1)
         colour = colour_for(det.index)
         cv2.rectangle(image, p1, p2, colour, line, cv2.LINE_8)  # axis-aligned: crisp, exact colour
+        _dots(cv2, image, [(x * sx, y * sy) for x, y in det.keypoints], colour, line)
         _tab(cv2, image, f"{det.label} {det.score:.2f}", p1, colour, font_scale, thick)
+
+
+def _dots(cv2: Any, image: np.ndarray, points: list[tuple[float, float]], colour: tuple[int, int, int],
+          line: int) -> None:
+    """Keypoints as small filled dots in the class colour, ringed in the ink colour so they stay
+    visible on a face or on the box line itself."""
+    radius = line + 1
+    for x, y in points:
+        centre = (int(round(x)), int(round(y)))
+        cv2.circle(image, centre, radius + 1, _ink(colour), -1, cv2.LINE_AA)
+        cv2.circle(image, centre, radius, colour, -1, cv2.LINE_AA)
 
 
 def _tab(cv2: Any, image: np.ndarray, text: str, corner: tuple[int, int], colour: tuple[int, int, int],

@@ -230,7 +230,7 @@ TASK_HEADS: dict[str, TaskHead] = {
         "edgekit.detect.head:detector",
         ("layout", "score_threshold", "iou_threshold", "max_detections", "max_candidates", "class_agnostic",
          "box_format", "box_units", "anchors", "ssd_anchors", "box_coder_scales", "background_class", "outputs",
-         "score_activation"),
+         "score_activation", "ssd_decode"),
         "boxes, labels and scores after class-aware NMS, in source-frame pixels "
         "(YOLO, SSD with anchors, or NMS in the graph)",
         "pip install opencv-python-headless (NMS)",

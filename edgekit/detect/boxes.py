@@ -19,16 +19,24 @@ from edgekit.image import InputSpec, crop_window, letterbox_window
 
 @dataclass(frozen=True)
 class Detection:
-    """One object: class index and label, score, and box ``(x1, y1, x2, y2)`` in pixels."""
+    """One object: class index and label, score, and box ``(x1, y1, x2, y2)`` in pixels; and
+    ``keypoints``, ``((x, y), ...)`` in the same pixels, for models that regress them (a face
+    detector's eyes, nose, mouth, ears), else empty."""
 
     index: int
     label: str
     score: float
     box: tuple[float, float, float, float]
+    keypoints: tuple[tuple[float, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "label": self.label, "score": round(self.score, 6),
-                "box": [round(v, 2) for v in self.box]}
+        """JSON-ready: ``keypoints`` ``[[x, y], ...]`` only when there are any (a detector without
+        keypoints gives the same JSON as before they existed)."""
+        d = {"index": self.index, "label": self.label, "score": round(self.score, 6),
+             "box": [round(v, 2) for v in self.box]}
+        if self.keypoints:
+            d["keypoints"] = [[round(x, 2), round(y, 2)] for x, y in self.keypoints]
+        return d
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,15 @@ class BoxMap:
         x1, y1, x2, y2 = self.bounds
         np.clip(out[:, 0::2], x1, x2, out=out[:, 0::2])
         np.clip(out[:, 1::2], y1, y2, out=out[:, 1::2])
+        return out
+
+    def points(self, points: np.ndarray) -> np.ndarray:
+        """Map ``[..., 2]`` x, y points (input pixels) to frame pixels, clipped like boxes."""
+        p = np.asarray(points, np.float32)
+        out = p * np.float32(self.scale) + np.float32(self.offset)
+        x1, y1, x2, y2 = self.bounds
+        np.clip(out[..., 0], x1, x2, out=out[..., 0])
+        np.clip(out[..., 1], y1, y2, out=out[..., 1])
         return out
 
 

@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.detect.anchors import anchors_for, check_anchors, check_ssd_anchors
+from edgekit.detect.anchors import check_anchors, check_ssd_anchors
 from edgekit.detect.boxes import BoxMap, Detection, Detections, box_map, identity_map
 from edgekit.detect.nms import nms
+from edgekit.detect.ssd_decode import SsdDecode, check_ssd_decode
 from edgekit.errors import ModelError, UsageError
 from edgekit.image import InputSpec
 from edgekit.plugins import resolve
@@ -41,8 +42,8 @@ LAYOUTS: dict[str, Layout] = {
     "postprocess": Layout("edgekit.detect.postprocess",
                           "NMS in the graph (TFLite_Detection_PostProcess): boxes [1,N,4], classes [1,N], "
                           "scores [1,N], count [1]"),
-    "ssd": Layout("edgekit.detect.ssd", "SSD: box regressors [1,N,4] + class scores [1,N,C] "
-                  "(only with anchors or ssd_anchors set)"),
+    "ssd": Layout("edgekit.detect.ssd", "SSD: box regressors [1,N,4] (or [1,N,num_coords] with keypoints) + "
+                  "class scores [1,N,C] (only with anchors or ssd_anchors set)"),
     "decoded": Layout("edgekit.detect.decoded", "decoded boxes [1,N,4] (xyxy or cxcywh) + class scores [1,N,C]"),
     "yolo_objectness": Layout("edgekit.detect.yolo:objectness",
                               "YOLOv5-style [1,N,5+nc] (box, objectness, class scores)"),
@@ -54,12 +55,14 @@ LAYOUTS: dict[str, Layout] = {
 @dataclass(frozen=True)
 class Candidates:
     """Boxes before NMS: ``boxes`` ``[M, 4]`` xyxy in model-input pixels, ``scores`` ``[M]``,
-    ``classes`` ``[M]``; ``final`` when the model did NMS itself."""
+    ``classes`` ``[M]``; ``final`` when the model did NMS itself; ``keypoints`` ``[M, K, 2]``
+    x, y in model-input pixels when the model regresses them (SSD ``ssd_decode``), else None."""
 
     boxes: np.ndarray
     scores: np.ndarray
     classes: np.ndarray
     final: bool = False
+    keypoints: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -81,11 +84,13 @@ class DetectConfig:
     background_class: int | None = None  # a score column that is "no object" (SSD: often 0)
     outputs: tuple[int, ...] | None = None  # runtime output index per layout output
     score_activation: str = "auto"  # SSD scores: auto (sigmoid unless in [0, 1]), none, sigmoid, softmax
+    ssd_decode: SsdDecode | None = None  # SSD: MediaPipe-named decode options (None: TF-OD, box_coder_scales)
+    score_clipping_thresh: float | None = None  # sigmoid scores: logits clipped to +- this first (MediaPipe)
 
 
 OPTIONS = ("layout", "score_threshold", "iou_threshold", "max_detections", "max_candidates", "class_agnostic",
            "box_format", "box_units", "anchors", "ssd_anchors", "box_coder_scales", "background_class", "outputs",
-           "score_activation")
+           "score_activation", "ssd_decode")
 """The ``detect`` head's options (``TASK_HEADS['detect'].options``)."""
 
 
@@ -122,8 +127,11 @@ class Detector:
         mapping = self._map(frame_shape)
         boxes = mapping(cand.boxes[keep]).tolist() if len(keep) else []
         # plain Python numbers first (tolist): converting numpy scalars one by one costs more than NMS
-        found = tuple(Detection(c, label_for(c, self.labels), s, tuple(b))
-                      for b, s, c in zip(boxes, cand.scores[keep].tolist(), cand.classes[keep].tolist()))
+        points = [()] * len(boxes)
+        if cand.keypoints is not None and len(keep):
+            points = [tuple(map(tuple, p)) for p in mapping.points(cand.keypoints[keep]).tolist()]
+        found = tuple(Detection(c, label_for(c, self.labels), s, tuple(b), p)
+                      for b, s, c, p in zip(boxes, cand.scores[keep].tolist(), cand.classes[keep].tolist(), points))
         self.stage_ns = {"decode": t1 - t0, "nms": time.perf_counter_ns() - t1}
         return Detections(found, mapping.size)
 
@@ -216,9 +224,30 @@ def detect_config(spec: InputSpec | None, num_classes: int | None, options: dict
         kw["outputs"] = tuple(outs)
     if o.get("ssd_anchors") is not None:
         kw["ssd_anchors"] = check_ssd_anchors(o.pop("ssd_anchors"))
+    if o.get("ssd_decode") is not None:
+        _decode_options(check_ssd_decode(o.pop("ssd_decode")), kw)
     kw["anchors"] = check_anchors(o.pop("anchors", None))
     size = (spec.width, spec.height) if spec is not None else (1, 1)
     return DetectConfig(input_size=size, num_classes=num_classes, **kw)
+
+
+def _decode_options(decode: SsdDecode, kw: dict[str, Any]) -> None:
+    """Fold MediaPipe's score options into the head's: ``sigmoid_score`` is ``score_activation``,
+    ``min_score_thresh`` the ``score_threshold`` unless that is given (the build's mAP gate
+    sets 0.001 to score the whole precision-recall curve)."""
+    if "box_coder_scales" in kw:
+        raise UsageError("detect box_coder_scales and ssd_decode both give the box scales",
+                         "give them once, as ssd_decode's y_scale, x_scale, h_scale, w_scale")
+    kw["ssd_decode"] = decode
+    if decode.sigmoid_score is not None:
+        activation = "sigmoid" if decode.sigmoid_score else "none"
+        if kw.get("score_activation", activation) != activation:
+            raise UsageError(f"detect score_activation {kw['score_activation']} contradicts ssd_decode.sigmoid_score "
+                             f"{str(decode.sigmoid_score).lower()}", "give one of them")
+        kw["score_activation"] = activation
+    kw["score_clipping_thresh"] = decode.score_clipping_thresh
+    if decode.min_score_thresh is not None:
+        kw.setdefault("score_threshold", decode.min_score_thresh)
 
 
 def _shape(dims: Sequence[Any]) -> tuple[int, ...]:
@@ -238,7 +267,7 @@ def detector(labels: Sequence[str] = (), runtime: Any = None, layout: str = "aut
     num_classes = len(labels) or None
     config = detect_config(spec, num_classes, options)
     chosen = choose_layout(layout, shapes, config)
-    if chosen == "ssd" and shapes[0][1] > 0:  # a wrong anchor count fails when the model opens
-        anchors_for(config, shapes[0][1])
+    if chosen == "ssd":  # a wrong anchor or box count fails when the model opens
+        resolve("edgekit.detect.ssd:check_counts")(shapes, config)
     quant = list(getattr(runtime, "output_quantization", None) or [])
     return Detector(config, chosen, labels, spec, quant)

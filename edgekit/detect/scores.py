@@ -126,10 +126,12 @@ def best_class(scores: np.ndarray, quant: Quant, config: Any, axis: int,
     top_raw = max_over_classes(scores, axis)
     how = activation(top_raw, quant, how)
     threshold = logit(config.score_threshold) if how == "sigmoid" else config.score_threshold
-    idx = above(top_raw, quant, threshold)
+    clip = getattr(config, "score_clipping_thresh", None) if how == "sigmoid" else None
+    # clipped at -clip, every logit scores at least sigmoid(-clip): all pass when that beats the threshold
+    idx = np.arange(top_raw.size) if clip is not None and threshold < -clip else above(top_raw, quant, threshold)
     top = real(top_raw[idx], quant)
     if how == "sigmoid":
-        top = sigmoid(top)
+        top = sigmoid(top if clip is None else np.clip(top, -clip, clip))  # MediaPipe clips, then the sigmoid
     keep = np.flatnonzero(top > config.score_threshold)  # the exact test, on the few that passed
     idx, top = idx[keep], top[keep]
     if len(idx) > config.max_candidates:

@@ -1,12 +1,16 @@
-"""SSD-style raw outputs: box regressors ``[1, N, 4]`` and class scores ``[1, N, C]`` with N anchors.
+"""SSD-style raw outputs: box regressors ``[1, N, num_coords]`` and class scores ``[1, N, C]`` with N anchors.
 
-Boxes are decoded with the TF Object Detection API's ``FasterRcnnBoxCoder`` convention
-(``ty, tx, th, tw`` against anchors ``cy, cx, h, w`` normalised to [0, 1], divided by the
-``box_coder_scales`` y, x, h, w, default 10, 10, 5, 5), as MediaPipe's TensorsToDetections
-does. Anchors come from the ``anchors`` option (an ``[N, 4]`` list or a ``.npy`` path) or are
-generated from the ``ssd_anchors`` options (:mod:`edgekit.detect.anchors`).
+By default the rows are 4 values decoded with the TF Object Detection API's
+``FasterRcnnBoxCoder`` convention (``ty, tx, th, tw`` against anchors ``cy, cx, h, w``
+normalised to [0, 1], divided by the ``box_coder_scales`` y, x, h, w, default 10, 10, 5, 5,
+sizes through ``exp``). The ``ssd_decode`` option takes MediaPipe's
+``TensorsToDetectionsCalculator`` options instead (:mod:`edgekit.detect.ssd_decode`): x/y
+order, linear sizes, a box plus keypoints per row (BlazeFace ``[1, 896, 16]``, the palm
+detector ``[1, 2016, 18]``), sigmoid scores with clipping. Anchors come from the ``anchors``
+option (an ``[N, 4]`` list or a ``.npy`` path) or are generated from the ``ssd_anchors``
+options (:mod:`edgekit.detect.anchors`).
 
-Two outputs of these shapes are also what a model with *decoded* boxes gives
+Two outputs of ``[1, N, 4]`` + ``[1, N, C]`` are also what a model with *decoded* boxes gives
 (:mod:`edgekit.detect.decoded`): SSD is chosen only when anchors are configured.
 """
 
@@ -19,11 +23,13 @@ import numpy as np
 from edgekit.detect.anchors import anchors_for
 from edgekit.detect.head import Candidates, DetectConfig
 from edgekit.detect.scores import Quant, best_class, real
+from edgekit.detect.ssd_decode import decode, tf_od, valid
+from edgekit.errors import ModelError
 from edgekit.results import softmax
 
 
-def roles(shapes: list[tuple[int, ...]], num_classes: int | None) -> tuple[int, int] | None:
-    """``(boxes, scores)`` output indices of two outputs ``[1, N, 4]`` + ``[1, N, C]``, or None.
+def roles(shapes: list[tuple[int, ...]], num_classes: int | None, coords: int = 4) -> tuple[int, int] | None:
+    """``(boxes, scores)`` output indices of two outputs ``[1, N, coords]`` + ``[1, N, C]``, or None.
 
     C is nc, or nc + 1 with a background column, when the class count is known.
     """
@@ -31,7 +37,7 @@ def roles(shapes: list[tuple[int, ...]], num_classes: int | None) -> tuple[int, 
         return None
     if shapes[0][1] != shapes[1][1]:
         return None
-    boxes = [i for i, s in enumerate(shapes) if s[2] == 4]
+    boxes = [i for i, s in enumerate(shapes) if s[2] == coords]
     if not boxes:
         return None
     b = boxes[0]
@@ -42,17 +48,39 @@ def roles(shapes: list[tuple[int, ...]], num_classes: int | None) -> tuple[int, 
     return b, s
 
 
+def config_roles(shapes: list[tuple[int, ...]], config: DetectConfig) -> tuple[int, int] | None:
+    """:func:`roles` with the row width and class count of ``config`` (``ssd_decode``'s when given)."""
+    d = config.ssd_decode
+    if d is None:
+        return roles(shapes, config.num_classes)
+    return roles(shapes, config.num_classes or d.num_classes, d.num_coords)
+
+
 def fits(shapes: list[tuple[int, ...]], config: DetectConfig) -> bool:
-    """Two outputs ``[1, N, 4]`` and ``[1, N, C]``, and anchors configured (``anchors`` or ``ssd_anchors``)."""
+    """Two outputs ``[1, N, num_coords]`` and ``[1, N, C]``, and anchors configured (``anchors`` or ``ssd_anchors``)."""
     configured = config.anchors is not None or bool(config.ssd_anchors)
-    return configured and roles(shapes, config.num_classes) is not None
+    return configured and config_roles(shapes, config) is not None
+
+
+def check_counts(shapes: list[tuple[int, ...]], config: DetectConfig) -> None:
+    """Raise ModelError when the model's box count is not the anchors' or ``ssd_decode.num_boxes``."""
+    roles_found = config_roles(shapes, config)
+    n = shapes[roles_found[0]][1] if roles_found else -1
+    if n <= 0:
+        return
+    anchors_for(config, n)
+    d = config.ssd_decode
+    if d is not None and d.num_boxes is not None and d.num_boxes != n:
+        raise ModelError(f"the model has {n} boxes, ssd_decode.num_boxes says {d.num_boxes}",
+                         "check that the decode options are this model's")
 
 
 def pick(outputs: list[np.ndarray], config: DetectConfig, quant: list[Quant]):
-    """``(boxes raw [N, 4], its quant, scores raw [N, C], its quant)`` of the two outputs."""
-    b, s = config.outputs or roles([np.asarray(o).shape for o in outputs], config.num_classes) or (0, 1)
+    """``(boxes raw [N, num_coords], its quant, scores raw [N, C], its quant)`` of the two outputs."""
+    coords = config.ssd_decode.num_coords if config.ssd_decode else 4
+    b, s = config.outputs or config_roles([np.asarray(o).shape for o in outputs], config) or (0, 1)
     box, score = np.asarray(outputs[b]), np.asarray(outputs[s])
-    box = box.reshape(-1, 4)
+    box = box.reshape(-1, coords)
     q = [quant[i] if i < len(quant) else None for i in (b, s)]
     return box, q[0], score.reshape(box.shape[0], -1), q[1]
 
@@ -81,21 +109,19 @@ def class_candidates(scores: np.ndarray, quant: Quant, config: DetectConfig) -> 
 
 def decode_boxes(rel: np.ndarray, anchors: np.ndarray, scales: tuple[float, float, float, float]) -> np.ndarray:
     """``[M, 4]`` ``ty, tx, th, tw`` against ``[M, 4]`` anchors ``cy, cx, h, w`` -> normalised
-    ``ymin, xmin, ymax, xmax``."""
-    ys, xs, hs, ws = scales
-    cy = rel[:, 0] / ys * anchors[:, 2] + anchors[:, 0]
-    cx = rel[:, 1] / xs * anchors[:, 3] + anchors[:, 1]
-    h = np.exp(rel[:, 2] / hs) * anchors[:, 2]
-    w = np.exp(rel[:, 3] / ws) * anchors[:, 3]
-    return np.stack([cy - h / 2, cx - w / 2, cy + h / 2, cx + w / 2], axis=1)
+    ``ymin, xmin, ymax, xmax`` (the TF Object Detection API decode, ``box_coder_scales`` y, x, h, w)."""
+    return decode(rel, anchors, tf_od(scales))[0]
 
 
 def candidates(outputs: list[np.ndarray], config: DetectConfig, quant: list[Quant]) -> Candidates:
-    """Scores (activated, background column dropped) cut by threshold, then boxes decoded."""
+    """Scores (activated, background column dropped) cut by threshold, then boxes (and keypoints) decoded."""
     box, qb, score, qs = pick(outputs, config, quant)
     anchors = anchors_for(config, box.shape[0])
     idx, top, classes = class_candidates(score, qs, config)
-    yx = decode_boxes(real(box[idx], qb), anchors[idx], config.box_coder_scales)
+    yx, points = decode(real(box[idx], qb), anchors[idx], config.ssd_decode or tf_od(config.box_coder_scales))
+    ok = valid(yx)
     w, h = config.input_size
     boxes = np.stack([yx[:, 1] * w, yx[:, 0] * h, yx[:, 3] * w, yx[:, 2] * h], axis=1).astype(np.float32)
-    return Candidates(boxes, top, classes)
+    if points is not None:
+        points = (points * np.float32([w, h]))[ok].astype(np.float32)
+    return Candidates(boxes[ok], top[ok], classes[ok], keypoints=points)
