@@ -37,7 +37,11 @@ EVAL_OPTIONS = MAP_HEAD_OPTIONS
 """Head options for scoring mAP (:data:`edgekit.detect.evaluate.MAP_HEAD_OPTIONS`)."""
 
 AGREEMENT_MIN_SCORE = 0.25
-"""Without an eval set: the original's detections at or above this score are the ground truth."""
+"""Without an eval set: the original's detections at or above this score are the ground truth
+(and with keypoints, those whose keypoints each variant's are compared with)."""
+
+WEAK_MAP = 0.05
+"""An original model scoring a lower mAP@[.5:.95] on the eval set than this is warned about."""
 
 
 @dataclass
@@ -104,15 +108,15 @@ def as_reference(reference: np.ndarray, converted: np.ndarray) -> np.ndarray:
     return converted
 
 
-def _source_roles(layout: str, shapes: list[tuple[int, ...]], num_classes: int | None) -> tuple[int, ...] | None:
+def _source_roles(layout: str, shapes: list[tuple[int, ...]], config: Any) -> tuple[int, ...] | None:
     """Which of the original's outputs plays each part of the layout (boxes, scores, ...)."""
     from edgekit.plugins import resolve
 
     if layout.startswith("yolo"):
         return (0,)
-    module = "edgekit.detect.postprocess:_roles" if layout == "postprocess" else "edgekit.detect.ssd:roles"
-    find = resolve(module)
-    return find(shapes) if layout == "postprocess" else find(shapes, num_classes)
+    if layout == "postprocess":
+        return resolve("edgekit.detect.postprocess:_roles")(shapes)
+    return resolve("edgekit.detect.ssd:config_roles")(shapes, config)  # ssd, decoded: its num_coords too
 
 
 @dataclass
@@ -154,8 +158,8 @@ class DetectGate:
                              f"{', ...' if len(labels) > 4 else ''}) are all the model's classes in its order "
                              "(--labels FILE; an eval set's categories may be fewer), or use --task raw") from exc
         detector = Detector(detect_config(spec, nc, {**opts, **EVAL_OPTIONS}), chosen, labels, spec)
-        return cls(chosen, list(labels), opts, detector, _source_roles(chosen, shapes, nc), source.output_names,
-                   evaluation)
+        return cls(chosen, list(labels), opts, detector, _source_roles(chosen, shapes, detector.config),
+                   source.output_names, evaluation)
 
     def decode(self, dataset: str, outputs: Sequence[np.ndarray], start: int) -> list[Detections]:
         """Detections of each image of a chunk (``outputs``: one batch array per output, the
@@ -186,6 +190,19 @@ class DetectGate:
             self.original[dataset] = self.score(dataset, self.reference.get(dataset, []))
         return self.original[dataset]
 
+    def weak_original_warning(self) -> str | None:
+        """A warning when the original model's own mAP on the eval set is under :data:`WEAK_MAP`:
+        the ratio gate then compares noise with noise (wrong decode options or preprocessing)."""
+        if self.evaluation is None or "eval" not in self.reference:
+            return None
+        found = (self.original_scores("eval") or {}).get("map")
+        if found is None or found >= WEAK_MAP:
+            return None
+        return (f"the original model itself scores mAP@[.5:.95] {found:.4f} on the eval set (under {WEAK_MAP}); "
+                "a passing ratio means nothing here: check the decode options (layout, ssd_anchors, ssd_decode, "
+                "box_format, box_units), the preprocessing (--mean, --std, --colour, --resize) and that the eval "
+                "set's classes are the model's")
+
     def task_options(self, outputs: Sequence[dict]) -> dict[str, Any]:
         """A converted model's ``task_options``: the layout, the options given, and when the
         converter reordered the outputs, which runtime output plays each part (``outputs``)."""
@@ -204,7 +221,19 @@ def _ratio(converted: float | None, original: float | None) -> float | None:
 def detect_result(gate: DetectGate, dataset: str, found: list[Detections], min_ratio: float) -> dict[str, Any]:
     """A variant's detection figures on ``dataset`` for its verification: on the eval set mAP
     original / converted / ratio (and mAP@.5, per class) and the gate; on the held-back images
-    the mAP against the original's detections (``agreement``), not gated."""
+    the mAP against the original's detections (``agreement``), not gated. With keypoints, also
+    ``keypoints``: their error against the original's on the same images
+    (:func:`edgekit.detect.evaluate.keypoint_error`), reported, not gated."""
+    from edgekit.detect.evaluate import keypoint_error
+
+    res = _map_result(gate, dataset, found, min_ratio)
+    keypoints = keypoint_error(gate.reference.get(dataset, []), found, AGREEMENT_MIN_SCORE)
+    if keypoints is not None:
+        res["keypoints"] = keypoints
+    return res
+
+
+def _map_result(gate: DetectGate, dataset: str, found: list[Detections], min_ratio: float) -> dict[str, Any]:
     original = gate.original_scores(dataset)
     converted = gate.score(dataset, found)
     if dataset != "eval" or gate.evaluation is None:
@@ -219,8 +248,11 @@ def detect_result(gate: DetectGate, dataset: str, found: list[Detections], min_r
     per_class = {name: {"original": ap, "converted": c["per_class"].get(name),
                         "original50": o["per_class50"].get(name), "converted50": c["per_class50"].get(name)}
                  for name, ap in o.get("per_class", {}).items()}
-    return {"metric": "map", "original": o.get("map"), "converted": c.get("map"), "ratio": ratio,
-            "map50": {"original": o.get("map50"), "converted": c.get("map50"),
-                      "ratio": _ratio(c.get("map50"), o.get("map50"))},
-            "per_class": per_class, "images": c.get("images"), "objects": c.get("objects"),
-            "passed": ratio is not None and ratio >= min_ratio}
+    res = {"metric": "map", "original": o.get("map"), "converted": c.get("map"), "ratio": ratio,
+           "map50": {"original": o.get("map50"), "converted": c.get("map50"),
+                     "ratio": _ratio(c.get("map50"), o.get("map50"))},
+           "per_class": per_class, "images": c.get("images"), "objects": c.get("objects"),
+           "passed": ratio is not None and ratio >= min_ratio}
+    if o.get("map") is not None and o["map"] < WEAK_MAP:
+        res["original_weak"] = True  # the log says why (DetectGate.weak_original_warning)
+    return res

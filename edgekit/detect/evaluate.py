@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -157,3 +158,58 @@ def agreement_map(reference: Sequence[Detections], converted: Sequence[Detection
     gt = {"images": images, "annotations": anns, "categories": categories(names)}
     dets = results(dict(enumerate(converted, 1)), num_classes)
     return _evaluate(gt, dets, names)
+
+
+
+def _area(boxes: np.ndarray) -> np.ndarray:
+    return np.prod(np.clip(boxes[..., 2:] - boxes[..., :2], 0, None), axis=-1)
+
+
+def _iou(box: Sequence[float], others: np.ndarray) -> np.ndarray:
+    """IoU of one xyxy box with ``[M, 4]`` xyxy boxes."""
+    inter = _area(np.concatenate([np.maximum(others[:, :2], box[:2]), np.minimum(others[:, 2:], box[2:])], axis=1))
+    union = _area(np.asarray(box, np.float64)) + _area(others) - inter
+    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+
+
+def _pair_error(ref: Any, found: Detections, boxes: np.ndarray, min_iou: float) -> float | None:
+    """Mean keypoint distance / reference box size to ``ref``'s best match in ``found`` (None: no match)."""
+    n = len(ref.keypoints)
+    same = [j for j, c in enumerate(found.detections) if c.index == ref.index and len(c.keypoints) == n]
+    if not same:
+        return None
+    ious = _iou(ref.box, boxes[same])
+    best = int(np.argmax(ious))
+    if ious[best] < min_iou:
+        return None
+    gap = np.linalg.norm(np.subtract(found.detections[same[best]].keypoints, ref.keypoints), axis=1)
+    x1, y1, x2, y2 = ref.box
+    return float(gap.mean()) / math.sqrt(max((x2 - x1) * (y2 - y1), 1e-12))
+
+
+def keypoint_error(reference: Sequence[Detections], converted: Sequence[Detections], min_score: float = 0.25,
+                   min_iou: float = 0.5) -> dict[str, Any] | None:
+    """How far ``converted``'s keypoints land from ``reference``'s (image ``i`` of each is the same image).
+
+    Each reference detection scoring ``min_score`` or more is matched to the converted detection
+    of the same class with the highest IoU (at least ``min_iou``); a pair's error is the mean
+    distance between corresponding keypoints divided by the reference box's size (the square
+    root of its area, as COCO's keypoint similarity scales by object size). Returns ``mean``,
+    ``p95`` and ``max`` of the pairs' errors (None when nothing matched), ``matched`` and
+    ``reference`` counts; None when the reference holds no detection with keypoints.
+    """
+    errors, total = [], 0
+    for ref, found in zip(reference, converted):
+        boxes = np.asarray([d.box for d in found.detections], np.float64).reshape(-1, 4)
+        for d in ref.detections:
+            if d.score >= min_score and d.keypoints:
+                total += 1
+                error = _pair_error(d, found, boxes, min_iou)
+                errors += [] if error is None else [error]
+    if not total:
+        return None
+    e = np.asarray(errors)
+    mean, p95, most = ((round(float(v), 6) for v in (e.mean(), np.percentile(e, 95), e.max())) if e.size
+                       else (None, None, None))
+    return {"mean": mean, "p95": p95, "max": most, "matched": len(errors), "reference": total,
+            "normalised_by": "sqrt(reference box area)"}
