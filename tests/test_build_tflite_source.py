@@ -229,7 +229,7 @@ def test_mediapipe_transpose_conv_custom_op_becomes_the_builtin(tmp_path):
     import keras
     from keras import layers
 
-    from edgekit.builders import tflite_edit
+    from edgekit.builders import tflite_edit, tflite_quantize
     from edgekit.runtime.litert import LiteRTRuntime
 
     inp = keras.Input((8, 8, 3), batch_size=1)
@@ -247,5 +247,50 @@ def test_mediapipe_transpose_conv_custom_op_becomes_the_builtin(tmp_path):
             got.append(rt.infer(x)[0])
     assert got[0].shape == (1, 16, 16, 3)
     np.testing.assert_allclose(got[0], got[1], rtol=1e-5, atol=1e-5)
-    quantised = tflite_edit.quantize_int8(custom, np.random.default_rng(2).random((8, 8, 8, 3), dtype=np.float32))
-    assert "TRANSPOSE_CONV" in _ops(quantised) and not tflite_edit.float_ops_left(quantised)
+    quantised = tflite_quantize.quantize_int8(custom, np.random.default_rng(2).random((8, 8, 8, 3), dtype=np.float32))
+    assert "TRANSPOSE_CONV" in _ops(quantised) and not tflite_quantize.float_ops_left(quantised)
+
+
+def _export_quantised(keras_model, shape, representative: bool) -> bytes:
+    """Dynamic range (int8 weights, float compute) without ``representative``; else int8
+    activations behind float32 I/O (QUANTIZE in, DEQUANTIZE out)."""
+    import tempfile
+
+    import tensorflow as tf
+
+    with tempfile.TemporaryDirectory() as saved:
+        keras_model.export(saved, input_signature=[tf.TensorSpec(shape, tf.float32)], verbose=False)
+        conv = tf.lite.TFLiteConverter.from_saved_model(saved)
+        conv.optimizations = [tf.lite.Optimize.DEFAULT]
+        if representative:
+            rng = np.random.default_rng(0)
+            conv.representative_dataset = lambda: ([rng.random(shape, dtype=np.float32)] for _ in range(4))
+        return conv.convert()
+
+
+def test_int8_weights_of_a_dynamic_range_model_become_float32_and_int8_graphs_are_refused(tmp_path):
+    """A dynamic-range .tflite (TF Hub publishes many) is a float model with int8 weights: its fp32
+    variant holds their float32 values, exactly (q - zero_point) * scale, and XNNPACK takes every op.
+    A model that computes in int8 behind float I/O is already quantised: one line, no build."""
+    import keras
+
+    from edgekit.builders import tflite_edit
+    from edgekit.builders.source import load_source_model
+    from edgekit.runtime.litert import LiteRTRuntime
+
+    model = keras.models.load_model(DEMO_MODEL, compile=False)
+    hybrid = _export_quantised(model, (1, 32, 32, 1), representative=False)
+    assert {"CONV_2D", "FULLY_CONNECTED"} <= set(_ops(hybrid))
+    plain = tflite_edit.float32_weights(hybrid)
+    assert len(plain) > 3 * len(hybrid) and not tflite_edit.quantized_activations(plain)
+    model_t = tflite_edit.read(plain)
+    assert all(t.type != tflite_edit.INT8 for t in model_t.subgraphs[0].tensors)
+    x = np.random.default_rng(3).random((1, 32, 32, 1), dtype=np.float32)
+    (tmp_path / "plain.tflite").write_bytes(plain)
+    with LiteRTRuntime(tmp_path / "plain.tflite") as rt:
+        got = rt.infer(x)[0]
+        assert rt.delegation()["cpu_nodes"] == 0
+    np.testing.assert_allclose(got, model(x).numpy(), atol=0.02)  # int8 weights: close to the Keras original
+    (tmp_path / "int8_float_io.tflite").write_bytes(_export_quantised(model, (1, 32, 32, 1), representative=True))
+    with pytest.raises(ModelError, match="computes in integers"):
+        load_source_model(tmp_path / "int8_float_io.tflite")

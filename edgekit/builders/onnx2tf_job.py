@@ -19,8 +19,10 @@ What runs here:
 * the SavedModel is exported here with one signature output per ONNX output, keyed by the
   names the parent chose, so the TFLite converter's output order never matters.
 
-Writes ``result.json`` (``{"ok": true, "outputs": [...], "input_shape": [...]}`` or
-``{"ok": false, "error": "..."}``) into the working directory.
+The job's ``flags`` (onnx2tf keywords) are the parent's fallbacks
+(:mod:`edgekit.builders.onnx2tf_fallbacks`). Writes ``result.json`` (``{"ok": true, "outputs":
+[...], "input_shape": [...]}`` or ``{"ok": false, "error": "...", "stage": "convert" | "export"}``)
+into the working directory.
 """
 
 from __future__ import annotations
@@ -64,17 +66,21 @@ def _convert(job: dict):
     if job["layout"] == "NHWC":
         # onnx2tf assumes a 4-D input is NCHW; an NHWC export must keep its layout
         kwargs["keep_nwc_or_nhwc_or_ndhwc_input_names"] = [job["input"]]
+    kwargs.update(job.get("flags", {}))  # the parent's fallbacks (onnx2tf_fallbacks.FALLBACKS)
     return onnx2tf.convert(**kwargs)
 
 
-def _export(model, keys: list[str], out: str) -> list[dict]:
+def _export(model, keys: list[str], out: str, nchw: bool = False) -> list[dict]:
+    """Write the SavedModel; ``nchw``: the model kept its NCHW input (onnx2tf's -kat fallback),
+    so the signature takes NHWC, as every edgekit TFLite model does, and transposes."""
     import tensorflow as tf
     import tf_keras
 
-    spec = tf.TensorSpec(model.inputs[0].shape, tf.float32, name="image")
+    shape = list(model.inputs[0].shape)
+    spec = tf.TensorSpec([shape[0], *shape[2:], shape[1]] if nchw else shape, tf.float32, name="image")
 
     def serve(image):
-        outputs = model(image)
+        outputs = model(tf.transpose(image, [0, 3, 1, 2]) if nchw else image)
         outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
         return dict(zip(keys, outputs))
 
@@ -90,7 +96,7 @@ def main(argv: list[str]) -> int:
     """Convert the job's ONNX model; 0 on success, 3 on a conversion error (see result.json)."""
     block_network()
     job = json.loads(Path(argv[0]).read_text())
-    result: dict = {"ok": False}
+    result: dict = {"ok": False, "stage": "convert"}
     try:
         if not Path(SAMPLE_FILE).is_file():
             raise NetworkBlocked(f"{SAMPLE_FILE} is missing: onnx2tf would download it")
@@ -99,8 +105,11 @@ def main(argv: list[str]) -> int:
             raise RuntimeError("onnx2tf returned no model")
         if len(model.outputs) != len(job["keys"]):
             raise RuntimeError(f"onnx2tf made {len(model.outputs)} outputs of the model's {len(job['keys'])}")
-        result = {"ok": True, "outputs": _export(model, job["keys"], "saved_model"),
-                  "input_shape": [int(d) if d is not None else None for d in model.inputs[0].shape]}
+        result["stage"] = "export"
+        nchw = job["layout"] == "NCHW" and bool(job.get("flags", {}).get("keep_shape_absolutely_input_names"))
+        outputs = _export(model, job["keys"], "saved_model", nchw)
+        shape = [int(d) if d is not None else None for d in model.inputs[0].shape]
+        result = {"ok": True, "outputs": outputs, "input_shape": [shape[0], *shape[2:], shape[1]] if nchw else shape}
     except SystemExit as exc:  # onnx2tf exits on its own errors after printing them
         result["error"] = f"onnx2tf stopped (exit {exc.code})"
     except Exception as exc:  # whatever the converter raises becomes the one line the parent shows

@@ -176,7 +176,7 @@ def _int8(ctx: BuildContext, target: Target, saved: Path | None, representative,
     TFLite model is rewritten and quantised by TensorFlow's post-training quantiser, the same
     steps the converter runs; otherwise a SavedModel is converted as it always was.
     """
-    from edgekit.builders import tflite_edit
+    from edgekit.builders import tflite_quantize
     from edgekit.builders.tflite_rewrite import rewrite_checked
 
     if saved is None:
@@ -188,13 +188,13 @@ def _int8(ctx: BuildContext, target: Target, saved: Path | None, representative,
     rewritten, done = rewrite_checked(float_model, representative, ctx.log, target.name)
     if saved is not None and not done:
         return convert(saved, "int8", representative, io_dtype), []
-    return tflite_edit.quantize_int8(rewritten, representative, io_dtype), done
+    return tflite_quantize.quantize_int8(rewritten, representative, io_dtype), done
 
 
 def convert_tflite(ctx: BuildContext, variant: str, representative, io_dtype: str) -> bytes:
     """A variant of a float .tflite source, made on its own graph (builders/tflite_edit.py):
     fp32 float32 weights, fp16 float16 weights, int8 full-integer with ``io_dtype`` I/O."""
-    from edgekit.builders import tflite_edit
+    from edgekit.builders import tflite_edit, tflite_quantize
 
     blob = ctx.source.handle.blob
     if variant == "fp32":
@@ -202,7 +202,7 @@ def convert_tflite(ctx: BuildContext, variant: str, representative, io_dtype: st
     if variant == "fp16":
         return tflite_edit.float16_weights(blob)
     if variant == "int8":
-        return tflite_edit.quantize_int8(blob, representative, io_dtype)
+        return tflite_quantize.quantize_int8(blob, representative, io_dtype)
     raise ModelError(f"unknown TFLite variant {variant!r}", "use fp32, fp16 or int8")
 
 

@@ -4,7 +4,8 @@ A model that ships as a float TFLite file (MediaPipe, TF Hub, Model Maker) is co
 stands: ``fp32`` is the graph with float32 weights, ``fp16`` the same graph with float16 weights
 (each read through a ``DEQUANTIZE``, as TensorFlow's converter writes them), and ``int8`` is
 calibrated and quantised by TensorFlow's own post-training quantiser, the very steps
-``TFLiteConverter`` runs after converting a SavedModel (``Calibrator`` then ``mlir_quantize``).
+``TFLiteConverter`` runs after converting a SavedModel (``Calibrator`` then ``mlir_quantize``:
+:mod:`edgekit.builders.tflite_quantize`).
 The int8 graph therefore holds exactly the ops a Keras build of the same network holds: no
 TRANSPOSE is added, which would cut the Edge TPU graph.
 
@@ -17,8 +18,6 @@ module is build-side only and imports TensorFlow inside its functions.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
 
 import numpy as np
 
@@ -89,10 +88,12 @@ def float32_weights(blob: bytes) -> bytes:
     and MediaPipe's ``Convolution2DTransposeBias`` custom op as the builtin ``TRANSPOSE_CONV``.
 
     Values are unchanged (float16 -> float32 is exact); the DEQUANTIZE ops and the float16
-    tensors go. A model without either comes back as it was.
+    tensors go. int8 weights of a dynamic-range ("hybrid") model, read directly by float ops or
+    through a DEQUANTIZE, become their float32 values ``(q - zero_point) * scale``. A model
+    without any of these comes back as it was.
     """
     model = read(blob)
-    changed = _builtin_transpose_conv(model)
+    changed = _builtin_transpose_conv(model) | _dequantized_int8_weights(model)
     densified = _densified(model, blob)
     for sg_index, sg in enumerate(model.subgraphs):
         producer = {int(t): op for op in sg.operators for t in _indices(op.outputs)}
@@ -114,6 +115,54 @@ def float32_weights(blob: bytes) -> bytes:
             changed = True
         sg.operators = [op for op in sg.operators if id(op) not in drop]
     return write(_pruned(model)) if changed else blob
+
+
+INT8, UINT8, INT16 = 9, 3, 7  # tflite::TensorType
+QUANTIZED = (INT8, UINT8, INT16)
+
+
+def quantized_activations(blob: bytes) -> list[str]:
+    """Names of the non-constant int8/uint8/int16 tensors: a model that computes in integers
+    (whatever its I/O type), as opposed to a float model with int8 weights only."""
+    model = read(blob)
+    return [(t.name or b"").decode(errors="replace") for sg in model.subgraphs for t in sg.tensors
+            if t.type in QUANTIZED and _constant(model, t) is None][:5]
+
+
+def _dequantized_int8_weights(model) -> bool:
+    """Store the int8 weights of a float model (dynamic-range quantisation: TFLiteConverter with
+    ``Optimize.DEFAULT`` and no representative data) as float32; True when any were.
+
+    A hybrid op (CONV_2D with int8 filters and float input) is left to XNNPACK's float path only
+    once its weights are float; a model with integer activations is not touched."""
+    if any(t.type in QUANTIZED and _constant(model, t) is None for sg in model.subgraphs for t in sg.tensors):
+        return False
+    changed = False
+    for sg in model.subgraphs:
+        for tensor in sg.tensors:
+            data = _constant(model, tensor)
+            q = tensor.quantization
+            if tensor.type not in (INT8, UINT8) or data is None or q is None or q.scale is None or not len(q.scale):
+                continue
+            values = data.view(np.int8 if tensor.type == INT8 else np.uint8).astype(np.float32)
+            shape = [int(d) for d in tensor.shape] if tensor.shape is not None else [values.size]
+            values = values.reshape(shape) if int(np.prod(shape)) == values.size else values
+            scale, zero = np.asarray(q.scale, np.float32), np.asarray(q.zeroPoint if q.zeroPoint is not None else 0)
+            if scale.size > 1 and values.ndim > int(q.quantizedDimension or 0):  # per-channel, along that axis
+                axis = int(q.quantizedDimension or 0)
+                view = [1] * values.ndim
+                view[axis] = scale.size
+                scale, zero = scale.reshape(view), zero.reshape(view) if zero.size == scale.size else zero
+            tensor.buffer = _new_buffer(model, ((values - zero) * scale).astype(np.float32))
+            tensor.type, tensor.quantization = FLOAT32, None
+            changed = True
+    for sg in model.subgraphs:  # a DEQUANTIZE of weights now float: read the tensor directly
+        drop = [op for op in sg.operators if _opcode(model, op.opcodeIndex) == DEQUANTIZE
+                and sg.tensors[op.inputs[0]].type == FLOAT32 and _constant(model, sg.tensors[op.inputs[0]]) is not None]
+        for op in drop:
+            sg.tensors[op.outputs[0]].buffer = sg.tensors[op.inputs[0]].buffer
+        sg.operators = [op for op in sg.operators if all(op is not d for d in drop)]
+    return changed
 
 
 MEDIAPIPE_TRANSPOSE_CONV = b"Convolution2DTransposeBias"
@@ -297,59 +346,3 @@ def reorder_outputs(blob: bytes, order: list[int]) -> bytes:
         raise ModelError(f"output order {order} is not a permutation of {len(current)} outputs")
     sg.outputs = [current[p] for p in order]
     return write(model)
-
-
-def quantize_int8(blob: bytes, representative: Iterable[np.ndarray], io_dtype: str = "uint8") -> bytes:
-    """Full-integer int8 of a float TFLite model, calibrated on ``representative`` (one float
-    tensor per image, no batch axis, in the model's own layout), with ``io_dtype`` I/O.
-
-    TensorFlow's own post-training steps, as ``TFLiteConverter`` runs them with
-    ``TFLITE_BUILTINS_INT8``; an op left in float afterwards is refused, naming it.
-    """
-    from edgekit.builders.log import progress
-    from edgekit.builders.source_model import import_tf
-
-    tf = import_tf()
-    from tensorflow.lite.python.convert import mlir_quantize
-    from tensorflow.lite.python.optimize import calibrator
-
-    if representative is None or not len(representative):
-        raise ModelError("int8 conversion needs calibration images", "pass --calib DIR")
-    io = {"uint8": tf.uint8, "int8": tf.int8}[io_dtype]
-
-    def feed():
-        for x in progress(representative, "int8 calibration", total=len(representative)):
-            yield [np.asarray(x, np.float32)[None]]
-
-    try:
-        prepared = calibrator.add_intermediate_tensors(float32_weights(blob))
-        calibrated = calibrator.Calibrator(prepared).calibrate(feed)
-        quantized = mlir_quantize(calibrated, input_data_type=io, output_data_type=io)
-    except (RuntimeError, ValueError) as exc:
-        from edgekit.builders.tflite import converter_error
-
-        raise ModelError(f"TFLite int8 quantisation failed: {converter_error(str(exc)) or type(exc).__name__}",
-                         "see build.log (--debug); the fp32 and fp16 variants do not need it") from exc
-    float_ops = float_ops_left(quantized)
-    if float_ops:
-        raise ModelError(f"int8: TensorFlow's quantiser left {', '.join(float_ops)} in float (no int8 kernel)",
-                         "build --variants fp32,fp16 for this model, or replace those ops before export")
-    return quantized
-
-
-def float_ops_left(blob: bytes) -> list[str]:
-    """Names of the ops of a quantised model that still compute on float32 activations
-    (the input QUANTIZE and output DEQUANTIZE excepted)."""
-    _, fb = _schema()
-    model = read(blob)
-    left: set[str] = set()
-    for sg in model.subgraphs:
-        for op in sg.operators:
-            name = fb.opcode_to_name(model, op.opcodeIndex)
-            if name in ("QUANTIZE", "DEQUANTIZE"):
-                continue
-            for t in _indices(op.inputs):
-                tensor = sg.tensors[t]
-                if tensor.type == FLOAT32 and _constant(model, tensor) is None:
-                    left.add(name)
-    return sorted(left)

@@ -72,6 +72,7 @@ def load_tflite(path: Path, input_size: tuple[int, int] | None = None) -> Source
         raise ModelError(f"{path}: input '{detail['name']}' is {np.dtype(detail['dtype']).name}: the model is "
                          "already quantised, and edgekit builds from a float model",
                          f"give the float .tflite; run this one as it is with: edgekit run {path.name}")
+    _refuse_integer_graph(path, blob)
     shape, layout = _input_shape(path, detail, input_size)
     hwc = (shape[1], shape[2], shape[3]) if layout == "NHWC" else (shape[2], shape[3], shape[1])
     try:
@@ -89,6 +90,19 @@ def load_tflite(path: Path, input_size: tuple[int, int] | None = None) -> Source
     names = [d["name"] for d in reference.interp.get_output_details()]
     return SourceModel(path, "tflite", hwc, reference, input_name=detail["name"], static_batch=True, layout=layout,
                        outputs=make_outputs(names, [o.shape for o in outputs]), input_shape=shape)
+
+
+def _refuse_integer_graph(path: Path, blob: bytes) -> None:
+    """A model that computes in integers behind float I/O (QUANTIZE in, DEQUANTIZE out) is
+    already quantised: re-quantising it would compound the error. int8 weights alone (dynamic
+    range) are fine: they are read back as float32 (builders/tflite_edit.py)."""
+    from edgekit.builders.tflite_edit import quantized_activations
+
+    found = quantized_activations(blob)
+    if found:
+        raise ModelError(f"{path.name} computes in integers (tensor '{found[0]}' and others) behind its float "
+                         "input: the model is already quantised, and edgekit builds from a float model",
+                         f"give the float .tflite; run this one as it is with: edgekit run {path.name}")
 
 
 def _read(path: Path) -> bytes:
