@@ -230,6 +230,11 @@ def test_keypoint_error_of_matched_detections_normalised_by_box_size():
     assert err == {"mean": 0.15, "p95": 0.15, "max": 0.15, "matched": 1, "reference": 2,
                    "normalised_by": "sqrt(reference box area)"}
     assert keypoint_error([Detections((Detection(0, "a", 0.9, (0, 0, 1, 1)),))], conv[:1]) is None
+    # equal boxes (clipped to the same edges): the one of the closest score is the counterpart
+    twins = [Detections((Detection(0, "face", 0.6, (0.0, 0.0, 10.0, 10.0), ((9.0, 9.0),)),
+                         Detection(0, "face", 0.89, (0.0, 0.0, 10.0, 10.0), ((2.0, 3.0),))))]
+    one = [Detections((Detection(0, "face", 0.9, (0.0, 0.0, 10.0, 10.0), ((2.0, 2.0),)),))]
+    assert keypoint_error(one, twins)["mean"] == pytest.approx(0.1)
 
 
 def _gate(reference, original=None, evaluation=None):

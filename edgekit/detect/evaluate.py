@@ -179,7 +179,9 @@ def _pair_error(ref: Any, found: Detections, boxes: np.ndarray, min_iou: float) 
     if not same:
         return None
     ious = _iou(ref.box, boxes[same])
-    best = int(np.argmax(ious))
+    # ties (boxes clipped to the same frame edge) go to the closest score: the same anchor's detection
+    gaps = np.abs(np.asarray([found.detections[j].score for j in same]) - ref.score)
+    best = int(np.lexsort((gaps, -np.round(ious, 6)))[0])
     if ious[best] < min_iou:
         return None
     gap = np.linalg.norm(np.subtract(found.detections[same[best]].keypoints, ref.keypoints), axis=1)
