@@ -18,6 +18,7 @@ import numpy as np
 
 from edgekit.builders.contract import BuilderOutput, BuiltModel, task_extra
 from edgekit.builders.log import progress
+from edgekit.builders.tflite_quantize import converter_error
 from edgekit.errors import ModelError
 
 if TYPE_CHECKING:
@@ -44,26 +45,6 @@ def convert(saved_model: Path, variant: str, representative: Iterable[np.ndarray
     except Exception as exc:  # the converter raises ConverterError and friends
         raise ModelError(f"TFLite conversion ({variant}) failed: {converter_error(str(exc)) or type(exc).__name__}",
                          "the model uses ops TFLite cannot convert; see build.log with --debug") from exc
-
-
-def converter_error(text: str) -> str:
-    """What a TFLite converter error says in plain words: the ops it could not map, else the first
-    ``'tf.Op' op ...`` diagnostic, else its first line (at most 300 characters).
-
-    The converter's text opens with MLIR source locations (``loc(callsite(fused[...]))``) that name
-    nothing a user recognises; the op list comes further down.
-    """
-    import re
-
-    ops = re.search(r"^(Custom|Flex) ops: (.+)$", text, re.MULTILINE)
-    if ops:
-        kind = "as custom ops" if ops.group(1) == "Custom" else "as TensorFlow (flex) ops"
-        return f"no TFLite builtin kernel for {ops.group(2).strip()[:200]} (the converter would need them {kind})"
-    op = re.search(r"'(tf\.\w+)' op ([^\n]+)", text)
-    if op:
-        return f"{op.group(1)} {op.group(2).strip()}"[:300]
-    lines = text.strip().splitlines()
-    return lines[0][:300] if lines else ""
 
 
 def converter(saved_model: Path, variant: str, representative: Iterable[np.ndarray] | None = None,

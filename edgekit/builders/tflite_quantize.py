@@ -42,8 +42,6 @@ def quantize_int8(blob: bytes, representative: Iterable[np.ndarray], io_dtype: s
         calibrated = calibrator.Calibrator(prepared).calibrate(feed)
         quantized = mlir_quantize(calibrated, input_data_type=io, output_data_type=io)
     except (RuntimeError, ValueError) as exc:
-        from edgekit.builders.tflite import converter_error
-
         raise ModelError(f"TFLite int8 quantisation failed: {converter_error(str(exc)) or type(exc).__name__}",
                          "see build.log (--debug); the fp32 and fp16 variants do not need it") from exc
     float_ops = float_ops_left(quantized)
@@ -69,3 +67,23 @@ def float_ops_left(blob: bytes) -> list[str]:
                 if tensor.type == FLOAT32 and _constant(model, tensor) is None:
                     left.add(name)
     return sorted(left)
+
+
+def converter_error(text: str) -> str:
+    """What a TFLite converter error says in plain words: the ops it could not map, else the first
+    ``'tf.Op' op ...`` diagnostic, else its first line (at most 300 characters).
+
+    The converter's text opens with MLIR source locations (``loc(callsite(fused[...]))``) that name
+    nothing a user recognises; the op list comes further down.
+    """
+    import re
+
+    ops = re.search(r"^(Custom|Flex) ops: (.+)$", text, re.MULTILINE)
+    if ops:
+        kind = "as custom ops" if ops.group(1) == "Custom" else "as TensorFlow (flex) ops"
+        return f"no TFLite builtin kernel for {ops.group(2).strip()[:200]} (the converter would need them {kind})"
+    op = re.search(r"'(tf\.\w+)' op ([^\n]+)", text)
+    if op:
+        return f"{op.group(1)} {op.group(2).strip()}"[:300]
+    lines = text.strip().splitlines()
+    return lines[0][:300] if lines else ""
