@@ -120,3 +120,67 @@ def test_edgetpu_build_maps_every_op_after_the_rewrite(tmp_path, source):
     int8_ops = _ops((r.bundle / entry.file).read_bytes())
     assert not expected & set(int8_ops)
     assert f"rewrote HARD_SWISH x{count}" in (r.bundle / "build.log").read_text()
+
+
+def test_score_logits_are_clamped_in_the_graph_before_int8():
+    """A BlazeFace-like score output whose logits span hundreds one way: clamped to +-16 in the
+    graph (names and order kept), int8 keeps far more distinct sigmoid scores where they matter."""
+    import keras
+    from keras import layers
+
+    from edgekit.builders.tflite_quantize import quantize_int8
+    from edgekit.builders.tflite_rewrite import clamp_outputs
+
+    inp = keras.Input((8, 8, 3), batch_size=1)
+    feat = layers.Flatten()(layers.Conv2D(2, 3)(inp))
+    boxes = layers.Dense(16, name="regressors")(feat)
+    logits = layers.Dense(32, name="classificators")(feat)
+    logits = layers.Rescaling(60.0, -250.0)(logits)  # logits far below zero, as BlazeFace's
+    blob = _float_tflite(keras.Model(inp, [boxes, logits]), (1, 8, 8, 3))
+    from ai_edge_litert.interpreter import Interpreter
+
+    names = [d["name"] for d in Interpreter(model_content=blob).get_output_details()]
+    sizes = [int(np.prod(d["shape"])) for d in Interpreter(model_content=blob).get_output_details()]
+    position = sizes.index(32)  # the scores, wherever the converter listed them
+    clamped = clamp_outputs(blob, [position], 16.0)
+    assert [d["name"] for d in Interpreter(model_content=clamped).get_output_details()] == names
+    rng = np.random.default_rng(0)
+    data = rng.random((32, 8, 8, 3), dtype=np.float32)
+    x = data[:1]
+    raw, cut = _run_all(blob, x), _run_all(clamped, x)
+    np.testing.assert_allclose(cut[position], np.clip(raw[position], -16, 16), rtol=1e-6, atol=1e-5)
+    np.testing.assert_array_equal(cut[1 - position], raw[1 - position])
+    assert _run_all(clamped, x)[position].min() >= -16.0 - 1e-6
+    levels = []
+    for model in (blob, clamped):
+        q = quantize_int8(model, data)
+        detail = Interpreter(model_content=q).get_output_details()[position]
+        levels.append(detail["quantization"][0])
+    assert levels[1] * 5 < levels[0] and levels[1] <= 32 / 255 + 1e-6  # a finer int8 step for the scores
+
+
+def _run_all(blob: bytes, x: np.ndarray) -> list[np.ndarray]:
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(model_content=blob)
+    interp.allocate_tensors()
+    interp.set_tensor(interp.get_input_details()[0]["index"], x)
+    interp.invoke()
+    return [np.array(interp.get_tensor(d["index"])) for d in interp.get_output_details()]
+
+
+def test_only_sigmoid_ssd_scores_are_clamped():
+    from types import SimpleNamespace
+
+    from edgekit.builders.tflite_rewrite import score_clamp
+
+    def gate(layout="ssd", activation="sigmoid", decode=None, roles=(0, 1)):
+        config = SimpleNamespace(score_activation=activation, ssd_decode=decode)
+        return SimpleNamespace(layout=layout, roles=roles, detector=SimpleNamespace(config=config))
+
+    assert score_clamp(None) is None
+    assert score_clamp(gate()) == (1, 16.0)
+    assert score_clamp(gate(decode=SimpleNamespace(sigmoid_score=True, score_clipping_thresh=6.0))) == (1, 6.0)
+    assert score_clamp(gate(decode=SimpleNamespace(sigmoid_score=True, score_clipping_thresh=100.0))) == (1, 16.0)
+    assert score_clamp(gate(activation="softmax")) is None and score_clamp(gate(layout="yolo")) is None
+    assert score_clamp(gate(roles=(1, 0))) == (0, 16.0)

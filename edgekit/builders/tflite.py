@@ -158,7 +158,7 @@ def _int8(ctx: BuildContext, target: Target, saved: Path | None, representative,
     steps the converter runs; otherwise a SavedModel is converted as it always was.
     """
     from edgekit.builders import tflite_quantize
-    from edgekit.builders.tflite_rewrite import rewrite_checked
+    from edgekit.builders.tflite_rewrite import rewrite_checked, score_clamp
 
     if saved is None:
         float_model = ctx.source.handle.blob
@@ -167,9 +167,29 @@ def _int8(ctx: BuildContext, target: Target, saved: Path | None, representative,
             ctx.float_tflite = convert(saved, "fp32")
         float_model = ctx.float_tflite
     rewritten, done = rewrite_checked(float_model, representative, ctx.log, target.name)
+    clamp = score_clamp(ctx.detect)
+    if clamp is not None:
+        rewritten, rewrite = _clamped(ctx, rewritten, *clamp, saved is not None)
+        done = [*done, rewrite]
+        ctx.log.info(f"[{target.name}] int8: {rewrite.op} into {rewrite.into} before quantising (sigmoid scores "
+                     "unchanged; one int8 scale for logits spanning hundreds leaves a handful of distinct scores)")
     if saved is not None and not done:
         return convert(saved, "int8", representative, io_dtype), []
     return tflite_quantize.quantize_int8(rewritten, representative, io_dtype), done
+
+
+def _clamped(ctx: BuildContext, blob: bytes, output: int, bound: float, by_key: bool) -> tuple[bytes, object]:
+    """The float model with the source's ``output`` clamped to +-``bound`` (builders/tflite_rewrite.py)."""
+    from edgekit.builders.tflite_rewrite import Rewrite, clamp_outputs
+
+    position = output
+    if by_key:  # the converter lists a SavedModel's outputs by signature key: find where this one lies
+        probe = ctx.workdir / "float_outputs.tflite"
+        probe.write_bytes(blob)
+        position = output_order(probe, [o.key for o in ctx.source.outputs])[output]
+    name = ctx.source.outputs[output].name
+    return clamp_outputs(blob, [position], bound), Rewrite(f"score logits '{name}' clamp", 1,
+                                                           f"[-{bound:g}, {bound:g}] (MINIMUM, MAXIMUM)")
 
 
 def convert_tflite(ctx: BuildContext, variant: str, representative, io_dtype: str) -> bytes:

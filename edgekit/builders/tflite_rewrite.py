@@ -161,3 +161,50 @@ def _relative_error(a: bytes, b: bytes, images: list[np.ndarray]) -> float:
             span = float(np.max(np.abs(r))) or 1.0
             worst = max(worst, float(np.max(np.abs(r - g))) / span)
     return worst
+
+
+MAXIMUM, MINIMUM = 55, 57
+SCORE_CLAMP = 16.0
+"""Sigmoid score logits are clamped to +-16 at most (sigmoid(16) = 1 - 1.1e-7): the decoded scores
+do not change, and per-tensor int8 keeps its 256 levels where the scores live."""
+
+
+def clamp_outputs(blob: bytes, positions: list[int], bound: float) -> bytes:
+    """The model with each output at ``positions`` clamped to ``[-bound, bound]`` in the graph
+    (MINIMUM then MAXIMUM, ops the Edge TPU maps); the clamped tensor keeps the output's name.
+
+    A detector's raw score logits can span hundreds one way (BlazeFace: about -266 to 3): one
+    int8 scale for that range leaves 5 distinct scores, and a threshold above the fourth finds
+    nothing. MediaPipe clips the logits after the fact (``score_clipping_thresh``); clipping them
+    before quantising keeps the resolution.
+    """
+    model = tflite_edit.read(blob)
+    sg = model.subgraphs[0]
+    outputs = [int(t) for t in sg.outputs]
+    for p in positions:
+        old = outputs[p]
+        name = sg.tensors[old].name or b"scores"
+        mid, new = _temp(model, sg, old, "clamp_min"), _temp(model, sg, old, "clamped")
+        sg.tensors[new].name, sg.tensors[old].name = name, name + b"/unclamped"
+        sg.operators += [_op(model, sg, MINIMUM, [old, _scalar(model, sg, bound)], mid),
+                         _op(model, sg, MAXIMUM, [mid, _scalar(model, sg, -bound)], new)]
+        outputs[p] = new
+        for sig in model.signatureDefs or []:
+            for item in sig.outputs or []:
+                if int(item.tensorIndex) == old:
+                    item.tensorIndex = new
+    sg.outputs = outputs
+    return tflite_edit.write(model)
+
+
+def score_clamp(detect) -> tuple[int, float] | None:
+    """``(source output index, bound)`` of an SSD detector's sigmoid score logits, else None."""
+    if detect is None or detect.layout != "ssd" or not detect.roles or len(detect.roles) < 2:
+        return None
+    config = detect.detector.config
+    decode = getattr(config, "ssd_decode", None)
+    sigmoid = config.score_activation == "sigmoid" or (decode is not None and decode.sigmoid_score)
+    if not sigmoid:
+        return None
+    thresh = decode.score_clipping_thresh if decode is not None else None
+    return int(detect.roles[1]), min(float(thresh), SCORE_CLAMP) if thresh else SCORE_CLAMP
