@@ -57,16 +57,25 @@ def read_labels(path: str | Path) -> list[str]:
             data = f.read(MAX_LABELS_BYTES + 1)
         if len(data) > MAX_LABELS_BYTES:
             raise ModelError(f"labels file {path} is larger than {MAX_LABELS_BYTES >> 20} MiB", _LABELS_FIX)
-        text = data.decode("utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise ModelError(f"cannot read labels file {path}: {exc}".splitlines()[0], _LABELS_FIX) from exc
-    labels = [line.strip() for line in text.splitlines() if line.strip()]
+    return check_labels(data, f"labels file {path}", _LABELS_FIX)
+
+
+def check_labels(data: bytes | list[str], origin: str, fix: str = _LABELS_FIX) -> list[str]:
+    """Labels from untrusted ``data`` (UTF-8 text, one per line, or a list of names), checked as
+    :func:`read_labels` says; ``origin`` names where they came from in the error."""
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8-sig").splitlines()
+        except UnicodeDecodeError as exc:
+            raise ModelError(f"cannot read {origin}: {exc}".splitlines()[0][:300], fix) from exc
+    labels = [line.strip() for line in data if line.strip()]
     for n, label in enumerate(labels, 1):
         if len(label) > MAX_LABEL_CHARS:
-            raise ModelError(f"labels file {path}: label {n} is {len(label)} characters long (at most "
-                             f"{MAX_LABEL_CHARS})", _LABELS_FIX)
+            raise ModelError(f"{origin}: label {n} is {len(label)} characters long (at most {MAX_LABEL_CHARS})", fix)
         if _CONTROL.search(label):
-            raise ModelError(f"labels file {path}: label {n} holds control characters ({label[:40]!r})", _LABELS_FIX)
+            raise ModelError(f"{origin}: label {n} holds control characters ({label[:40]!r})", fix)
     return labels
 
 

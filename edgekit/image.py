@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import EdgekitError
-from edgekit.imgops import area_shrink, area_shrink_matches_opencv
+from edgekit.imgops import area_shrink, area_shrink_matches_opencv, crop_problem, crop_window, letterbox_window, pad
 from edgekit.imgops import convert_colour as _np_convert_colour
 from edgekit.imgops import resize as _np_resize
 from edgekit.quiet import optional_cv2
@@ -46,8 +46,10 @@ class InputSpec:
 
     ``shape`` includes the batch dimension. ``mean``/``std`` are in pixel units (0-255):
     ``x = (pixel - mean) / std``; for a quantised input ``q = round(x / scale) + zero_point``.
-    ``crop`` is ``None`` (whole frame), ``"square"`` (largest centred square) or
-    ``[h, w]`` (a centred window of that many pixels, clamped to the frame).
+    ``crop`` is ``None`` (whole frame), ``"square"`` (largest centred square), ``[h, w]`` (a
+    centred window of that many pixels, clamped to the frame) or ``"h:w"`` (the largest centred
+    window of that aspect ratio: ``--resize crop`` stores the input's own, e.g. ``"480:640"``).
+    ``pad_value`` (0-255) fills a letterbox's borders (Ultralytics pads with 114).
     """
 
     shape: tuple[int, ...]
@@ -62,6 +64,7 @@ class InputSpec:
     mean: tuple[float, ...] = (0.0,)
     std: tuple[float, ...] = (255.0,)
     name: str = ""
+    pad_value: int = 0  # bundles before it padded black: the default keeps them as built
     extra: dict = field(default_factory=dict)
 
     @property
@@ -145,11 +148,10 @@ def _spec_problem(s: InputSpec) -> str | None:
         return f"shape {list(shape)} is not a batch of images (N, H, W, C or N, C, H, W; every size >= 1)"
     if max(s.height, s.width) > MAX_SIDE or s.channels not in (1, 3) or shape[0] > 64:
         return f"shape {list(shape)} is not an image batch edgekit feeds (1 or 3 channels, sides <= {MAX_SIDE})"
-    crop = s.crop
-    if crop not in (None, "none", "square") and not (
-            isinstance(crop, (list, tuple)) and len(crop) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_SIDE for v in crop)):
-        return f"crop {crop!r} must be null, 'square' or [height, width] in pixels (1 to {MAX_SIDE})"
+    if why := crop_problem(s.crop, MAX_SIDE):
+        return why
+    if not isinstance(s.pad_value, int) or isinstance(s.pad_value, bool) or not 0 <= s.pad_value <= 255:
+        return f"pad_value {s.pad_value!r} must be a whole number from 0 to 255 (a letterbox's border)"
     for key in ("mean", "std"):
         values = getattr(s, key)
         if not isinstance(values, (list, tuple)) or len(values) not in (1, s.channels) or not all(
@@ -165,21 +167,6 @@ def _spec_problem(s: InputSpec) -> str | None:
     if lo is not None and s.zero_point is not None and not (isinstance(s.zero_point, int) and lo <= s.zero_point <= hi):
         return f"zero_point {s.zero_point!r} does not fit {s.dtype}"
     return None
-
-
-def crop_window(height: int, width: int, crop: Any) -> tuple[int, int, int, int]:
-    """``(top, left, crop_height, crop_width)`` of the centred crop of a ``height x width`` frame.
-
-    The one place the crop is worked out: :func:`crop_center` cuts it, and detection maps
-    boxes back through it (:mod:`edgekit.detect.boxes`).
-    """
-    if crop is None or crop == "none":
-        return 0, 0, height, width
-    if crop == "square":
-        ch = cw = min(height, width)
-    else:
-        ch, cw = min(int(crop[0]), height), min(int(crop[1]), width)
-    return (height - ch) // 2, (width - cw) // 2, ch, cw
 
 
 def crop_center(frame: np.ndarray, crop: Any) -> np.ndarray:
@@ -211,8 +198,9 @@ def convert_colour(frame: np.ndarray, colour: str) -> np.ndarray:
     return cv2.cvtColor(frame, cv2.COLOR_BGR2GRAY if colour == "gray" else cv2.COLOR_BGR2RGB)
 
 
-def resize(frame: np.ndarray, height: int, width: int, mode: str = "stretch", interpolation: str = "area"):
-    """Resize to ``height x width``; ``letterbox`` keeps the aspect ratio and pads with black.
+def resize(frame: np.ndarray, height: int, width: int, mode: str = "stretch", interpolation: str = "area",
+           pad_value: int = 0):
+    """Resize to ``height x width``; ``letterbox`` keeps the aspect ratio and pads with ``pad_value``.
 
     ``interpolation``: ``area``, ``linear`` or ``nearest`` (OpenCV's, or :mod:`edgekit.imgops`).
     """
@@ -224,18 +212,7 @@ def resize(frame: np.ndarray, height: int, width: int, mode: str = "stretch", in
     if mode == "stretch":
         return _resize(frame, height, width, interpolation)
     top, left, nh, nw = letterbox_window(h, w, height, width)
-    inner = _resize(frame, nh, nw, interpolation)
-    out = np.zeros((height, width) + frame.shape[2:], dtype=frame.dtype)
-    out[top : top + nh, left : left + nw] = inner
-    return out
-
-
-def letterbox_window(h: int, w: int, height: int, width: int) -> tuple[int, int, int, int]:
-    """``(top, left, inner_height, inner_width)``: where an ``h x w`` image lands when letterboxed
-    into ``height x width`` (aspect ratio kept, centred, the rest padded)."""
-    scale = min(height / h, width / w)
-    nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
-    return (height - nh) // 2, (width - nw) // 2, nh, nw
+    return pad(_resize(frame, nh, nw, interpolation), height, width, top, left, pad_value)
 
 
 def _resize(frame: np.ndarray, height: int, width: int, interpolation: str) -> np.ndarray:
@@ -301,7 +278,7 @@ class Preprocessor:
         img = crop_center(frame, s.crop)
         try:
             img = convert_colour(img, "gray" if s.channels == 1 else s.colour)
-            return resize(img, s.height, s.width, s.resize, s.interpolation)
+            return resize(img, s.height, s.width, s.resize, s.interpolation, s.pad_value)
         except Exception as exc:
             if self._cv2 is not None and isinstance(exc, self._cv2.error):
                 raise ValueError(f"unusable frame {frame.shape}: {exc}".splitlines()[0]) from exc

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from math import gcd
+from typing import Any
 
 import numpy as np
 
@@ -155,3 +156,58 @@ def resize(frame: np.ndarray, height: int, width: int, interpolation: str = "are
     out = np.swapaxes(out, 0, 1)
     return np.clip(np.rint(out), 0, 255).astype(np.uint8)
 
+
+
+def aspect(crop: Any) -> tuple[int, int] | None:
+    """``(h, w)`` of an aspect-ratio crop ``"h:w"`` (``--resize crop``), else None."""
+    if not isinstance(crop, str) or crop.count(":") != 1:
+        return None
+    h, _, w = crop.partition(":")
+    if not (h.isdigit() and w.isdigit() and 0 < len(h) <= 5 and 0 < len(w) <= 5):
+        return None
+    return (int(h), int(w)) if int(h) and int(w) else None
+
+
+def crop_problem(crop: Any, max_side: int) -> str | None:
+    """Why ``crop`` is not a crop :func:`crop_window` cuts (None when it is)."""
+    if crop in (None, "none", "square") or aspect(crop) is not None:
+        return None
+    if isinstance(crop, (list, tuple)) and len(crop) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= max_side for v in crop):
+        return None
+    return f"crop {crop!r} must be null, 'square', [height, width] in pixels (1 to {max_side}) or an aspect 'h:w'"
+
+
+def crop_window(height: int, width: int, crop: Any) -> tuple[int, int, int, int]:
+    """``(top, left, crop_height, crop_width)`` of the centred crop of a ``height x width`` frame.
+
+    The one place the crop is worked out: :func:`edgekit.image.crop_center` cuts it, and
+    detection maps boxes back through it (:mod:`edgekit.detect.boxes`). ``crop`` is None,
+    ``"square"``, ``[h, w]`` pixels or ``"h:w"``: the largest centred window of that aspect ratio.
+    """
+    if crop is None or crop == "none":
+        return 0, 0, height, width
+    ratio = (1, 1) if crop == "square" else aspect(crop)
+    if ratio is not None:
+        # the side that limits: a 480x640 frame cropped to 1:2 keeps 320x640, to 2:1 keeps 480x240
+        scale = min(height / ratio[0], width / ratio[1])
+        ch, cw = max(1, min(height, round(ratio[0] * scale))), max(1, min(width, round(ratio[1] * scale)))
+    else:
+        ch, cw = min(int(crop[0]), height), min(int(crop[1]), width)
+    return (height - ch) // 2, (width - cw) // 2, ch, cw
+
+
+def letterbox_window(h: int, w: int, height: int, width: int) -> tuple[int, int, int, int]:
+    """``(top, left, inner_height, inner_width)``: where an ``h x w`` image lands when letterboxed
+    into ``height x width`` (aspect ratio kept, centred, the rest padded)."""
+    scale = min(height / h, width / w)
+    nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
+    return (height - nh) // 2, (width - nw) // 2, nh, nw
+
+
+def pad(inner: np.ndarray, height: int, width: int, top: int, left: int, value: int = 0) -> np.ndarray:
+    """``inner`` placed at ``(top, left)`` of a ``height x width`` image filled with ``value``
+    (a letterbox's border: black by default, Ultralytics' grey 114 for its models)."""
+    out = np.full((height, width) + inner.shape[2:], value, dtype=inner.dtype)
+    out[top : top + inner.shape[0], left : left + inner.shape[1]] = inner
+    return out

@@ -271,11 +271,20 @@ def test_spec_shape_limits():
 
 
 def test_spec_crop_limits():
-    for crop in (None, "none", "square", (1, 1), (16384, 16384), [5, 7]):
+    for crop in (None, "none", "square", (1, 1), (16384, 16384), [5, 7], "3:4", "480:640"):
         assert _problem(crop=crop) is None, crop
-    for crop in ((0, 5), (5, 16385), (True, 5), (5.0, 5), (5,), (5, 5, 5), "centre", 5):
-        assert _problem(crop=crop) == (
-            f"input crop {crop!r} must be null, 'square' or [height, width] in pixels (1 to 16384)"), crop
+    for crop in ((0, 5), (5, 16385), (True, 5), (5.0, 5), (5,), (5, 5, 5), "centre", 5, "0:4", "3:", "-3:4",
+                 "3:4:5", "123456:1"):
+        assert _problem(crop=crop) == (f"input crop {crop!r} must be null, 'square', [height, width] in pixels "
+                                       "(1 to 16384) or an aspect 'h:w'"), crop
+
+
+def test_spec_pad_value_limits():
+    for value in (0, 114, 255):
+        assert _problem(pad_value=value) is None
+    for value in (-1, 256, 114.0, True, "114", None):
+        assert _problem(pad_value=value) == (
+            f"input pad_value {value!r} must be a whole number from 0 to 255 (a letterbox's border)"), value
 
 
 def test_spec_normalisation_and_quantisation_limits():
