@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from edgekit.options import key_value
+from edgekit.preprocessing import pad_value
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -35,6 +36,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--crop", help="'square', 'none' or HxW centre crop in pixels, e.g. 200x200")
     p.add_argument("--mean", help="per-channel mean in pixel units, e.g. 127.5 or 123.7,116.3,103.5")
     p.add_argument("--std", help="per-channel std in pixel units, e.g. 127.5")
+    p.add_argument("--resize", choices=["stretch", "letterbox", "crop"],
+                   help="stretch, letterbox (aspect kept, borders padded) or crop (centre crop to the input's aspect)")
+    p.add_argument("--pad-value", type=pad_value, metavar="0-255",
+                   help="letterbox border grey (Ultralytics: 114)")
     p.add_argument("--compiler", help="edgetpu_compiler executable (default: search PATH)")
     p.add_argument("--min-runtime-version", type=int, help="edgetpu_compiler -m (minimum Edge TPU runtime)")
     p.add_argument("--min-tpu-ops", type=float, help="warn when the share of ops on the Edge TPU is below this")
@@ -63,7 +68,7 @@ def _preprocess_overrides(args: argparse.Namespace) -> dict:
     """The preprocessing flags given, parsed; unset ones are left out so preprocess.json applies."""
     from edgekit.errors import UsageError
 
-    pre: dict = {}
+    pre: dict = {k: getattr(args, k) for k in ("resize", "pad_value") if getattr(args, k, None) is not None}
     if args.colour:
         pre["colour"] = args.colour
     if args.crop:
