@@ -69,6 +69,7 @@ def build(
     memory_check: bool = True,
     min_map_ratio: float = 0.99,
     task_options: dict | None = None, background_class: str | None = None, allow_partial: bool = False,
+    recover: bool = True,
 ) -> list[TargetBuild]:
     """Build one verified bundle per target.
 
@@ -96,6 +97,7 @@ def build(
         task_options: ``detect`` head options (``layout``, ``ssd_anchors`` ...) for the bundle and the gate.
         background_class: the label meaning "nothing there" (default ``background``; builders/openset.py).
         allow_partial: accept (warn) a bundle written without the variants that missed the gate.
+        recover: retry an int8 that misses the gate (builders/recovery.py); False builds it once.
 
     Returns one TargetBuild per target; raises, once all are built, as builders/outcome.py:finish says.
     """

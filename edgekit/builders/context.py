@@ -65,6 +65,7 @@ class BuildContext:
     converter_calib: ImageSet | None = field(default=None, init=False)  # what int8 calibration sees
     background: int | None = field(default=None, init=False)  # the no-sign class (classify; builders/openset.py)
     float_tflite: bytes | None = field(default=None, init=False, repr=False)  # fp32 TFLite, made once per build
+    int8_float: tuple | None = field(default=None, init=False, repr=False)  # (float graph int8 is made from, rewrites)
     _saved: Path | None = None
 
     def __post_init__(self) -> None:

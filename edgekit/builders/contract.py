@@ -100,6 +100,7 @@ class BuildRequest:
     task_options: dict[str, Any] = field(default_factory=dict)
     background_class: str | None = None
     allow_partial: bool = False
+    recover: bool = True  # an int8 that misses the gate is retried (builders/recovery.py)
 
     def __post_init__(self) -> None:
         # Frozen: normalise through object.__setattr__, once, so every reader sees one shape.

@@ -105,9 +105,6 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
     An int8 model that misses the gate (or any int8 model with ``quant_report``, the target's
     ``[build]`` option) gets the per-layer quantisation report (builders/quant_report.py).
     """
-    from edgekit.builders.verify import LiteRTRunner
-    from edgekit.runtime.litert import spec_from_details
-
     with ctx.log.step(f"[{target.name}] convert {variant}") as step:
         rep = ctx.representative() if variant == "int8" else None
         rewrites: list = []
@@ -119,7 +116,37 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
             blob = ctx.float_tflite = ctx.float_tflite or convert(saved, variant)
         else:
             blob = convert(saved, variant)
-    path = out_dir / f"{ctx.name}_{variant}.tflite"
+    finish = _finisher(ctx, target, saved, out_dir / f"{ctx.name}_{variant}.tflite", variant, io_dtype, quant_report)
+    model, coverage = finish(blob, rewrites, step["seconds"])
+    if variant == "int8" and _missed(model.verification) and ctx.request.recover:
+        from edgekit.builders.recovery import recover
+
+        model, coverage = recover(ctx, target, out_dir / model.file, (model, coverage), finish, step["seconds"])
+    return model, coverage
+
+
+def _finisher(ctx: BuildContext, target: Target, saved: Path | None, path: Path, variant: str, io_dtype: str,
+              quant_report: bool):
+    """``finish(blob, rewrites, seconds) -> (BuiltModel, coverage)``: write one converted model
+    to ``path``, map and read its outputs and delegate coverage, verify it."""
+
+    def finish(blob: bytes, rewrites: list, seconds: float, report: bool = True) -> tuple[BuiltModel, dict]:
+        return _written(ctx, target, saved, path, blob, variant, io_dtype, quant_report, rewrites, seconds, report)
+
+    return finish
+
+
+def _missed(verification: dict) -> bool:
+    return any(isinstance(r, dict) and r.get("passed") is False for r in verification.values())
+
+
+def _written(ctx: BuildContext, target: Target, saved: Path | None, path: Path, blob: bytes, variant: str,
+             io_dtype: str, quant_report: bool, rewrites: list, seconds: float,
+             report: bool = True) -> tuple[BuiltModel, dict]:
+    """See :func:`_finisher`."""
+    from edgekit.builders.verify import LiteRTRunner
+    from edgekit.runtime.litert import spec_from_details
+
     path.write_bytes(blob)
     order = (output_order(path, [o.key for o in ctx.source.outputs]) if saved is not None
              else same_outputs(path, len(ctx.source.outputs)))
@@ -138,12 +165,12 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
     coverage["delegate"] = "XNNPACK" if delegate == "xnnpack" else "none"
     with LiteRTRunner(path, order, delegate=delegate) as runner:
         verification = ctx.verify(variant, lambda tensors: _checked(path, runner(tensors)), spec)
-    missed = any(isinstance(r, dict) and r.get("passed") is False for r in verification.values())
-    if variant == "int8" and (missed or quant_report or _weak_ungated(ctx, target, verification)):
+    missed = _missed(verification)
+    if variant == "int8" and report and (missed or quant_report or _weak_ungated(ctx, target, verification)):
         tensors = {o["tensor"]: o["name"] for o in outputs}
         verification["quantization"] = _quant_report(ctx, target, saved, io_dtype, missed, tensors)
     model = BuiltModel(name=variant, file=path.name, format="tflite", precision=PRECISION[variant], input=spec,
-                       outputs=outputs, convert_seconds=step["seconds"], bytes=len(blob), verification=verification,
+                       outputs=outputs, convert_seconds=seconds, bytes=len(blob), verification=verification,
                        extra={**task_extra(ctx.class_output, order),
                               **({"rewrites": [r.to_dict() for r in rewrites]} if rewrites else {})},
                        runtime_options=None if delegate == "xnnpack" else {"delegate": delegate})
@@ -173,6 +200,7 @@ def _int8(ctx: BuildContext, target: Target, saved: Path | None, representative,
         done = [*done, rewrite]
         ctx.log.info(f"[{target.name}] int8: {rewrite.op} into {rewrite.into} before quantising (sigmoid scores "
                      "unchanged; one int8 scale for logits spanning hundreds leaves a handful of distinct scores)")
+    ctx.int8_float = (rewritten, done)  # what a recovery attempt quantises again (builders/recovery.py)
     if saved is not None and not done:
         return convert(saved, "int8", representative, io_dtype), []
     return tflite_quantize.quantize_int8(rewritten, representative, io_dtype), done

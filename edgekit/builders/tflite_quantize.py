@@ -15,12 +15,14 @@ from edgekit.builders.tflite_edit import FLOAT32, _constant, _indices, _schema, 
 from edgekit.errors import ModelError
 
 
-def quantize_int8(blob: bytes, representative: Iterable[np.ndarray], io_dtype: str = "uint8") -> bytes:
+def quantize_int8(blob: bytes, representative: Iterable[np.ndarray], io_dtype: str = "uint8",
+                  denylisted_nodes: list[str] | None = None) -> bytes:
     """Full-integer int8 of a float TFLite model, calibrated on ``representative`` (one float
     tensor per image, no batch axis, in the model's own layout), with ``io_dtype`` I/O.
 
     TensorFlow's own post-training steps, as ``TFLiteConverter`` runs them with
-    ``TFLITE_BUILTINS_INT8``; an op left in float afterwards is refused, naming it.
+    ``TFLITE_BUILTINS_INT8``; an op left in float afterwards is refused, naming it, unless it
+    was asked for: ``denylisted_nodes`` (op output tensor names) stay float on purpose.
     """
     from edgekit.builders.log import progress
     from edgekit.builders.source_model import import_tf
@@ -40,11 +42,12 @@ def quantize_int8(blob: bytes, representative: Iterable[np.ndarray], io_dtype: s
     try:
         prepared = calibrator.add_intermediate_tensors(float32_weights(blob))
         calibrated = calibrator.Calibrator(prepared).calibrate(feed)
-        quantized = mlir_quantize(calibrated, input_data_type=io, output_data_type=io)
+        quantized = mlir_quantize(calibrated, input_data_type=io, output_data_type=io,
+                                  denylisted_nodes=list(denylisted_nodes) if denylisted_nodes else None)
     except (RuntimeError, ValueError) as exc:
         raise ModelError(f"TFLite int8 quantisation failed: {converter_error(str(exc)) or type(exc).__name__}",
                          "see build.log (--debug); the fp32 and fp16 variants do not need it") from exc
-    float_ops = float_ops_left(quantized)
+    float_ops = [] if denylisted_nodes else float_ops_left(quantized)
     if float_ops:
         raise ModelError(f"int8: TensorFlow's quantiser left {', '.join(float_ops)} in float (no int8 kernel)",
                          "build --variants fp32,fp16 for this model, or replace those ops before export")

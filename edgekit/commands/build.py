@@ -62,6 +62,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-partial", action="store_true",
                    help="exit 0 when a target's bundle was written without a variant that missed the gate "
                         "(kept in <bundle>.rejected); without it such a build exits 3")
+    p.add_argument("--no-recover", dest="recover", action="store_false",
+                   help="build int8 once: no retries (worst layers in float on cpu/rpi, all calibration images) "
+                        "when it misses the gate")
 
 
 def _preprocess_overrides(args: argparse.Namespace) -> dict:
@@ -110,7 +113,7 @@ def main(args: argparse.Namespace) -> int:
                         calib_steps=args.calib_steps, memory_check=not args.no_memory_check,
                         min_map_ratio=args.min_map_ratio, background_class=args.background_class,
                         task_options={k: option_value(v) for k, v in args.task_option or []},
-                        allow_partial=args.allow_partial)
+                        allow_partial=args.allow_partial, recover=args.recover)
     except EdgekitError as exc:
         # The report matters most when the gate failed or a target did not build: the same
         # table (or JSON) on stdout as on success, then the one-line error on stderr.

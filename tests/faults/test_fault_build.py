@@ -78,7 +78,8 @@ def _models(tmp: Path) -> dict[str, tuple[Path, str, str]]:
     add("empty-onnx", "empty.onnx", b"", target="jetson")
     add("garbage-onnx", "garbage.onnx", b"\x08\x07garbage" * 10, target="jetson")
     add("garbage-onnx-cpu", "garbage2.onnx", b"\xff" * 100, target="cpu")
-    add("tflite-as-source", "model.tflite", b"TFL3" + b"\0" * 60, needle="unsupported")
+    add("tflite-as-source", "model.tflite", b"TFL3" + b"\0" * 60, needle="not a TFLite model")
+    add("tflite-garbage", "garbage.tflite", b"\x1c\0\0\0TFL3" + b"\xff" * 200, needle="garbage.tflite")
     add("pytorch-file", "model.pt", b"\x80\x02", needle="unsupported")
     add("no-suffix", "model", b"\0" * 10)
     add("text-file", "model.txt", b"hello", needle="unsupported")
@@ -109,7 +110,7 @@ def _models(tmp: Path) -> dict[str, tuple[Path, str, str]]:
 MODEL_CASES = [
     "missing", "empty-keras", "garbage-keras", "truncated-keras-half", "truncated-keras-tail", "keras-one-byte",
     "zip-not-keras", "keras-bad-config", "keras-config-list", "empty-h5", "garbage-h5", "empty-onnx",
-    "garbage-onnx", "garbage-onnx-cpu", "tflite-as-source", "pytorch-file", "no-suffix", "text-file",
+    "garbage-onnx", "garbage-onnx-cpu", "tflite-as-source", "tflite-garbage", "pytorch-file", "no-suffix", "text-file",
     "empty-directory", "directory-named-keras", "savedmodel-garbage-pb", "savedmodel-empty-pb", "symlink-loop",
     "dangling-symlink", "dev-null",
 ]

@@ -1,0 +1,152 @@
+"""When an int8 model misses the gate: try what the field knows works, within a time budget.
+
+Attempts, in order, each quantised by TensorFlow's post-training quantiser on the float TFLite
+graph (rewrites included) and verified like the first:
+
+1. on targets that may run float ops (cpu, rpi: not the Edge TPU, which needs full integer),
+   the layers whose int8 output differs most from the float graph's kept in float (TensorFlow's
+   ``denylisted_nodes``), 3 then 10 of them;
+2. calibration on every drawn calibration image (the first saw ``--calib-steps`` of them).
+
+The first attempt that passes is kept; when none does, the best of them (its figure: top-1 or
+mAP ratio, else the worst output's cosine), so the ``.rejected`` evidence is the closest miss.
+Every attempt is a row of ``verification.recovery`` and a log line. Recovery stops once it has
+spent three times the first attempt's time (at least 30 s).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from edgekit.builders.context import BuildContext
+    from edgekit.builders.contract import BuiltModel
+    from edgekit.target import Target
+
+PROBE_IMAGES = 4
+FLOAT_LAYERS = (3, 10)
+
+
+def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltModel, dict],
+            finish, first_seconds: float) -> tuple[BuiltModel, dict]:
+    """Retry a missed int8 (see the module doc); ``finish(blob, rewrites, seconds)`` writes
+    ``path`` and verifies it. Returns the kept (model, coverage); ``path`` holds its file."""
+    from edgekit.builders.tflite_quantize import quantize_int8
+
+    budget = max(3 * first_seconds, 30.0)
+    started = time.monotonic()
+    rows = [_row("as built", first[0])]
+    best, best_blob, kept = first, path.read_bytes(), 0
+    float_model, rewrites = ctx.int8_float
+    io_dtype = first[0].input.dtype if first[0].input.dtype in ("uint8", "int8") else "uint8"
+    for label, denied in _attempts(ctx, target, float_model, first[0]):
+        if time.monotonic() - started > budget:
+            ctx.log.info(f"[{target.name}] int8 recovery: time budget ({budget:.0f} s) spent; stopping")
+            break
+        with ctx.log.step(f"[{target.name}] int8 recovery: {label}") as step:
+            representative = ctx.calib.stream(ctx._nhwc, ctx.chunk) if denied is None else ctx.representative()
+            blob = quantize_int8(float_model, representative, io_dtype, denylisted_nodes=denied)
+        candidate = finish(blob, rewrites, step["seconds"], report=False)
+        rows.append(_row(label, candidate[0]))
+        ctx.log.info(f"[{target.name}] int8 recovery: {label}: {rows[-1]['figure_name']} {rows[-1]['figure']}, "
+                     + ("passed" if rows[-1]["passed"] else "missed"))
+        if rows[-1]["passed"] or _figure(candidate[0]) > _figure(best[0]):
+            best, best_blob, kept = candidate, blob, len(rows) - 1
+        if rows[-1]["passed"]:
+            break
+    path.write_bytes(best_blob)  # the file is the last one tried; the bundle gets the kept one
+    for i, row in enumerate(rows):
+        row["kept"] = i == kept
+    label = rows[kept]["label"]
+    precision = f"int8 ({label.split(' worst')[0]} layers float)" if "in float" in label else best[0].precision
+    return replace(best[0], precision=precision, verification=dict(best[0].verification, recovery=rows)), best[1]
+
+
+def _attempts(ctx: BuildContext, target: Target, float_model: bytes, first: BuiltModel):
+    """``(label, denylisted nodes)`` of each attempt, made lazily, the likeliest to help first."""
+    if not ctx.options_for(target).get("compile"):  # the Edge TPU runs full-integer models only
+        worst = worst_layers(float_model, ctx)
+        for count in FLOAT_LAYERS:
+            if len(worst) >= count or count == FLOAT_LAYERS[0]:
+                yield f"{min(count, len(worst))} worst layers in float", worst[:count]
+    if ctx.converter_calib is not None and len(ctx.converter_calib) < len(ctx.calib):
+        yield f"calibration on all {len(ctx.calib)} images", None
+
+
+def worst_layers(float_model: bytes, ctx: BuildContext) -> list[str]:
+    """Tensor names of the int8 model's op outputs, worst first by relative error against the
+    float graph's same tensor on a few calibration images (both run with every tensor kept)."""
+    from edgekit.builders.tflite_quantize import quantize_int8
+
+    images = [np.asarray(x, np.float32)[None] for _, x in zip(range(PROBE_IMAGES), ctx.representative())]
+    quantized = quantize_int8(float_model, ctx.representative(), "uint8")
+    reference, got = _tensors(float_model, images), _tensors(quantized, images)
+    scored = []
+    for name, ref in reference.items():
+        if name in got and got[name].shape == ref.shape and ref.size > 1:
+            scored.append((float(np.linalg.norm(got[name] - ref) / (np.linalg.norm(ref) + 1e-9)), name))
+    return [name for _, name in sorted(scored, reverse=True)]
+
+
+def _tensors(blob: bytes, images: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """Every float (or dequantised) tensor of a model over ``images``, stacked, by name."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    with warnings.catch_warnings():  # preserve_all_tensors "is for debugging": reading them is the point
+        warnings.simplefilter("ignore", UserWarning)
+        interp = Interpreter(model_content=blob, experimental_preserve_all_tensors=True,
+                             experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    interp.allocate_tensors()
+    detail = interp.get_input_details()[0]
+    found: dict[str, list[np.ndarray]] = {}
+    for x in images:
+        if np.dtype(detail["dtype"]) != np.float32:
+            scale, zero = detail["quantization"]
+            info = np.iinfo(detail["dtype"])
+            x = np.clip(np.round(x / scale + zero), info.min, info.max).astype(detail["dtype"])
+        interp.set_tensor(detail["index"], x)
+        interp.invoke()
+        for t in interp.get_tensor_details():
+            value = _value(interp, t)
+            if value is not None:
+                found.setdefault(t["name"], []).append(value.ravel())
+    return {name: np.concatenate(v) for name, v in found.items() if len(v) == len(images)}
+
+
+def _value(interp, tensor: dict) -> np.ndarray | None:
+    try:
+        value = interp.get_tensor(tensor["index"])
+    except ValueError:  # a tensor without data (an unused optional input)
+        return None
+    if value.dtype == np.float32:
+        return value.astype(np.float64)
+    scale, zero = tensor.get("quantization", (0.0, 0))
+    if scale and value.dtype in (np.int8, np.uint8):
+        return (value.astype(np.float64) - zero) * scale
+    return None
+
+
+def _figure(model: BuiltModel) -> float:
+    """The number the gate judged: the eval ratio (top-1 or mAP), else the worst cosine held back."""
+    v = model.verification
+    for dataset in ("eval", "holdout"):
+        res = v.get(dataset)
+        if isinstance(res, dict):
+            if res.get("ratio") is not None:
+                return float(res["ratio"])
+            if res.get("cosine") is not None:
+                return float(res["cosine"])
+    return float("-inf")
+
+
+def _row(label: str, model: BuiltModel) -> dict[str, Any]:
+    passed = not any(isinstance(r, dict) and r.get("passed") is False for r in model.verification.values())
+    has_ratio = any(isinstance(r, dict) and r.get("ratio") is not None for r in model.verification.values())
+    return {"label": label, "figure_name": "ratio" if has_ratio else "worst cosine",
+            "figure": round(_figure(model), 6), "passed": passed, "seconds": round(model.convert_seconds, 2)}

@@ -1,0 +1,54 @@
+"""An int8 that misses the gate is retried (edgekit/builders/recovery.py): real quantiser, real gate."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgekit.bundle import load_bundle
+from tests.conftest import CALIB, DEMO_MODEL
+
+pytestmark = pytest.mark.slow
+
+
+def test_cpu_int8_recovers_by_keeping_its_worst_layers_in_float(tmp_path):
+    """The demo's int8 holds cosine ~0.99985 on the held-back images; asked for 0.99999 it misses,
+    and keeping its worst layers in float passes. Every attempt is a row; the file is the kept one."""
+    from edgekit.builders.build import build
+    from edgekit.builders.tflite_quantize import float_ops_left
+
+    [r] = build(DEMO_MODEL, ["cpu"], [CALIB], out=tmp_path / "dist", quiet=True, task="raw", min_cosine=0.99999,
+                calib_count=80, variants=["fp32", "int8"])
+    assert r.passed, r.error
+    entry = load_bundle(r.bundle).model("int8")
+    rows = r.manifest["verification"]["models"]["int8"]["recovery"]
+    assert rows[0]["label"] == "as built" and not rows[0]["passed"] and not rows[0]["kept"]
+    kept = [row for row in rows if row["kept"]]
+    assert len(kept) == 1 and kept[0]["passed"] and "worst layers in float" in kept[0]["label"]
+    assert kept[0]["figure"] >= 0.99999 > rows[0]["figure"]
+    assert entry.precision.startswith("int8 (") and entry.precision.endswith("layers float)")
+    assert float_ops_left((r.bundle / entry.file).read_bytes())  # the bundle holds the kept model, float layers in
+    assert "int8 recovery:" in (r.bundle / "build.log").read_text()
+
+
+def test_edgetpu_recovery_never_keeps_float_layers(tmp_path):
+    """The Edge TPU runs full-integer models only: its recovery tries calibration, not float layers."""
+    from edgekit.builders.build import build
+    from edgekit.errors import VerificationFailed
+
+    with pytest.raises(VerificationFailed) as failed:  # 0.999999 is out of int8's reach: rejected, with its rows
+        build(DEMO_MODEL, ["edgetpu"], [CALIB], out=tmp_path / "dist", quiet=True, task="raw", min_cosine=0.999999,
+              calib_count=200, calib_steps=40)
+    [r] = failed.value.results
+    rows = r.manifest["verification"]["models"]["int8"]["recovery"]
+    assert [row["label"] for row in rows] == ["as built", "calibration on all 160 images"]
+    assert all("float" not in row["label"] for row in rows)
+
+
+def test_no_recover_builds_int8_once(tmp_path):
+    from edgekit.builders.build import build
+
+    [r] = build(DEMO_MODEL, ["cpu"], [CALIB], out=tmp_path / "dist", quiet=True, task="raw", min_cosine=0.99999,
+                calib_count=80, variants=["fp32", "int8"], recover=False, allow_partial=True)
+    assert r.partial and "int8" in r.rejected
+    evidence = load_bundle(r.bundle.with_name(r.bundle.name + ".rejected"), allow_rejected=True)
+    assert "recovery" not in evidence.manifest["verification"]["models"]["int8"]
