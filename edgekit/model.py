@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.bundle import read_labels
-from edgekit.errors import ModelError
+from edgekit.errors import ModelError, UsageError
 
 __all__ = ["OpenModel", "open_model", "read_labels", "split_model_spec"]
 
@@ -38,16 +38,27 @@ class OpenModel:
     target: str | None = None
     task: str = "classify"
     task_options: dict[str, Any] = field(default_factory=dict)
+    origin: dict[str, str] = field(default_factory=dict)
+    """A bare model's preprocessing, labels and task: key -> where each came from (flag, sidecar, model
+    metadata, default; :mod:`edgekit.preprocessing`). Empty for a bundle, which records its own."""
+    notes: tuple[str, ...] = ()
 
     def assumed_input(self) -> str | None:
-        """For a bare model (no bundle, so no preprocessing recorded): the layout, shape, colour
-        and scaling edgekit assumed, in words; None for a bundle."""
+        """For a bare model (no bundle, so no preprocessing recorded): the layout, shape and every
+        preprocessing value edgekit uses, each with where it came from, in words; None for a bundle."""
         if self.variant is not None or self.target is not None:
             return None
+        from edgekit.preprocessing import describe
+
         spec = self.runtime.input_spec
-        scaling = f"(pixel - {spec.mean[0]:g}) / {spec.std[0]:g}" if not spec.quantized else "quantised uint8/int8"
-        return (f"{spec.layout} {'x'.join(map(str, spec.shape))} {spec.dtype}, colour {spec.colour}, {scaling} "
-                "(assumed: a bare model carries no preprocessing; build a bundle to record it)")
+        quant = f" (quantised: scale {spec.scale:g}, zero point {spec.zero_point})" if spec.quantized else ""
+        extra = [f"{what} {value} ({self.origin.get(what) or 'default'})" for what, value in (
+            ("labels", f"{len(self.labels)}" if self.labels else "none"), ("task", self.task),
+            ("input size", "x".join(map(str, (spec.height, spec.width))) if "input size" in self.origin else None))
+            if value is not None]
+        return (f"{spec.layout} {'x'.join(map(str, spec.shape))} {spec.dtype}{quant}; assumed: "
+                + describe(spec, self.origin) + "; " + ", ".join(extra)
+                + "".join(f"; note: {n}" for n in self.notes))
 
     def close(self) -> None:
         self.runtime.close()
@@ -79,13 +90,16 @@ def open_model(
     ``options`` override the bundle's runtime options (``num_threads``, ``delegate``,
     ``device``, ``providers``, ``allow_fallback``, ``profile``); options left None are not
     passed. ``labels`` names a labels file for a bare model (a bundle carries its own).
-    ``task`` and ``task_options`` override the task head (a bare YOLO ``.onnx`` is a detector
-    only when told); the options are laid over the bundle's.
+    ``task`` and ``task_options`` override the task head; the options are laid over the bundle's.
+    ``preprocess`` (InputSpec keys: colour, crop, resize, pad_value, mean, std...) is a bare
+    model's preprocessing, over its ``<stem>.preprocess.json`` and what the file itself declares
+    (:mod:`edgekit.preprocessing`; an Ultralytics export is a detector, letterboxed with grey 114).
+    A bundle refuses it: its preprocessing was calibrated and verified as recorded.
     """
     options = {k: v for k, v in options.items() if v is not None}
     task = options.pop("task", None)
     extra = dict(options.pop("task_options", None) or {})
-    opened = _open(spec, variant, labels, options)
+    opened = _open(spec, variant, labels, options, dict(options.pop("preprocess", None) or {}))
     if task is not None or extra:
         from edgekit.results import TASK_HEADS
 
@@ -98,12 +112,19 @@ def open_model(
     return opened
 
 
-def _open(spec: str | Path, variant: str | None, labels: str | Path | None, options: dict[str, Any]) -> OpenModel:
+def _open(spec: str | Path, variant: str | None, labels: str | Path | None, options: dict[str, Any],
+          preprocess: dict[str, Any]) -> OpenModel:
     from edgekit.bundle import load_bundle
     from edgekit.runtime import open_runtime
 
     path, from_spec = split_model_spec(spec)
     variant = variant or from_spec
+    if path.is_dir() and preprocess:
+        # the bundle's int8 was calibrated and its gate measured on its recorded preprocessing: another
+        # would run unverified (and a quantised input's scale was chosen for the recorded one)
+        raise UsageError(f"--{next(iter(preprocess)).replace('_', '-')} applies to a bare model; bundle "
+                         f"{path.name} records its preprocessing (edgekit.json input)",
+                         "rebuild the bundle with these flags (edgekit build --colour/--mean/--std/--resize ...)")
     if path.is_dir():
         allow_rejected = bool(options.pop("allow_rejected", False))
         bundle = load_bundle(path, allow_rejected=allow_rejected)
@@ -122,30 +143,86 @@ def _open(spec: str | Path, variant: str | None, labels: str | Path | None, opti
             "give BUNDLE_DIR:VARIANT, or the model file alone",
         )
     options.pop("allow_rejected", None)
+    return _open_bare(path, labels, options, preprocess)
+
+
+def _open_bare(path: Path, labels: str | Path | None, options: dict[str, Any], preprocess: dict[str, Any]) -> OpenModel:
+    """A bare .tflite/.onnx with its preprocessing, labels and task from flags, sidecar files or the
+    file's own metadata (:func:`edgekit.preprocessing.resolve`), each with its origin."""
+    from edgekit.preprocessing import FLAG, resolve
+    from edgekit.runtime import open_runtime
+
+    if not path.is_file():
+        return OpenModel(path.name, path, None, open_runtime(path, **options))  # open_runtime says what is wrong
+    resolved = resolve(path, preprocess, read_labels(labels) if labels else None)
+    origin = dict(resolved.origin)
+    embedded = resolved.embedded
+    if embedded and embedded.input_size and "input_size" not in options and _free_size(embedded.input_dims):
+        options["input_size"] = list(embedded.input_size)  # an export with dynamic=True: its imgsz
+        origin["input size"] = embedded.source
     runtime = open_runtime(path, **options)
-    _refuse_unused_device(runtime, options, path.name)
-    task = _bare_task(runtime)
-    names = read_labels(labels) if labels else []
-    _refuse_label_count(runtime, names, task, {}, path.name, "give a labels file with one line per class")
-    return OpenModel(path.name, path, None, runtime, names, task=task)
+    try:
+        _refuse_unused_device(runtime, options, path.name)
+        runtime.input_spec = _bare_spec(path, runtime.input_spec, resolved.given, origin)
+        task = embedded.task if embedded and embedded.task else _bare_task(runtime)
+        origin["task"] = embedded.source if embedded and embedded.task else "default"
+        names, notes = resolved.labels or [], list(resolved.notes)
+        if labels:
+            _refuse_label_count(runtime, names, task, {}, path.name, "give a labels file with one line per class")
+        elif names and _label_count_problem(runtime, names, task):
+            notes.append(f"{len(names)} labels from {resolved.labels_origin} left out: "
+                         f"{_label_count_problem(runtime, names, task)}")
+            names = []
+        origin["labels"] = FLAG if labels else resolved.labels_origin or "default"
+    except BaseException:
+        runtime.close()
+        raise
+    return OpenModel(path.name, path, None, runtime, names, task=task, origin=origin, notes=tuple(notes))
+
+
+def _free_size(dims: Any) -> bool:
+    """Whether an ONNX input's height or width is symbolic (a name, not a number)."""
+    return bool(dims) and len(dims) == 4 and not all(isinstance(d, int) and d > 0 for d in dims[1:])
+
+
+def _bare_spec(path: Path, base: Any, given: dict[str, Any], origin: dict[str, str]) -> Any:
+    """The runtime's input (shape, dtype, quantisation) with the resolved preprocessing."""
+    from edgekit.image import InputSpec
+    from edgekit.preprocessing import fit_resize, preprocessing
+
+    try:
+        kw = fit_resize(preprocessing(given, base.channels), base.height, base.width)
+    except UsageError as exc:
+        said = ", ".join(sorted({o for o in origin.values() if o}))
+        raise UsageError(f"{path.name}: {exc.message}" + (f" (preprocessing from {said})" if said else ""),
+                         exc.hint) from exc
+    return InputSpec.from_dict({**base.to_dict(), **kw})
 
 
 def _refuse_label_count(runtime: Any, labels: list[str], task: str, options: dict[str, Any], name: str,
                         fix: str) -> None:
     """Labels must name every class score, one each: 3 labels for a 10-class model would print
     class numbers for most results (or a wrong label for all of them if the file is another model's)."""
+    problem = _label_count_problem(runtime, labels, task, options)
+    if problem:
+        runtime.close()
+        raise ModelError(f"{name}: {problem}", fix)
+
+
+def _label_count_problem(runtime: Any, labels: list[str], task: str, options: dict[str, Any] | None = None) -> str:
+    """Why ``labels`` cannot name a classifier's scores ('' when they can, or it is no classifier)."""
     details = getattr(runtime, "output_details", None)
     if task != "classify" or not labels or not callable(details):
-        return
+        return ""
     outputs = details()
-    index = options.get("output_index", 0)
+    index = (options or {}).get("output_index", 0)
     if not isinstance(index, int) or not 0 <= index < len(outputs):
-        return
+        return ""
     shape = list(outputs[index].get("shape", []))
     width = shape[-1] if shape else None
     if isinstance(width, (int, np.integer)) and width > 0 and int(width) != len(labels):
-        runtime.close()
-        raise ModelError(f"{name}: {len(labels)} labels for a model with {int(width)} classes", fix)
+        return f"{len(labels)} labels for a model with {int(width)} classes"
+    return ""
 
 
 def _task_options(task: str, entry: Any) -> dict[str, Any]:

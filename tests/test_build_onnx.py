@@ -202,10 +202,11 @@ def test_run_and_bench_refuse_a_symbolic_onnx_without_input_size_and_say_what_th
     assert main(["run", dyn, "--camera", "synthetic", "--max-frames", "3", "--every", "0",
                  "--input-size", "32x32"]) == 0
     out = capsys.readouterr().out
-    assert "task classify" in out and "input: NCHW 1x1x32x32 float32, colour gray, (pixel - 0) / 255 (assumed" in out
+    assert "task classify" in out and "input: NCHW 1x1x32x32 float32; assumed: colour gray" in out
+    assert "std 255 (" in out  # each value says where it came from (flag, sidecar, model metadata, default)
     assert main(["bench", dyn, "--input-size", "32x32", "--min-duration", "0", "--min-count", "5",
                  "--repeats", "1"]) == 0
-    assert "demo_dyn.onnx: input NCHW 1x1x32x32 float32, colour gray" in capsys.readouterr().err
+    assert "demo_dyn.onnx: input NCHW 1x1x32x32 float32; assumed: colour gray" in capsys.readouterr().err
 
 
 def test_run_decodes_a_two_output_bundle_with_the_raw_head(two_head_bundles, capsys):

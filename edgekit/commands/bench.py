@@ -18,6 +18,7 @@ from edgekit.options import (
     camera_options,
     runtime_options,
 )
+from edgekit.preprocessing import add_preprocess_options, preprocess_flags
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -60,6 +61,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-cv", type=at_least(0.0, float), default=0.25, help="warn above this coefficient of variation")
     add_runtime_options(parser, several_backends=True)
     add_bundle_options(parser)
+    add_preprocess_options(parser)
     o = parser.add_argument_group("output")
     o.add_argument("--json", nargs="?", const=True, default=None, metavar="",
                    help="the report as JSON on stdout (summary statistics; the table goes to stderr)")
@@ -167,7 +169,7 @@ def _bench(args: argparse.Namespace) -> int:
         camera_options=camera_options(args),
         profile=args.profile,
         skip_unavailable=args.skip_unavailable,
-        runtime_options=runtime_options(args),
+        runtime_options=_model_options(args),
         labels=args.labels,
     )
 
@@ -193,7 +195,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from edgekit.bench_report import jsonable
     from edgekit.metrics import machine_context
 
-    options = runtime_options(args)
+    options = _model_options(args)
     results = []
     for backend in options.pop("backend", None) or [None]:  # --backend repeats: one pass per backend
         chosen = {**options, "backend": backend} if backend else options
@@ -210,6 +212,12 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.json_file:
         write_text_atomic(Path(args.json_file), text, force=True)
     return 0
+
+
+def _model_options(args: argparse.Namespace) -> dict:
+    """The open_model keywords: runtime flags, and a bare model's preprocessing flags (a bundle refuses them)."""
+    preprocess = preprocess_flags(args)
+    return {**runtime_options(args), **({"preprocess": preprocess} if preprocess else {})}
 
 
 def _print_report(report, args: argparse.Namespace) -> None:

@@ -3,6 +3,7 @@
     edgekit run dist/demo-cpu --camera file:clip.mp4
     edgekit run dist/demo-edgetpu --camera v4l2:0 --device usb:0
     edgekit run model.tflite --camera synthetic --max-frames 200 --json
+    edgekit run face.tflite --camera v4l2:0 --mean 127.5 --std 127.5        # a bare model's preprocessing
     edgekit run dist/detector-cpu --camera file:clip.mp4 --save out/      # frames with boxes drawn
 
 Results are printed live (at most every ``--every`` seconds, or one JSON line per frame
@@ -36,6 +37,7 @@ from edgekit.options import (
     camera_options,
     runtime_options,
 )
+from edgekit.preprocessing import add_preprocess_options, preprocess_flags
 from edgekit.recording import SaveError
 from edgekit.runtime import describe_runtime
 
@@ -55,6 +57,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_deprecated_alias(parser, "--model", "--variant")  # --model meant the bundle in serve: one name, one meaning
     add_runtime_options(parser)
     add_bundle_options(parser)
+    add_preprocess_options(parser)
     parser.add_argument("--max-frames", type=at_least(1), metavar="N", help="stop after N results")
     # 0 ran forever (a zero duration read as "no limit"): the shortest run is a millisecond
     parser.add_argument("--duration", type=at_least(0.001, float), metavar="S", help="stop after S seconds")
@@ -108,7 +111,8 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
 
     out: TextIO = sys.stdout
     log: TextIO = sys.stderr if args.json else sys.stdout  # keep stdout pure JSON with --json
-    with open_model(args.model, args.variant, args.labels, **runtime_options(args)) as model:
+    with open_model(args.model, args.variant, args.labels, preprocess=preprocess_flags(args),
+                    **runtime_options(args)) as model:
         from edgekit.runtime.fit import check_backend_fits
 
         check_backend_fits(getattr(args, "backend", None), model.runtime)
@@ -224,7 +228,7 @@ def _tensors(args: argparse.Namespace) -> dict[str, Any]:
 def _print_header(model, info: dict, args, out: TextIO) -> None:
     if args.json:
         out.write(strict_dumps({"model": model.name, "camera": _shown(args.camera), "runtime": info, "task": model.task,
-                              "assumed_input": model.assumed_input()}) + "\n")
+                              "assumed_input": model.assumed_input(), "input_from": model.origin or None}) + "\n")
         return
     out.write(f"edgekit run: {model.name} on {_shown(args.camera)}: {describe_runtime(info)}; task {model.task}\n")
     if model.assumed_input():

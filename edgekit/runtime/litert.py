@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from edgekit.errors import BackendUnavailable, ModelError
-from edgekit.image import InputSpec
+from edgekit.image import InputSpec, InputSpecError
 from edgekit.quiet import native_stderr_to_log
 from edgekit.runtime.backends import MAX_THREADS, Option
 
@@ -96,18 +96,30 @@ def spec_from_details(detail: dict, preprocess: InputSpec | None = None) -> Inpu
     scale, zero_point = detail.get("quantization", (0.0, 0))
     dtype = np.dtype(detail["dtype"]).name
     quantised = dtype in ("uint8", "int8", "int16") and scale
-    base = preprocess or InputSpec(shape=tuple(int(s) for s in detail["shape"]))
+    shape = [int(s) for s in detail["shape"]]
+    # channels first (Ultralytics' LiteRT export, onnx2tf -kat): [1, 1|3, H, W] with H, W not 1 or 3
+    layout = "NCHW" if len(shape) == 4 and shape[1] in (1, 3) and shape[3] not in (1, 3) else "NHWC"
+    base = preprocess or InputSpec(shape=tuple(shape), layout=layout)
     d = base.to_dict()
     d.update(
-        shape=[int(s) for s in detail["shape"]],
+        shape=shape,
         dtype=dtype,
         scale=float(scale) if quantised else None,
         zero_point=int(zero_point) if quantised else None,
         name=detail.get("name", ""),
     )
-    if len(d["shape"]) == 4 and not preprocess and d["shape"][3] == 1:
+    if len(shape) == 4 and not preprocess and shape[1 if layout == "NCHW" else 3] == 1:
         d["colour"] = "gray"
     return InputSpec.from_dict(d)
+
+
+def _image_spec(path: Path, detail: dict, preprocess: InputSpec | None) -> InputSpec:
+    """:func:`spec_from_details`, a refusal naming the file (a [1,64,64,8] input is no image)."""
+    try:
+        return spec_from_details(detail, preprocess)
+    except InputSpecError as exc:
+        raise ModelError(f"{path.name}: {exc.message}",
+                         "edgekit feeds images: [1,H,W,C] or [1,C,H,W] with 1 or 3 channels") from exc
 
 
 def _check_image_input(path: Path, detail: dict) -> None:
@@ -276,7 +288,7 @@ class LiteRTRuntime:
             )
         self._input_index = self._input_details[0]["index"]
         self._output_indices = [o["index"] for o in self._output_details]
-        self.input_spec = spec_from_details(self._input_details[0], input_spec)
+        self.input_spec = _image_spec(self.model_path, self._input_details[0], input_spec)
         # (scale, zero_point) per output, None for float outputs: what results.Decoder needs.
         self.output_quantization = [_quantization(d) for d in self._output_details]
 
