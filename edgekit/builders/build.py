@@ -69,14 +69,12 @@ def build(
     memory_check: bool = True,
     min_map_ratio: float = 0.99,
     task_options: dict | None = None, background_class: str | None = None, allow_partial: bool = False,
-    recover: bool = True,
-) -> list[TargetBuild]:
+    recover: bool = True) -> list[TargetBuild]:
     """Build one verified bundle per target.
 
     Args:
-        model: ``.keras``, ``.h5``, SavedModel directory, or ``.onnx`` (NCHW or NHWC; every target).
-        targets: target names (``edgetpu``, ``rpi``, ``cpu``, ``jetson``) or ``.toml`` paths;
-            a comma-separated string works too.
+        model: ``.keras``, ``.h5``, SavedModel directory, ``.onnx`` (NCHW or NHWC) or float ``.tflite``.
+        targets: names (``edgetpu``, ``rpi``, ``cpu``, ``jetson``) or ``.toml`` paths, or one "a,b" string.
         calib: calibration folder(s) and/or video(s); mix in real camera frames here.
         out: the directory that receives ``<name>-<target>/`` bundles.
         eval_dir: labelled ImageFolder (``detect``: COCO or YOLO set); enables the accuracy gate.
@@ -96,8 +94,8 @@ def build(
         calib_steps, memory_check: most images int8 calibration runs (None: all); False skips the memory check.
         task_options: ``detect`` head options (``layout``, ``ssd_anchors`` ...) for the bundle and the gate.
         background_class: the label meaning "nothing there" (default ``background``; builders/openset.py).
-        allow_partial: accept (warn) a bundle written without the variants that missed the gate.
-        recover: retry an int8 that misses the gate (builders/recovery.py); False builds it once.
+        allow_partial: accept (warn) a bundle written without the variants that missed the gate;
+            ``recover`` False: an int8 that misses the gate is not retried (builders/recovery.py).
 
     Returns one TargetBuild per target; raises, once all are built, as builders/outcome.py:finish says.
     """

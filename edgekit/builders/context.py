@@ -109,6 +109,11 @@ class BuildContext:
                 self.detect.add_reference(dataset, outputs)
         return spools
 
+    def _fidelity_warning(self, variant: str, dataset: str, res: dict) -> None:
+        warning = _detect_fidelity(variant, dataset, res)
+        if warning:
+            self.log.warn(warning)
+
     @property
     def nhwc_spec(self) -> InputSpec:
         """The float input spec as a converted TFLite model takes it: channels-last, whatever
@@ -177,6 +182,7 @@ class BuildContext:
                                         images.class_names if labelled else None)
                 if self.detect is not None:
                     res.update(detect_result(self.detect, dataset, found, self.min_ratio))
+                    self._fidelity_warning(variant, dataset, res)
                 elif labelled:
                     res["passed"] = res.get("ratio") is not None and res["ratio"] >= self.min_ratio
                 if class_rows:
@@ -186,6 +192,20 @@ class BuildContext:
                 out[dataset] = res
                 self.log.info(f"  {variant} on {res['n']} {dataset} images: " + _summary(res))
         return out
+
+
+def _detect_fidelity(variant: str, dataset: str, res: dict) -> str | None:
+    """A warning when a converted detector's figures look better or worse than they are."""
+    from edgekit.builders.detect_gate import GAIN_MARGIN, LOW_AGREEMENT
+
+    if res.get("suspicious_gain"):
+        return (f"{variant}: mAP {res['ratio']:.2f}x the original's on the eval set (over {1 + GAIN_MARGIN:.2f}x): "
+                "a conversion does not improve a model; its scores or boxes moved (compare agreement and cosine)")
+    agreement = res.get("agreement")
+    if dataset == "holdout" and agreement is not None and agreement < LOW_AGREEMENT:
+        return (f"{variant}: agrees with the original's detections at mAP {agreement:.2f} on the held-back images "
+                f"(under {LOW_AGREEMENT}): its scores or boxes lost resolution, whatever the eval-set ratio says")
+    return None
 
 
 def _summary(res: dict) -> str:

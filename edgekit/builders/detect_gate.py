@@ -255,4 +255,15 @@ def _map_result(gate: DetectGate, dataset: str, found: list[Detections], min_rat
            "passed": ratio is not None and ratio >= min_ratio}
     if o.get("map") is not None and o["map"] < WEAK_MAP:
         res["original_weak"] = True  # the log says why (DetectGate.weak_original_warning)
+    if ratio is not None and ratio > 1 + GAIN_MARGIN:
+        res["suspicious_gain"] = True  # flagged, not celebrated (BuildContext.verify warns)
     return res
+
+
+GAIN_MARGIN = 0.05
+"""A converted detector scoring more than this above the original on the same eval set is flagged:
+quantisation does not make a model better; a gain that large says the scores or boxes moved (a
+damaged BlazeFace int8 scored 1.16x its original)."""
+LOW_AGREEMENT = 0.8
+"""Held-back images on which a converted detector agrees with the original's detections under this
+(mAP against them) get a warning whatever the eval-set ratio says."""
