@@ -109,9 +109,10 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
     log = BuildLog(quiet=request.quiet)
     with interruptible(log):
         resolved = _resolve_targets(request)
-        source = load_source_model(request.model, request.input_size)
+        declared_task, input_size = _declared(request, log)
+        source = load_source_model(request.model, input_size)
         check_resources(request, source, log)
-        task, class_output = choose_task(request.task, source, request.eval_dir)
+        task, class_output = choose_task(request.task or declared_task, source, request.eval_dir)
         _log_task_choice(log, request, source, task, class_output)
         side_labels, side_pre = read_sidecars(request.model)
         labels = explicit_labels(request.labels)
@@ -181,6 +182,29 @@ def _disk_full_is_one_line(out: Path) -> Iterator[None]:
         where = f"the temporary directory {tmp} (TMPDIR)" if in_tmp else f"--out {out}"
         raise UsageError(f"no space left on the disk holding {where}; nothing was written",
                          "free some space, or point TMPDIR/--out at a larger disk") from exc
+
+
+def _declared(request: BuildRequest, log: BuildLog) -> tuple[str | None, tuple[int, int] | None]:
+    """The task and the input size the model file declares about itself (an Ultralytics ONNX
+    export's ``task`` and ``imgsz``; edgekit/embedded.py), where the request gives neither. The
+    size is used only for an input whose height/width the graph leaves open."""
+    from edgekit.embedded import read_embedded
+    from edgekit.errors import EdgekitError
+
+    if not request.model.is_file():
+        return None, request.input_size
+    try:
+        found = read_embedded(request.model)
+    except EdgekitError:  # loading the model reports a damaged file, with its fix
+        return None, request.input_size
+    task = found.task if request.task is None and found.task in ("classify", "detect") else None
+    dims = found.input_dims or ()
+    open_hw = len(dims) == 4 and any(not isinstance(d, int) or d <= 0 for d in dims[2:])
+    size = request.input_size or (found.input_size if open_hw else None)
+    said = ([f"task {task}"] if task else []) + ([f"input {size[0]}x{size[1]}"] if size != request.input_size else [])
+    if said:
+        log.info(f"{', '.join(said)} ({found.source}; --task / --input-size override)")
+    return task, size
 
 
 def choose_task(task: str | None, source: SourceModel, eval_dir: Path | None = None) -> tuple[str, int | None]:
