@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from edgekit.target import Target
 
 PROBE_IMAGES = 4
+HOPELESS = 0.5
+"""A first attempt whose figure (ratio or cosine) is under this is a broken calibration or
+conversion, not a few layers' rounding: recovery is not tried (it would only cost time)."""
 FLOAT_LAYERS = (3, 10)
 
 
@@ -39,9 +42,14 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
     ``path`` and verifies it. Returns the kept (model, coverage); ``path`` holds its file."""
     from edgekit.builders.tflite_quantize import quantize_int8
 
+    rows = [_row("as built", first[0])]
+    if rows[0]["figure"] < HOPELESS:
+        first_figure = f"{rows[0]['figure_name']} {rows[0]['figure']}"
+        ctx.log.info(f"[{target.name}] int8 recovery: not tried ({first_figure} is too far from the gate for float "
+                     "layers or more calibration to close; check the calibration images)")
+        return replace(first[0], verification=dict(first[0].verification, recovery=rows)), first[1]
     budget = max(3 * first_seconds, 30.0)
     started = time.monotonic()
-    rows = [_row("as built", first[0])]
     best, best_blob, kept = first, path.read_bytes(), 0
     float_model, rewrites = ctx.int8_float
     io_dtype = first[0].input.dtype if first[0].input.dtype in ("uint8", "int8") else "uint8"

@@ -42,7 +42,7 @@ class Speed:
                 "off_delegate": dict(self.off_delegate), "measured_on": "the build host (a proxy for the device)"}
 
 
-def measure(models: dict[str, tuple[Path, dict]], budget_s: float = 3.0, rounds: int = 5) -> dict[str, Speed]:
+def measure(models: dict[str, tuple[Path, dict]], budget_s: float = 1.5, rounds: int = 3) -> dict[str, Speed]:
     """p50 latency of each model (``{variant: (path, runtime options)}``), interleaved:
     ``rounds`` rounds, each timing every model for its share of ``budget_s``."""
     from edgekit.runtime.litert import LiteRTRuntime
