@@ -73,7 +73,10 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
         row["kept"] = i == kept
     label = rows[kept]["label"]
     precision = f"int8 ({label.split(' worst')[0]} layers float)" if "in float" in label else best[0].precision
-    return replace(best[0], precision=precision, verification=dict(best[0].verification, recovery=rows)), best[1]
+    verification = dict(best[0].verification, recovery=rows)
+    if "quantization" in first[0].verification:  # the per-layer report of the first attempt says where it lost
+        verification.setdefault("quantization", first[0].verification["quantization"])
+    return replace(best[0], precision=precision, verification=verification), best[1]
 
 
 def _attempts(ctx: BuildContext, target: Target, float_model: bytes, first: BuiltModel):
