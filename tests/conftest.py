@@ -16,6 +16,19 @@ FRAMES = ROOT / "calib" / "frames"
 EVAL = ROOT / "eval" / "fashion"
 
 
+REAL_MODELS_ENV = "EDGEKIT_REAL_MODELS"
+
+
+def real_model_file(name: str) -> Path | None:
+    """A published model file found by name under the folder ``$EDGEKIT_REAL_MODELS`` (e.g. the
+    unpacked wheels of mediapipe 0.10.14 and rapidocr-onnxruntime, which ship them); None when
+    the variable is unset or the file is not there, so the test skips saying so."""
+    root = os.environ.get(REAL_MODELS_ENV)
+    if not root or not Path(root).is_dir():
+        return None
+    return next(iter(sorted(Path(root).rglob(name))), None)
+
+
 @pytest.fixture(scope="session")
 def demo_bundles(tmp_path_factory):
     """The demo model built for every target once per test session: {target: TargetBuild}."""

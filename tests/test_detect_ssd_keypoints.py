@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +22,7 @@ from edgekit.detect.evaluate import keypoint_error
 from edgekit.detect.head import detector
 from edgekit.errors import EdgekitError, ModelError, UsageError
 from edgekit.image import InputSpec
+from tests.conftest import real_model_file
 
 SPEC = InputSpec.from_dict({"shape": [1, 128, 128, 3], "dtype": "float32"})
 # anchor 0 fixed-size (BlazeFace's are 1 x 1), anchor 1 half as tall and a quarter as wide
@@ -309,10 +309,11 @@ def test_the_model_must_have_the_boxes_and_coordinates_the_options_say():
     assert head.layout == "ssd"  # auto: the 16-column output is the regressors
 
 
-REAL_BLAZEFACE = Path("/tmp/real/mp10/mediapipe/modules/face_detection/face_detection_short_range.tflite")
+REAL_BLAZEFACE_WHY = "the real BlazeFace is not under $EDGEKIT_REAL_MODELS (unpack the mediapipe 0.10.14 wheel there)"
+REAL_BLAZEFACE = real_model_file("face_detection_short_range.tflite")  # set EDGEKIT_REAL_MODELS (tests/conftest.py)
 
 
-@pytest.mark.skipif(not REAL_BLAZEFACE.exists(), reason="the real BlazeFace (mediapipe wheel) is not on this machine")
+@pytest.mark.skipif(REAL_BLAZEFACE is None, reason=REAL_BLAZEFACE_WHY)
 def test_real_blazeface_finds_the_astronauts_face_and_its_landmarks():
     """MediaPipe's face_detection_short_range.tflite on scikit-image's astronaut, decoded with the
     options of MediaPipe's face_detection.pbtxt: one face, eyes above nose above mouth, ears outside."""

@@ -30,6 +30,7 @@ from edgekit.builders.onnx2tf_fallbacks import (
     stopped_at,
 )
 from edgekit.errors import ModelError
+from tests.conftest import real_model_file
 
 ADVICE = """ERROR: The trace log is below.
 Traceback (most recent call last):
@@ -225,11 +226,12 @@ def test_ppocr_hardswish_block_converts_with_dsm_and_matches_onnx_runtime(tmp_pa
     np.testing.assert_allclose(got.numpy(), want.transpose(0, 2, 3, 1), atol=1e-5)
 
 
-REAL_PPOCR_DET = Path("/tmp/real/ocr/rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx")
+REAL_PPOCR_DET_WHY = "the real PP-OCRv4 det is not under $EDGEKIT_REAL_MODELS (unpack rapidocr-onnxruntime 1.4.4 there)"
+REAL_PPOCR_DET = real_model_file("ch_PP-OCRv4_det_infer.onnx")  # set EDGEKIT_REAL_MODELS (tests/conftest.py)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not REAL_PPOCR_DET.exists(), reason="the real PP-OCRv4 det (rapidocr-onnxruntime) is not here")
+@pytest.mark.skipif(REAL_PPOCR_DET is None, reason=REAL_PPOCR_DET_WHY)
 def test_real_ppocr_v4_det_converts_through_the_dsm_fallback(tmp_path):
     from edgekit.builders.onnx_source import load_onnx
     from edgekit.builders.onnx_to_tf import onnx_to_saved_model
