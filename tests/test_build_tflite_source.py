@@ -294,3 +294,31 @@ def test_int8_weights_of_a_dynamic_range_model_become_float32_and_int8_graphs_ar
     (tmp_path / "int8_float_io.tflite").write_bytes(_export_quantised(model, (1, 32, 32, 1), representative=True))
     with pytest.raises(ModelError, match="computes in integers"):
         load_source_model(tmp_path / "int8_float_io.tflite")
+
+
+REAL_MEDIAPIPE = ["hand_landmark_lite.tflite", "selfie_segmentation.tflite", "face_detection_short_range.tflite"]
+
+
+@pytest.mark.parametrize("name", REAL_MEDIAPIPE)
+def test_real_mediapipe_models_build_for_the_cpu_and_map_every_op_on_the_edgetpu(name, tmp_path):
+    """MediaPipe's models as the mediapipe 0.10.14 wheel ships them (float16 weights, a custom op,
+    several outputs): fp32 and fp16 pass the cosine gate on cpu; the Edge TPU prediction maps
+    every op of the int8 (whether or not int8 passes its gate)."""
+    from tests.conftest import real_model_file
+
+    path = real_model_file(name)
+    if path is None:
+        pytest.skip(f"{name} is not under $EDGEKIT_REAL_MODELS (unpack the mediapipe 0.10.14 wheel there)")
+    from edgekit.builders.build import build
+    from edgekit.errors import VerificationFailed
+
+    try:
+        results = build(path, ["cpu", "edgetpu"], [CALIB.parent / "detect"], out=tmp_path / "dist", quiet=True,
+                        task="raw", calib_count=60, recover=False)
+    except VerificationFailed as exc:  # int8 may miss 0.98: fp32/fp16 must not
+        results = exc.results
+    by_target = {r.target: r for r in results}
+    cpu = by_target["cpu"]
+    assert cpu.bundle is not None and {"fp32", "fp16"} <= {m.name for m in load_bundle(cpu.bundle).models}
+    offline = by_target["edgetpu"].manifest["edgetpu"]["offline"]
+    assert offline["tpu_ops"] == offline["total_ops"], offline
