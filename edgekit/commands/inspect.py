@@ -59,7 +59,7 @@ def main(args: argparse.Namespace) -> int:
     spec, variant = split_model_spec(args.model)
     if variant and args.model_name and variant != args.model_name:
         raise UsageError(f"two variants asked for: {args.model} and --model-name {args.model_name}", "give one")
-    path, bundle_target = _resolve_model(spec, variant or args.model_name)
+    path, bundle_target, built = _resolve_model(spec, variant or args.model_name)
     target = load_target(args.target or bundle_target or "edgetpu")
     if target.runtime_options.get("delegate") == "edgetpu":
         result = inspect_edgetpu(path, args.min_runtime_version)
@@ -76,7 +76,8 @@ def main(args: argparse.Namespace) -> int:
             f"inspect reads TFLite targets; {target.name} runs through {target.adapter}",
             "use --target edgetpu, rpi or cpu",
         )
-    result = {"target": target.name, **result}
+    result = {"target": target.name, **result, **built}
+    text += "".join(f"\n{line}" for line in _build_lines(built))
     from edgekit.outstream import guarded_stdout
 
     with guarded_stdout():  # `--json > report.json` on a full disk: one error line
@@ -88,17 +89,35 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _resolve_model(path: Path, name: str | None) -> tuple[Path, str | None]:
+def _resolve_model(path: Path, name: str | None) -> tuple[Path, str | None, dict[str, Any]]:
+    """The model file, the bundle's target, and what the build recorded of it (``rewrites``, ``speed``)."""
     if path.is_dir():
         from edgekit.bundle import load_bundle
 
         bundle = load_bundle(path, allow_rejected=True)  # inspecting a rejected build is useful
-        return bundle.model_path(name), bundle.target
+        model = bundle.model_path(name)
+        entry = next((m for m in bundle.models if m.file == model.name), None)
+        extra = entry.extra if entry is not None else {}
+        built = {k: extra[k] for k in ("rewrites", "speed") if isinstance(extra.get(k), (list, dict))}
+        return model, bundle.target, built
     if not path.is_file():
         raise ModelError(f"model {path} does not exist", "give a .tflite file or a bundle directory")
     if path.suffix != ".tflite":
         raise ModelError(f"{path} is not a .tflite model", "inspect reads .tflite files and bundles")
-    return path, None
+    return path, None, {}
+
+
+def _build_lines(built: dict[str, Any]) -> list[str]:
+    """What the build did to this model and measured of it, as the manifest records it."""
+    lines = []
+    for r in built.get("rewrites", []):
+        if isinstance(r, dict):
+            lines.append(f"rewritten before int8: {r.get('op')} x{r.get('count')} into {r.get('into')}")
+    speed = built.get("speed")
+    if isinstance(speed, dict) and speed.get("p50_ms") is not None:
+        ratio = f" ({speed['vs_fp32']}x fp32)" if speed.get("vs_fp32") is not None else ""
+        lines.append(f"measured at build on the build host: p50 {speed['p50_ms']} ms{ratio}")
+    return lines
 
 
 # ---------------------------------------------------------------------------------------
