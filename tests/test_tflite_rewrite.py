@@ -184,3 +184,19 @@ def test_only_sigmoid_ssd_scores_are_clamped():
     assert score_clamp(gate(decode=SimpleNamespace(sigmoid_score=True, score_clipping_thresh=100.0))) == (1, 16.0)
     assert score_clamp(gate(activation="softmax")) is None and score_clamp(gate(layout="yolo")) is None
     assert score_clamp(gate(roles=(1, 0))) == (0, 16.0)
+
+
+def test_mediapipe_box_regressors_are_clamped_to_twice_their_scale():
+    from types import SimpleNamespace
+
+    from edgekit.builders.tflite_rewrite import box_clamp
+
+    def gate(decode, layout="ssd", roles=(0, 1)):
+        config = SimpleNamespace(score_activation="sigmoid", ssd_decode=decode)
+        return SimpleNamespace(layout=layout, roles=roles, detector=SimpleNamespace(config=config))
+
+    blaze = SimpleNamespace(x_scale=128.0, y_scale=128.0, w_scale=128.0, h_scale=128.0)
+    assert box_clamp(gate(blaze)) == (0, 256.0)
+    assert box_clamp(gate(blaze, roles=(1, 0))) == (1, 256.0)
+    assert box_clamp(gate(None)) is None  # TF-OD decode (exp sizes): left as it is
+    assert box_clamp(gate(blaze, layout="yolo")) is None and box_clamp(None) is None

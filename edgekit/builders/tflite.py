@@ -185,7 +185,7 @@ def _int8(ctx: BuildContext, target: Target, saved: Path | None, representative,
     steps the converter runs; otherwise a SavedModel is converted as it always was.
     """
     from edgekit.builders import tflite_quantize
-    from edgekit.builders.tflite_rewrite import rewrite_checked, score_clamp
+    from edgekit.builders.tflite_rewrite import box_clamp, rewrite_checked, score_clamp
 
     if saved is None:
         float_model = ctx.source.handle.blob
@@ -194,12 +194,12 @@ def _int8(ctx: BuildContext, target: Target, saved: Path | None, representative,
             ctx.float_tflite = convert(saved, "fp32")
         float_model = ctx.float_tflite
     rewritten, done = rewrite_checked(float_model, representative, ctx.log, target.name)
-    clamp = score_clamp(ctx.detect)
-    if clamp is not None:
-        rewritten, rewrite = _clamped(ctx, rewritten, *clamp, saved is not None)
-        done = [*done, rewrite]
-        ctx.log.info(f"[{target.name}] int8: {rewrite.op} into {rewrite.into} before quantising (sigmoid scores "
-                     "unchanged; one int8 scale for logits spanning hundreds leaves a handful of distinct scores)")
+    for clamp in (score_clamp(ctx.detect), box_clamp(ctx.detect)):
+        if clamp is not None:
+            rewritten, rewrite = _clamped(ctx, rewritten, *clamp, saved is not None)
+            done = [*done, rewrite]
+            ctx.log.info(f"[{target.name}] int8: {rewrite.op} into {rewrite.into} before quantising (one int8 "
+                         "scale for values spanning hundreds leaves a coarse step where the detections are)")
     ctx.int8_float = (rewritten, done)  # what a recovery attempt quantises again (builders/recovery.py)
     if saved is not None and not done:
         return convert(saved, "int8", representative, io_dtype), []
@@ -216,7 +216,7 @@ def _clamped(ctx: BuildContext, blob: bytes, output: int, bound: float, by_key: 
         probe.write_bytes(blob)
         position = output_order(probe, [o.key for o in ctx.source.outputs])[output]
     name = ctx.source.outputs[output].name
-    return clamp_outputs(blob, [position], bound), Rewrite(f"score logits '{name}' clamp", 1,
+    return clamp_outputs(blob, [position], bound), Rewrite(f"'{name}' clamp", 1,
                                                            f"[-{bound:g}, {bound:g}] (MINIMUM, MAXIMUM)")
 
 

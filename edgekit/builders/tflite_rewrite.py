@@ -197,6 +197,19 @@ def clamp_outputs(blob: bytes, positions: list[int], bound: float) -> bytes:
     return tflite_edit.write(model)
 
 
+def box_clamp(detect) -> tuple[int, float] | None:
+    """``(source output index, bound)`` of a MediaPipe-decoded SSD's box/keypoint regressors:
+    values past twice the decode scale put a box outside the image, and on scenes the detector
+    was not made for they reach +-1400 (BlazeFace), which per-tensor int8 pays for with an 11 px
+    step on every box; clamped to twice the largest scale, the step is 2 px."""
+    decode = getattr(getattr(getattr(detect, "detector", None), "config", None), "ssd_decode", None)
+    if detect is None or detect.layout != "ssd" or not detect.roles or decode is None:
+        return None
+    scales = [getattr(decode, k, None) for k in ("x_scale", "y_scale", "w_scale", "h_scale")]
+    scales = [float(v) for v in scales if v]
+    return (int(detect.roles[0]), 2 * max(scales)) if scales else None
+
+
 def score_clamp(detect) -> tuple[int, float] | None:
     """``(source output index, bound)`` of an SSD detector's sigmoid score logits, else None."""
     if detect is None or detect.layout != "ssd" or not detect.roles or len(detect.roles) < 2:
