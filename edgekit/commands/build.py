@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from edgekit.options import key_value
-from edgekit.preprocessing import pad_value
+from edgekit.preprocessing import pad_value, preprocess_flags
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -67,33 +67,6 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "when it misses the gate")
 
 
-def _preprocess_overrides(args: argparse.Namespace) -> dict:
-    """The preprocessing flags given, parsed; unset ones are left out so preprocess.json applies."""
-    from edgekit.errors import UsageError
-
-    pre: dict = {k: getattr(args, k) for k in ("resize", "pad_value") if getattr(args, k, None) is not None}
-    if args.colour:
-        pre["colour"] = args.colour
-    if args.crop:
-        if args.crop in ("square", "none"):
-            pre["crop"] = None if args.crop == "none" else "square"
-        else:
-            try:
-                pre["crop"] = [int(v) for v in args.crop.lower().split("x")]
-                if len(pre["crop"]) != 2:
-                    raise ValueError(args.crop)
-            except ValueError as exc:
-                raise UsageError(f"bad --crop {args.crop!r}", "use square, none or HxW like 200x200") from exc
-    for key in ("mean", "std"):
-        value = getattr(args, key)
-        if value:
-            try:
-                pre[key] = [float(v) for v in value.split(",")]
-            except ValueError as exc:
-                raise UsageError(f"bad --{key} {value!r}", "use numbers like 127.5 or 123.7,116.3,103.5") from exc
-    return pre
-
-
 def main(args: argparse.Namespace) -> int:
     """Run the build and print the summary table."""
     from edgekit.builders.build import build
@@ -104,7 +77,7 @@ def main(args: argparse.Namespace) -> int:
     # file's values apply (edgekit.target.merge_options).
     try:
         results = build(args.model, args.target, args.calib, out=args.out, eval_dir=args.eval_dir,
-                        name=args.name, labels=args.labels, preprocess=_preprocess_overrides(args),
+                        name=args.name, labels=args.labels, preprocess=preprocess_flags(args),
                         min_accuracy_ratio=args.min_accuracy_ratio, calib_count=args.calib_count,
                         seed=args.seed, quiet=args.quiet, variants=args.variants, io_dtype=args.io_dtype,
                         compiler=args.compiler, min_runtime_version=args.min_runtime_version,

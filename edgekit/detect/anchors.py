@@ -67,15 +67,21 @@ def _bad(name: str, what: str, value: Any) -> UsageError:
 
 
 def _scalar(name: str, kind: str, lo: float, hi: float, value: Any) -> Any:
+    return check_scalar(name, kind, lo, hi, value, _bad)
+
+
+def check_scalar(name: str, kind: str, lo: float, hi: float, value: Any, bad: Any) -> Any:
+    """``value`` as a ``bool``, ``int`` or ``float`` option in ``[lo, hi]``; ``bad(name, what, value)``
+    makes the error (each option table names its own options and docs)."""
     if kind == "bool":
         if not isinstance(value, bool):
-            raise _bad(name, "true or false", value)
+            raise bad(name, "true or false", value)
         return value
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and lo <= value <= hi
     if kind == "int" and ok and int(value) != value:
         ok = False
     if not ok:
-        raise _bad(name, f"{'a whole number' if kind == 'int' else 'a number'} from {lo:g} to {hi:g}", value)
+        raise bad(name, f"{'a whole number' if kind == 'int' else 'a number'} from {lo:g} to {hi:g}", value)
     return int(value) if kind == "int" else float(value)
 
 

@@ -21,12 +21,12 @@ they must be given. Without ``ssd_decode`` the TF Object Detection API conventio
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from edgekit.detect.anchors import check_scalar
 from edgekit.errors import UsageError
 
 BOX_FORMATS = ("UNSPECIFIED", "YXHW", "XYWH", "XYXY")
@@ -97,20 +97,11 @@ def _bad(name: str, what: str, value: Any) -> UsageError:
 
 def _value(name: str, value: Any) -> Any:
     kind, lo, hi = _OPTIONS[name]
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise _bad(name, "true or false", value)
-        return value
     if kind == "format":
         if value not in BOX_FORMATS:
             raise _bad(name, f"one of {', '.join(BOX_FORMATS)}", value)
         return value
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and lo <= value <= hi
-    if kind == "int" and ok and int(value) != value:
-        ok = False
-    if not ok:
-        raise _bad(name, f"{'a whole number' if kind == 'int' else 'a number'} from {lo:g} to {hi:g}", value)
-    return int(value) if kind == "int" else float(value)
+    return check_scalar(name, kind, lo, hi, value, _bad)
 
 
 def check_ssd_decode(options: Any) -> SsdDecode:
