@@ -24,17 +24,27 @@ if TYPE_CHECKING:
     from edgekit.target import Target
 
 CLEAR_MARGIN = 1.25
-"""A variant counts as slower (or faster) than another only past this p50 ratio: below it, the
-shared machines this runs on cannot tell them apart reliably."""
+"""A variant counts as slower (or faster) than another only past this p50 ratio, overall and in
+every round: below it, or when one round disagrees (a burst of load on a shared machine lands on
+one variant's slot), the machine cannot tell them apart reliably."""
 
 
 @dataclass(frozen=True)
 class Speed:
-    """One variant's measured p50 latency (ms), the runs behind it, and the ops left off the delegate."""
+    """One variant's measured p50 latency (ms), the runs behind it, the ops left off the delegate
+    and the p50 of each interleaved round (empty when not measured in rounds)."""
 
     p50_ms: float
     runs: int
     off_delegate: dict[str, int]
+    round_p50_ms: tuple[float, ...] = ()
+
+    def clearly_slower_than(self, other: Speed) -> bool:
+        """Slower than ``other`` past :data:`CLEAR_MARGIN`, overall and in each round both ran."""
+        if self.p50_ms <= CLEAR_MARGIN * other.p50_ms:
+            return False
+        rounds = zip(self.round_p50_ms, other.round_p50_ms)
+        return all(mine > CLEAR_MARGIN * theirs for mine, theirs in rounds)
 
     def to_dict(self, fp32_ms: float | None) -> dict:
         ratio = round(self.p50_ms / fp32_ms, 3) if fp32_ms else None
@@ -50,25 +60,32 @@ def measure(models: dict[str, tuple[Path, dict]], budget_s: float = 1.5, rounds:
     runtimes = {name: LiteRTRuntime(path, **options) for name, (path, options) in models.items()}
     try:
         inputs = {name: np.zeros(rt.input_spec.shape, rt.input_spec.dtype) for name, rt in runtimes.items()}
-        samples: dict[str, list[float]] = {name: [] for name in runtimes}
+        samples: dict[str, list[list[float]]] = {name: [] for name in runtimes}
         for name, rt in runtimes.items():  # warm-up: first invokes allocate and pack weights
             for _ in range(3):
                 rt.infer(inputs[name])
         share = budget_s / rounds / max(len(runtimes), 1)
         for _ in range(rounds):
             for name, rt in runtimes.items():
-                end = time.perf_counter() + share
-                while True:
-                    t0 = time.perf_counter_ns()
-                    rt.infer(inputs[name])
-                    samples[name].append((time.perf_counter_ns() - t0) / 1e6)
-                    if time.perf_counter() >= end:
-                        break
-        return {name: Speed(float(np.median(samples[name])), len(samples[name]), off_delegate(rt))
+                samples[name].append(_time_for(rt, inputs[name], share))
+        return {name: Speed(float(np.median(np.concatenate(samples[name]))), sum(map(len, samples[name])),
+                            off_delegate(rt), tuple(float(np.median(r)) for r in samples[name]))
                 for name, rt in runtimes.items()}
     finally:
         for rt in runtimes.values():
             rt.close()
+
+
+def _time_for(rt, tensor: np.ndarray, seconds: float) -> list[float]:
+    """Latencies (ms) of back-to-back invokes for ``seconds`` (at least one)."""
+    taken = []
+    end = time.perf_counter() + seconds
+    while True:
+        t0 = time.perf_counter_ns()
+        rt.infer(tensor)
+        taken.append((time.perf_counter_ns() - t0) / 1e6)
+        if time.perf_counter() >= end:
+            return taken
 
 
 def off_delegate(rt) -> dict[str, int]:
@@ -91,7 +108,7 @@ def choose_default(configured: str, passing: list[str], speeds: dict[str, Speed]
     fastest = min(timed, key=lambda v: speeds[v].p50_ms)
     if configured not in timed:
         return fastest
-    if speeds[configured].p50_ms > CLEAR_MARGIN * speeds[fastest].p50_ms:
+    if speeds[configured].clearly_slower_than(speeds[fastest]):
         return fastest
     return configured
 
@@ -101,7 +118,7 @@ def slow_variant_lines(target: str, speeds: dict[str, Speed], default: str) -> l
     base = speeds.get("fp32")
     lines = []
     for name, speed in speeds.items():
-        if base is None or name == "fp32" or speed.p50_ms <= CLEAR_MARGIN * base.p50_ms:
+        if base is None or name == "fp32" or not speed.clearly_slower_than(base):
             continue
         ops = ", ".join(f"{op} x{n}" for op, n in list(speed.off_delegate.items())[:6])
         why = f"{ops} run on built-in kernels: " if ops else ""
