@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.bench_report import BenchReport, RunResult, VariantResult, noise_warnings
+from edgekit.bench_report import BenchReport, RunResult, VariantResult
+from edgekit.bench_warnings import noise_warnings
 from edgekit.errors import BackendUnavailable, CameraError, EdgekitError, ModelError, UnknownOptionError, UsageError
 from edgekit.metrics import machine_context
 from edgekit.model import OpenModel, open_model, split_model_spec
@@ -285,7 +286,7 @@ def run_bench(
     try:
         results = [
             VariantResult(m.name, str(m.path), m.variant, m.precision, m.target, m.runtime.describe(),
-                          init_ms=getattr(m.runtime, "init_ms", None))
+                          init_ms=getattr(m.runtime, "init_ms", None), model=model_of(m))
             for m in opened
         ]
         for m in opened:  # a bare model's shape, layout and colour are assumptions: say them
@@ -309,6 +310,7 @@ def _interleave(opened: list[OpenModel], results: list[VariantResult], frames: S
                 config: BenchConfig, say: Callable[[str], None]) -> None:
     """Every repeat runs every variant once, appending to ``results``."""
     t0 = time.perf_counter_ns()
+    total, done = config.repeats * len(opened), 0
     for repeat in range(config.repeats):
         # Rotate the order every repeat so no variant always runs first (or right after
         # the heaviest one): drift of a shared machine then hits every variant alike.
@@ -319,10 +321,35 @@ def _interleave(opened: list[OpenModel], results: list[VariantResult], frames: S
             if repeat == 0:
                 results[i].first_inference_ms = run.summary["first_inference_ms"]
             s = run.stage()
+            done += 1
             say(
+                f"[{done}/{total} {_eta(t0, done, total)}] "
                 f"repeat {repeat + 1}/{config.repeats}  {results[i].name:<24} n {s.count:5d}  "
                 f"p50 {s.p50_ms:8.3f} ms  p90 {s.p90_ms:8.3f} ms  {'valid' if run.valid else 'INVALID'}"
             )
+
+
+def _eta(t0_ns: int, done: int, total: int) -> str:
+    """``ETA 1m05s`` from the mean time per run so far (``done`` when nothing is left)."""
+    if done >= total:
+        return "done"
+    left = (time.perf_counter_ns() - t0_ns) / 1e9 / done * (total - done)
+    return f"ETA {int(left // 60)}m{int(left % 60):02d}s"
+
+
+def model_of(m: OpenModel) -> str:
+    """What model ``m`` is a form of: a bundle's source model (so its targets and variants are
+    compared with each other), else the file's name."""
+    if m.variant is None:
+        return m.path.name
+    from edgekit.bundle import load_bundle
+
+    try:
+        provenance = load_bundle(m.path, check_hashes=False, allow_rejected=True).manifest.get("provenance")
+    except EdgekitError:
+        provenance = None
+    source = provenance.get("source_model") if isinstance(provenance, dict) else None
+    return source if isinstance(source, str) and source else m.path.name
 
 
 def _remove_trace(trace: Path) -> None:

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.bench_report import BenchReport, VariantResult, short_runtime, threads_over_cores
+from edgekit.bench_report import BenchReport, VariantResult, short_runtime
+from edgekit.bench_warnings import ACCELERATORS, ran_on_accelerator, threads_over_cores
 
 STAGE_TITLES = {"inference": "inference latency", "end_to_end": "end-to-end latency (camera frame -> result)"}
 
@@ -45,6 +46,8 @@ def plot_stages(report: BenchReport) -> list[str]:
 def variant_label(v: VariantResult, machine: dict[str, Any]) -> str:
     """``name`` / what ran it / what it was built for and where it ran (three short lines)."""
     where = f"ran on {machine.get('machine') or '?'}"
+    if v.target in ACCELERATORS and not ran_on_accelerator(v.runtime):
+        where += " without its accelerator"
     built = f"built for {v.target}, " if v.target else ""
     return f"{v.name}\n{short_runtime(v.runtime)}\n{built}{where}"
 
@@ -81,64 +84,76 @@ def write_plots(report: BenchReport, path: str | Path) -> list[Path]:
 
 
 def _box_figure(figure: Any, report: BenchReport) -> Any:
-    stages = plot_stages(report)
-    boxes = sum(len(v.runs) for v in report.variants)
-    width = min(20.0, max(8.0, 1.0 * boxes + 3.0)) * (1.6 if len(stages) > 1 else 1.0)
-    fig = figure(figsize=(width, 6.4), layout="constrained")
-    axes = fig.subplots(1, len(stages), squeeze=False)[0]
-    cuts = [_box_axis(ax, report, stage) for ax, stage in zip(axes, stages)]
+    """One row of panels per model (its variants only, on its own scale), one column per stage;
+    boxes lie horizontally so a variant's three-line label reads at any number of variants."""
+    stages, groups = plot_stages(report), report.groups()
+    heights = [0.24 * sum(len(v.runs) for v in vs) + 0.3 * len(vs) + 0.9 for vs in groups.values()]
+    fig = figure(figsize=(4.0 + 6.5 * len(stages), sum(heights) + 1.6), layout="constrained")
+    axes = fig.subplots(len(groups), len(stages), squeeze=False, gridspec_kw={"height_ratios": heights})
+    cuts = []
+    for row, (model, variants) in zip(axes, groups.items()):
+        for col, (ax, stage) in enumerate(zip(row, stages)):
+            cuts.append(_box_axis(ax, report, variants, stage, labels=col == 0))
+            ax.set_title(f"{model}: {STAGE_TITLES[stage]}" if len(groups) > 1 else STAGE_TITLES[stage],
+                         fontsize="medium", loc="left")
     title = "Latency per variant: one box per repeat (median = black line, n = samples in that repeat)"
-    fig.suptitle(title + "".join(c for c in cuts if c), fontsize="medium", wrap=True)
-    fig.get_layout_engine().set(h_pad=0.1)
+    fig.suptitle(title + "".join(sorted({c for c in cuts if c})), fontsize="medium", wrap=True)
     _add_footer(fig, report)
     return fig
 
 
-def _box_axis(ax: Any, report: BenchReport, stage: str) -> str:
-    """One panel of boxes; returns a note on samples above the shown range ("" if none)."""
-    colours = [f"C{i % 10}" for i in range(len(report.variants))]
+def _box_axis(ax: Any, report: BenchReport, variants: list[VariantResult], stage: str, labels: bool) -> str:
+    """One panel of horizontal boxes, first variant on top; returns a note on samples beyond the
+    shown range ("" if none)."""
     pos, data, cols, centres, counts = [], [], [], [], []
-    x = 0
-    for v, c in zip(report.variants, colours):
-        first = x
+    y = 0
+    for v in variants:
+        first = y
         for r in v.runs:
             samples = r.samples_ms.get(stage) or []
-            pos.append(x)
+            pos.append(y)
             data.append(samples or [np.nan])
             counts.append(len(samples))
-            cols.append(c)
-            x += 1
-        centres.append((first + x - 1) / 2)
-        x += 1  # a gap between variants
+            cols.append(f"C{report.variants.index(v) % 10}")
+            y += 1
+        centres.append((first + y - 1) / 2)
+        y += 1  # a gap between variants
     box = ax.boxplot(data, positions=pos, widths=0.7, patch_artist=True, flierprops={"markersize": 2},
-                     medianprops={"color": "black", "linewidth": 1.6})  # fmt: skip
+                     medianprops={"color": "black", "linewidth": 1.6}, **_horizontal(ax))  # fmt: skip
     for patch, c in zip(box["boxes"], cols):
         patch.set_facecolor(c)
         patch.set_alpha(0.45)
-    ax.set_xticks(centres, [variant_label(v, report.machine) for v in report.variants], fontsize="small")
-    ax.set_ylabel(f"{STAGE_TITLES[stage].split(' (')[0]} (ms)")
-    ax.set_title(STAGE_TITLES[stage], fontsize="medium")
-    log_scale, top = _y_axis(report, stage)
+    ax.set_yticks(centres, [variant_label(v, report.machine) if labels else "" for v in variants], fontsize="small")
+    ax.set_ylim(y - 0.5, -1)  # the first variant on top, as in the table
+    ax.set_xlabel(f"{STAGE_TITLES[stage].split(' (')[0]} (ms)")
+    log_scale, top = _y_axis(variants, stage)
     if log_scale:
-        ax.set_yscale("log")  # variants an order of magnitude apart: keep both readable
+        ax.set_xscale("log")  # variants an order of magnitude apart: keep both readable
     elif top:
-        ax.set_ylim(0, top)
-    _label_repeats(ax, pos, counts)
-    _warn_threads(ax, report)
-    ax.grid(axis="y", alpha=0.3)
-    return f"; {_count_above(report, top, stage)} {stage} samples above {top:.3g} ms not shown" if top else ""
+        ax.set_xlim(0, top)
+    _label_repeats(ax, pos, counts)  # threads over cores: said in the footer, below every panel
+    ax.grid(axis="x", alpha=0.3)
+    return f"; {_count_above(variants, top, stage)} {stage} samples above {top:.3g} ms not shown" if top else ""
+
+
+def _horizontal(ax: Any) -> dict[str, Any]:
+    """matplotlib 3.10 names it ``orientation`` and deprecates ``vert`` (removed in 3.13)."""
+    import inspect
+
+    return ({"orientation": "horizontal"} if "orientation" in inspect.signature(ax.boxplot).parameters
+            else {"vert": False})
 
 
 def _label_repeats(ax: Any, pos: list[int], counts: list[int]) -> None:
-    """``#k n=N`` under each box as minor tick labels; the variant labels sit below them."""
+    """``#k n=N`` beside each box as minor tick labels; the variant labels sit left of them."""
     labels, repeat = [], 0
-    for i, (x, n) in enumerate(zip(pos, counts)):
-        repeat = repeat + 1 if i and pos[i - 1] == x - 1 else 1
-        labels.append(f"#{repeat}\nn={n}")
-    ax.set_xticks(pos, labels, minor=True)
-    ax.tick_params(axis="x", which="minor", labelsize="x-small", labelcolor="0.3")
-    ax.xaxis.remove_overlapping_locs = False  # a middle repeat sits at the variant's (major) tick
-    ax.tick_params(axis="x", which="major", length=0, pad=30)
+    for i, (y, n) in enumerate(zip(pos, counts)):
+        repeat = repeat + 1 if i and pos[i - 1] == y - 1 else 1
+        labels.append(f"#{repeat} n={n}")
+    ax.set_yticks(pos, labels, minor=True)
+    ax.tick_params(axis="y", which="minor", labelsize="x-small", labelcolor="0.3")
+    ax.yaxis.remove_overlapping_locs = False  # a middle repeat sits at the variant's (major) tick
+    ax.tick_params(axis="y", which="major", length=0, pad=62)
 
 
 def _timeline_figure(figure: Any, report: BenchReport) -> Any:
@@ -150,8 +165,8 @@ def _timeline_figure(figure: Any, report: BenchReport) -> Any:
             ax.plot(r.t_s, r.samples_ms["inference"], ".", markersize=2, color=f"C{i % 10}", label=label)
     ax.set_xlabel("time since the benchmark started (s)")
     ax.set_ylabel("inference latency (ms)")
-    log_scale, top = _y_axis(report, "inference")
-    cut = f"; {_count_above(report, top, 'inference')} samples above {top:.3g} ms not shown" if top else ""
+    log_scale, top = _y_axis(report.variants, "inference")
+    cut = f"; {_count_above(report.variants, top, 'inference')} samples above {top:.3g} ms not shown" if top else ""
     ax.set_title("Inference latency over time (repeats interleaved across variants)" + cut, fontsize="medium",
                  wrap=True)
     if log_scale:
@@ -180,18 +195,18 @@ def _warn_threads(ax: Any, report: BenchReport) -> None:
                 fontsize="small", color="firebrick", wrap=True)
 
 
-def _y_axis(report: BenchReport, stage: str = "inference") -> tuple[bool, float | None]:
-    """(log scale?, upper limit or None).
+def _y_axis(variants: list[VariantResult], stage: str = "inference") -> tuple[bool, float | None]:
+    """(log scale?, upper limit or None) of the latency axis for these variants.
 
     Rare outliers (a preempted thread, a page fault) must not squash every box to a line:
     the axis stops at twice the highest upper whisker (Q3 + 1.5 IQR) of any box.
     """
-    pooled = [v.pooled(stage) for v in report.variants if v.pooled(stage).count]
+    pooled = [v.pooled(stage) for v in variants if v.pooled(stage).count]
     p50s = [s.p50_ms for s in pooled]
     if p50s and min(p50s) > 0 and max(p50s) / min(p50s) > 20:
         return True, None
     whiskers = []
-    for v in report.variants:
+    for v in variants:
         for r in v.runs:
             if r.samples_ms.get(stage):
                 q1, q3 = np.percentile(r.samples_ms[stage], [25, 75])
@@ -202,5 +217,5 @@ def _y_axis(report: BenchReport, stage: str = "inference") -> tuple[bool, float 
     return False, (top if max(s.max_ms for s in pooled) > top else None)
 
 
-def _count_above(report: BenchReport, top: float | None, stage: str = "inference") -> int:
-    return 0 if top is None else sum(x > top for v in report.variants for x in v.samples(stage))
+def _count_above(variants: list[VariantResult], top: float | None, stage: str = "inference") -> int:
+    return 0 if top is None else sum(x > top for v in variants for x in v.samples(stage))

@@ -1,5 +1,6 @@
 """What ``edgekit bench`` measured, and how it is shown: the report, its table, JSON and CSV,
-noise warnings and per-op profiles. Plots are in :mod:`edgekit.bench_plots`.
+and per-op profiles. Plots are in :mod:`edgekit.bench_plots`, warnings in
+:mod:`edgekit.bench_warnings`.
 
 :func:`edgekit.bench.run_bench` fills a :class:`BenchReport`; nothing here measures.
 """
@@ -15,9 +16,6 @@ from typing import Any
 import numpy as np
 
 from edgekit.metrics import LatencySummary, summarize
-
-REPEAT_SPREAD_BOUND = 0.05
-"""Warn when the per-repeat medians of a variant vary more than this (coefficient of variation)."""
 
 
 @dataclass
@@ -50,6 +48,9 @@ class VariantResult:
     first_inference_ms: float | None = None
     runs: list[RunResult] = field(default_factory=list)
     profile: dict[str, Any] | None = None
+    model: str = ""
+    """The model this variant is a form of (a bundle's source model, else the file): ratios are
+    taken within it, and the plot gives it a panel of its own."""
 
     @property
     def valid(self) -> bool:
@@ -89,9 +90,21 @@ class BenchReport:
     started: str
     warnings: list[str] = field(default_factory=list)
 
+    def reference(self, v: VariantResult) -> VariantResult:
+        """The variant ``v`` is compared with: the first one of the same model (a detector's
+        latency divided by a classifier's says nothing)."""
+        return next(r for r in self.variants if (r.model or r.name) == (v.model or v.name))
+
+    def groups(self) -> dict[str, list[VariantResult]]:
+        """Variants by model, models in the order they first appear."""
+        out: dict[str, list[VariantResult]] = {}
+        for v in self.variants:
+            out.setdefault(v.model or v.name, []).append(v)
+        return out
+
     def ratio(self, v: VariantResult, stat: str = "p50_ms") -> float:
-        """Latency of ``v`` divided by the first variant's (below 1: faster than the reference)."""
-        ref = getattr(self.variants[0].pooled(), stat)
+        """Latency of ``v`` divided by its model's first variant's (below 1: faster than it)."""
+        ref = getattr(self.reference(v).pooled(), stat)
         return getattr(v.pooled(), stat) / ref if ref else float("nan")
 
     @property
@@ -106,7 +119,10 @@ class BenchReport:
             f"{'cv':>6}{'e2e p50':>9}{'fps':>9}{'p50 x':>8}{'p90 x':>8}  valid"
         )
         lines = [head, "-" * len(head)]
+        several = len(self.groups()) > 1
         for v in self.variants:
+            if several and self.reference(v) is v:
+                lines.append(f"model {v.model or v.name}:")
             s = v.pooled()
             n = f"{len(v.runs)} x {round(s.count / max(1, len(v.runs)))}"
             lines.append(
@@ -116,7 +132,7 @@ class BenchReport:
             )
         lines.append(
             "latency in ms (inference stage, warm-up excluded, repeats pooled); "
-            "ratios = latency / first variant's (below 1 = faster)"
+            "ratios = latency / the first variant's of the same model (below 1 = faster)"
         )
         return "\n".join(lines)
 
@@ -137,6 +153,8 @@ class BenchReport:
             out["variants"].append(
                 {
                     "name": v.name,
+                    "model": v.model or v.name,
+                    "ratio_to": self.reference(v).name,
                     "path": v.path,
                     "variant": v.variant,
                     "precision": v.precision,
@@ -257,48 +275,6 @@ def short_runtime(info: dict[str, Any]) -> str:
         what = ",".join(p.replace("ExecutionProvider", "") for p in info.get("providers_used", []))
     threads = f" t{info['num_threads']}" if info.get("num_threads") else ""
     return f"{backend} {what}{threads}"
-
-
-def threads_over_cores(report: BenchReport) -> list[str]:
-    """``"demo-rpi:fp16 uses 4 threads on 2 usable cores"`` for each variant asking for more threads
-    than this machine can run at once (a Pi profile benchmarked on a small VM, say)."""
-    cores = report.machine.get("cores_usable") or report.machine.get("cores")
-    out = []
-    for v in report.variants:
-        threads = v.runtime.get("num_threads")
-        if cores and isinstance(threads, int) and threads > cores:
-            out.append(f"{v.name} uses {threads} threads on {cores} usable cores")
-    return out
-
-
-def noise_warnings(report: BenchReport) -> list[str]:
-    """Warnings for noisy or invalid variants: spread within runs and between repeats, and
-    more threads than cores."""
-    out = [f"{w}: threads compete for cores, so the latency is not what a device with that many cores would "
-           "measure (set --threads to the cores you have, or run it on the device)" for w in threads_over_cores(report)]
-    cfg = report.config
-    for v in report.variants:
-        s = v.pooled()
-        if s.count and s.cv > cfg.max_cv:
-            out.append(
-                f"{v.name}: noisy, coefficient of variation {s.cv:.2f} > {cfg.max_cv:.2f} (close other "
-                "programs, set the governor to performance, or raise --min-duration)"
-            )
-        p50s = v.repeat_p50s()
-        if len(p50s) >= 2 and statistics.mean(p50s) > 0:
-            spread = statistics.stdev(p50s) / statistics.mean(p50s)
-            if spread > REPEAT_SPREAD_BOUND:
-                out.append(
-                    f"{v.name}: medians differ between repeats (cv {spread:.2f} > {REPEAT_SPREAD_BOUND}): "
-                    "the machine's speed drifted; compare ratios, not absolute times"
-                )
-        if not v.valid:
-            bad = sum(not r.valid for r in v.runs)
-            out.append(
-                f"{v.name}: {bad} run(s) invalid: --max-duration reached before --min-count frames "
-                "over --min-duration seconds"
-            )
-    return out
 
 
 def format_profile(v: VariantResult, top: int = 12) -> str:

@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     return cli(["bench", *map(str, bundles), "--variants", "all", "--backend", "onnxruntime",
                 "--camera", f"file:{clip}", "--min-duration", args.min_duration, "--min-count", args.min_count,
-                "--repeats", args.repeats, "--json", str(dist / "bench.json"), "--csv", str(dist / "bench.csv"),
+                "--repeats", args.repeats, "--json-file", str(dist / "bench.json"), "--csv", str(dist / "bench.csv"),
                 "--plot", str(dist / "bench.png")])
 
 
