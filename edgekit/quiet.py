@@ -62,9 +62,11 @@ def import_cv2(needed_for: str = "this") -> Any:
 def native_stderr_to_log(logger: logging.Logger) -> Iterator[None]:
     """Catch what native code writes to fd 2 inside the block and log it instead.
 
-    Keep the block short: for its duration every write to fd 2 in the process (other threads
-    included) is caught, and re-logged line by line when it ends. Python's ``sys.stderr`` is
-    flushed first so nothing written before the block is caught.
+    Keep the block short: for its duration every write to fd 2 in the process is caught, and
+    re-logged line by line when it ends. Python's ``sys.stderr`` is flushed first so nothing
+    written before the block is caught, and the logging handlers that write to fd 2 are held
+    for the block, so another thread's log line waits a moment instead of being caught and
+    re-logged as a WARNING with a second timestamp (the daemon logs from several threads).
     """
     try:
         saved = os.dup(2)
@@ -72,15 +74,40 @@ def native_stderr_to_log(logger: logging.Logger) -> Iterator[None]:
         yield
         return
     sys.stderr.flush()
-    with tempfile.TemporaryFile() as caught:
-        os.dup2(caught.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            caught.seek(0)
-            text = caught.read().decode("utf-8", "replace")
+    held = _stderr_handlers()
+    for handler in held:  # RLocks: this thread may still log (that line is caught, as before)
+        handler.acquire()
+    try:
+        with tempfile.TemporaryFile() as caught:
+            os.dup2(caught.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+                caught.seek(0)
+                text = caught.read().decode("utf-8", "replace")
+    finally:
+        for handler in reversed(held):
+            handler.release()
     for line in text.splitlines():
         if line.strip():
             logger.log(logging.DEBUG if line.startswith("INFO:") else logging.WARNING, "%s", line)
+
+
+def _stderr_handlers() -> list[logging.Handler]:
+    """Every logging handler whose stream is fd 2, each once, in a fixed order (so two threads
+    holding them never wait on each other crosswise)."""
+    loggers = [logging.getLogger(), *(x for x in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(x, logging.Logger))]
+    found: dict[int, logging.Handler] = {}
+    for lg in loggers:
+        for handler in lg.handlers:
+            stream = getattr(handler, "stream", None)
+            try:
+                to_fd2 = stream is not None and stream.fileno() == 2
+            except (AttributeError, OSError, ValueError):  # a StringIO, a closed stream: not fd 2
+                to_fd2 = False
+            if to_fd2:
+                found[id(handler)] = handler
+    return [found[k] for k in sorted(found)]
