@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import edgekit.userjson as userjson
 from edgekit.detect.labelset import (
     DetectionImage,
     DetectionSet,
@@ -92,7 +93,7 @@ def _read_json(path: Path) -> Any:
     if not text.strip():
         raise UsageError(f"{path} is empty: no annotations", "give a COCO file with images, annotations, categories")
     try:
-        return json.loads(text)
+        return userjson.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path} is not valid JSON (line {exc.lineno}: {exc.msg})",
                          "fix or re-export the annotations file") from exc

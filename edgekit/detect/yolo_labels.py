@@ -35,13 +35,17 @@ def _names_from_yaml(path: Path) -> dict[int, str] | None:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise UsageError(f"cannot read {path}: {str(exc).splitlines()[0]}", "fix the YAML file") from exc
+    except RecursionError as exc:  # PyYAML's composer recurses once per nesting level
+        raise UsageError(f"cannot read {path}: nested too deeply to be a dataset file", "fix the YAML file") from exc
     names = data.get("names") if isinstance(data, dict) else None
-    if isinstance(names, list):
+    # a name is a scalar: str() of a nested (or alias-multiplied) structure could be enormous
+    scalar = (str, int, float)
+    if isinstance(names, list) and all(isinstance(n, scalar) for n in names):
         return {i: str(n) for i, n in enumerate(names)}
-    if isinstance(names, dict) and all(isinstance(k, int) for k in names):
+    if isinstance(names, dict) and all(isinstance(k, int) and isinstance(v, scalar) for k, v in names.items()):
         return {int(k): str(v) for k, v in names.items()}
     if names is not None:
-        raise UsageError(f"{path}: names is neither a list nor an {{id: name}} table", "fix the YAML file")
+        raise UsageError(f"{path}: names is neither a list of names nor an {{id: name}} table", "fix the YAML file")
     return None
 
 
