@@ -112,12 +112,21 @@ def dict_builder(ctx, target, out_dir):
     return {"models": [], "default_model": "x", "verification": {}}
 
 
+@pytest.fixture(autouse=True)
+def _trusted_builders(monkeypatch):
+    """A builder outside edgekit is called only when the user trusts it (edgekit.target.check_builder)."""
+    from edgekit.target import TRUSTED_BUILDERS_ENV
+
+    monkeypatch.setenv(TRUSTED_BUILDERS_ENV,
+                       "tests.test_build_contract:copy_builder,tests.test_build_contract:dict_builder")
+
+
 def _target(tmp_path, builder):
     path = tmp_path / f"{builder}.toml"
-    # FakeRuntime only as the adapter's name in the manifest: the copied .keras file has no real runtime
-    # adapter, and no test here opens the bundle (the test is about the manifest the builder's output makes)
+    # an adapter of the backends table (a target file may name no other) only as its name in the manifest:
+    # no test here opens the bundle (the test is about the manifest the builder's output makes)
     path.write_text(f'name = "custom"\nsummary = "a custom target"\nbuilder = "tests.test_build_contract:{builder}"\n'
-                    'adapter = "edgekit.runtime.fake:FakeRuntime"\n[build]\nvariants = ["raw"]\nopset = 9\n'
+                    'adapter = "edgekit.runtime.onnxrt:OnnxRuntime"\n[build]\nvariants = ["raw"]\nopset = 9\n'
                     '[runtime.options]\nthreads = 4\nmode = "x"\n')
     return str(path)
 
