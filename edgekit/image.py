@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import EdgekitError
+from edgekit.imagesize import HEAD_BYTES, ImageTooLarge, check_pixels  # noqa: F401 - re-exported
 from edgekit.imgops import area_shrink, area_shrink_matches_opencv, crop_problem, crop_window, letterbox_window, pad
 from edgekit.imgops import convert_colour as _np_convert_colour
 from edgekit.imgops import resize as _np_resize
@@ -318,10 +319,12 @@ def read_image(path: str | Path) -> np.ndarray:
     """Read an image file as an OpenCV-convention uint8 frame (gray, BGR).
 
     Decoded by OpenCV when it is installed, else by Pillow. Raises ImageReadError for files
-    that cannot be decoded, including truncated ones; BackendUnavailable when neither library
-    is installed. 16-bit images are scaled to 8 bits; alpha is dropped.
+    that cannot be decoded, including truncated ones; ImageTooLarge (an EdgekitError, not
+    skipped as unreadable) for one declaring more than imagesize.MAX_PIXELS; BackendUnavailable
+    when neither library is installed. 16-bit images are scaled to 8 bits; alpha is dropped.
     """
     data = np.fromfile(str(path), dtype=np.uint8)
+    check_pixels(path, data[:HEAD_BYTES].tobytes())  # ImageTooLarge before a byte is decoded
     if data[:2].tobytes() == b"\xff\xd8" and b"\xff\xd9" not in data[-64:].tobytes():
         # libjpeg decodes a cut-off JPEG with only a warning and grey fill: refuse it.
         raise ImageReadError(f"{path}: truncated JPEG")
@@ -340,7 +343,10 @@ def read_image(path: str | Path) -> np.ndarray:
 
 
 def _decode_opencv(cv2, data: np.ndarray) -> np.ndarray | None:
-    return cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+    try:
+        return cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+    except cv2.error:  # e.g. past OpenCV's own pixel limit in a format whose header is not read here
+        return None
 
 
 def _decode_pillow(path: str | Path, data: np.ndarray) -> np.ndarray | None:

@@ -107,7 +107,7 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
     """Build every target of ``request``; see :func:`build` for what is returned and raised."""
     t_start = time.perf_counter()
     log = BuildLog(quiet=request.quiet)
-    with interruptible(log):
+    with interruptible(log), _created_dirs_removed_on_failure(request.out):
         resolved = _resolve_targets(request)
         declared_task, input_size = _declared(request, log)
         source = load_source_model(request.model, input_size)
@@ -160,6 +160,29 @@ def _build_each(ctx: BuildContext, targets: list[Target],
             ctx.log.warn(f"{target.name}: not built: {exc.message}; going on with the other targets")
             failures[target.name] = exc
     return results, failures
+
+
+@contextmanager
+def _created_dirs_removed_on_failure(out: Path) -> Iterator[None]:
+    """A build that stops (an error, Ctrl-C, SIGTERM) removes the ``--out`` folders it created
+    (``out`` and any missing parents), when they are still empty; a folder that was there before,
+    or one holding a finished bundle or a ``.rejected`` one, stays."""
+    created = []
+    folder = Path(out).absolute()
+    while not folder.exists() and folder != folder.parent:
+        created.append(folder)
+        folder = folder.parent
+    try:
+        yield
+    except BaseException:
+        for folder in created:  # deepest first
+            try:
+                folder.rmdir()
+            except FileNotFoundError:
+                continue
+            except OSError:  # not empty: a bundle was published there
+                break
+        raise
 
 
 @contextmanager

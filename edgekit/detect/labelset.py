@@ -97,17 +97,15 @@ def safe_relative(name: Any, where: str) -> Path:
 
 
 def image_size(path: Path) -> tuple[int, int]:
-    """``(width, height)`` of an image file, from its header where Pillow is installed."""
+    """``(width, height)`` of an image file, from its header (imagesize; Pillow for other formats),
+    else by decoding it. ImageTooLarge past imagesize.MAX_PIXELS, before anything is decoded."""
     from edgekit.image import ImageReadError, read_image
+    from edgekit.imagesize import file_size
 
     try:
-        from PIL import Image
-    except ImportError:
-        Image = None  # noqa: N806
-    try:
-        if Image is not None:
-            with Image.open(path) as im:
-                return int(im.size[0]), int(im.size[1])
+        size = file_size(path)
+        if size is not None:
+            return int(size[0]), int(size[1])
         h, w = read_image(path).shape[:2]
         return int(w), int(h)
     except (OSError, ImageReadError, ValueError) as exc:
