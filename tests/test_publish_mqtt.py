@@ -178,7 +178,8 @@ def test_publish_modes_at_15_fps(tmp_path):
 def test_home_assistant_discovery_and_label_topics(tmp_path):
     broker = Broker(tmp_path).start()
     sub = Subscriber(broker.port, "#")
-    options = MqttOptions(qos=1, discovery=True, labels_of_interest=("cat", "Red Car"), model="demo-cpu")
+    options = MqttOptions(qos=1, discovery=True, labels_of_interest=("cat", "Red Car"), model="demo-cpu",
+                          device_class="motion")
     pub = MqttPublisher("127.0.0.1", broker.port, topic="edgekit/porch", options=options,
                         policy=PublishPolicy(mode="change", confirm_frames=1))
     try:
@@ -193,20 +194,34 @@ def test_home_assistant_discovery_and_label_topics(tmp_path):
             entity = json.loads(payload)
             assert entity["availability_topic"] == "edgekit/porch/availability"
             assert entity["device"]["identifiers"] == ["edgekit_porch"] and entity["unique_id"].startswith("edgekit_")
+            assert "object_id" not in entity  # deprecated by Home Assistant 2025.10
         for label in ("cat", "Red Car", "cat"):
             pub.publish_result({"top": [{"label": label, "score": 0.9}]})
         wait_until(lambda: len(sub.on("/label/cat")) >= 3, what="label topics")
+        # a dashboard that subscribes while the device is up gets the entities and the current state (retained)
+        late = Subscriber(broker.port, "#")
+        wait_until(lambda: len(late.on("/config")) == 4 and late.on("/state"), what="retained messages")
+        assert late.on("edgekit/porch/state")[-1] == ("cat", True)
+        assert json.loads(late.on("edgekit/porch/sensors")[-1][0])["state"] == "cat"
+        late.close()
     finally:
         pub.close()
         sub.close()
-    assert [p for p, _ in sub.on("/label/cat")] == ["ON", "OFF", "ON"]
-    assert [p for p, _ in sub.on("/label/red_car")] == ["OFF", "ON", "OFF"]
-    assert [p for p, _ in sub.on("edgekit/porch/state")] == ["cat", "Red Car", "cat"]
-    # A dashboard that subscribes later gets the entities and the current state (retained).
+    assert [p for p, _ in sub.on("/label/cat")] == ["ON", "OFF", "ON", ""]  # "": cleared by the clean stop
+    assert [p for p, _ in sub.on("/label/red_car")] == ["OFF", "ON", "OFF", ""]
+    assert [p for p, _ in sub.on("edgekit/porch/state")] == ["cat", "Red Car", "cat", ""]
+    binary = json.loads(next(p for t, p, _ in sub.messages if t.endswith("label_cat/config")))
+    assert binary["device_class"] == "motion" and binary["default_entity_id"] == "binary_sensor.porch_label_cat"
+    # the score reads <topic>/sensors (sent on each change, and at least every sensor_interval_s)
+    score = json.loads(next(p for t, p, _ in sub.messages if t.endswith("score/config")))
+    assert score["state_topic"] == "edgekit/porch/sensors" and score["expire_after"] == 31
+    assert [json.loads(p)["score"] for p, _ in sub.on("/sensors") if p] == [0.9, 0.9, 0.9]
+    # after a clean stop, a dashboard learns the device is offline and no stale label
     late = Subscriber(broker.port, "#")
     try:
-        wait_until(lambda: len(late.on("/config")) == 4 and late.on("/state"), what="retained messages")
-        assert late.on("edgekit/porch/state")[-1] == ("cat", True)
+        wait_until(lambda: len(late.on("/config")) == 4 and late.on("/availability"), what="retained messages")
+        assert late.on("/availability") == [("offline", True)]
+        assert late.on("/state") == [] and late.on("/label/cat") == [] and late.on("/sensors") == []
     finally:
         late.close()
         broker.stop()

@@ -17,7 +17,7 @@ from typing import Any
 
 from edgekit.camera import redact_uri
 from edgekit.camera.mailbox import FrameMailbox
-from edgekit.errors import BackendUnavailable, UsageError
+from edgekit.errors import BackendUnavailable, CameraError, UsageError
 from edgekit.serve.config import CameraConfig
 from edgekit.serve.stats import Counters, RateMeter
 
@@ -193,3 +193,12 @@ class Capture:
         self._counters.add("errors", camera=1)
         self.error = message
         log.warning("%s; retrying", message)
+
+
+def open_source(uri: str, options: dict[str, Any]):
+    """Open a camera with :func:`edgekit.camera.open_camera`."""
+    try:
+        from edgekit.camera import open_camera
+    except ImportError as exc:  # camera sources not shipped in this build
+        raise CameraError(f"cannot open camera {uri}: edgekit.camera has no open_camera", str(exc)) from exc
+    return open_camera(uri, **options)

@@ -25,6 +25,8 @@ from typing import Any
 from edgekit.errors import UsageError
 from edgekit.runtime import BACKENDS
 from edgekit.runtime.backends import MAX_THREADS
+from edgekit.serve.address import parse_address  # noqa: F401 - re-exported: it lived here
+from edgekit.serve.discovery import BINARY_DEVICE_CLASSES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -52,6 +54,7 @@ class ModelConfig:
     warmup_frames: int = 5  # a new bundle runs this many recent frames before it is swapped in
     probation_frames: int = 30  # a swapped-in bundle that fails within this many frames is rolled back
     min_agreement: float = 0.0  # top-1 agreement with the running model on the warm-up frames (0 = no check)
+    allow_task_change: bool = False  # hot-swap: accept a bundle with another task or other labels
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class CameraConfig:
 class OutputConfig:
     """``[output]``: results as JSON lines."""
 
-    jsonl: str = "-"  # "-" = stdout, "" = off, else a file, rotated by size
+    jsonl: str = "auto"  # "auto": stdout, or off under systemd; "-" = stdout, "" = off, else a file (rotated)
     max_bytes: int = 10_000_000
     backups: int = 3  # rotated files kept (file.1 ... file.N); 0 = truncate instead
 
@@ -104,6 +107,23 @@ class MqttConfig:
     discovery: bool = False  # Home Assistant MQTT discovery (sensors, binary sensors, availability)
     discovery_prefix: str = "homeassistant"
     labels_of_interest: tuple = ()  # a binary sensor (ON/OFF topic) for each of these labels
+    device_class: str = "occupancy"  # Home Assistant device class of those binary sensors ("" = none)
+    sensor_interval_s: float = 10.0  # <topic>/sensors (score, counts) at least this often while results flow
+
+
+@dataclass(frozen=True)
+class EventsConfig:
+    """``[events]``: a detector's objects as new/update/end events on <topic>/events."""
+
+    enabled: bool = True  # detectors only (a classifier has no objects)
+    labels: tuple = ()  # only these labels (empty = all)
+    min_score: float = 0.5  # a box is an object from this score
+    min_frames: int = 2  # seen in this many frames before "new" (one-frame flickers are no event)
+    max_missing: int = 5  # missing from this many frames in a row: "end"
+    iou: float = 0.3  # the least overlap that links a box to the same object in the next frame
+    update_interval_s: float = 5.0  # "update" at most this often while an object stays (0 = never)
+    jsonl: bool = False  # the events in the [output] JSON lines too
+    counts: bool = True  # <topic>/count/<label>: objects in view per label (retained, on change)
 
 
 @dataclass(frozen=True)
@@ -132,6 +152,7 @@ class ServeConfig:
     mqtt: MqttConfig = field(default_factory=MqttConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    events: EventsConfig = field(default_factory=EventsConfig)
     source: str = "defaults"  # where the values came from, for error messages
 
     def to_dict(self) -> dict[str, Any]:
@@ -158,6 +179,7 @@ SECTIONS: dict[str, type] = {
     "mqtt": MqttConfig,
     "http": HttpConfig,
     "log": LogConfig,
+    "events": EventsConfig,
 }
 _PATH_KEYS = {("model", "path"), ("model", "labels"), ("output", "jsonl"), ("mqtt", "password_file"),
               ("mqtt", "ca_file"), ("mqtt", "cert_file"), ("mqtt", "key_file")}
@@ -169,6 +191,7 @@ _CHOICES = {
     ("mqtt", "qos"): (0, 1, 2),
     ("mqtt", "publish"): ("every", "change", "interval"),
     ("mqtt", "queue_policy"): ("drop_oldest", "drop_newest"),
+    ("mqtt", "device_class"): BINARY_DEVICE_CLASSES,
 }
 _MINIMUM = {  # (table, key) -> smallest allowed value
     ("model", "threads"): 0,
@@ -194,6 +217,12 @@ _MINIMUM = {  # (table, key) -> smallest allowed value
     ("mqtt", "hysteresis"): 0.0,
     ("mqtt", "confirm_frames"): 1,
     ("mqtt", "queue_size"): 0,
+    ("mqtt", "sensor_interval_s"): 1.0,
+    ("events", "min_score"): 0.0,
+    ("events", "min_frames"): 1,
+    ("events", "max_missing"): 1,
+    ("events", "iou"): 0.01,
+    ("events", "update_interval_s"): 0.0,
 }
 
 
@@ -203,9 +232,7 @@ MAX_CONFIG_BYTES = 1 << 20
 
 def _type_name(value: Any) -> str:
     return {bool: "true/false", int: "an integer", float: "a number", str: "a string", dict: "a table",
-            tuple: "a list of strings", list: "a list of strings"}[
-        type(value)
-    ]
+            tuple: "a list of strings", list: "a list of strings"}[type(value)]
 
 
 def _check_value(where: str, table: str, key: str, value: Any, default: Any) -> Any:
@@ -270,7 +297,7 @@ def _section(where: str, table: str, raw: Any, base_dir: Path | None) -> Any:
             hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(names)}"
             raise UsageError(f"{where}: unknown key {key!r} in [{table}]", hint)
         value = _check_value(where, table, key, value, getattr(defaults, key))
-        if base_dir is not None and (table, key) in _PATH_KEYS and value not in ("", "-"):
+        if base_dir is not None and (table, key) in _PATH_KEYS and value not in ("", "-", "auto"):
             value = str(base_dir / value) if not Path(value).is_absolute() else value
         if base_dir is not None and (table, key) == ("camera", "uri"):
             value = _camera_uri_relative_to(base_dir, value)
@@ -330,22 +357,22 @@ def check(config: ServeConfig) -> ServeConfig:
         raise UsageError(f"{where}: [model] min_agreement is a share, 0..1", "e.g. 0.9 (0 turns the check off)")
     if config.http.latency_min_s >= 5:
         raise UsageError(f"{where}: [http] latency_min_s must be below 5 s", "e.g. 0.0001 (100 us)")
-    _check_mqtt(where, m)
+    _check_mqtt(where, m, config.events)
     topic = config.topic
     if not topic or any(ch in topic for ch in "+#\0") or topic.startswith("/") or topic.endswith("/"):
-        raise UsageError(
-            f"{where}: [mqtt] topic {m.topic!r} gives {topic!r}, not a valid topic prefix",
-            "use letters, digits, '-', '_' and '/' between levels, e.g. edgekit/{device}",
-        )
+        raise UsageError(f"{where}: [mqtt] topic {m.topic!r} gives {topic!r}, not a valid topic prefix",
+                         "use letters, digits, '-', '_' and '/' between levels, e.g. edgekit/{device}")
     if config.http.listen:
         parse_address(config.http.listen, 9100, what="[http] listen", where=where)
     return config
 
 
-def _check_mqtt(where: str, m: MqttConfig) -> None:
+def _check_mqtt(where: str, m: MqttConfig, events: EventsConfig) -> None:
     """[mqtt] keys that depend on each other or on files (checked by --print-config too)."""
-    if m.min_score > 1:
-        raise UsageError(f"{where}: [mqtt] min_score is a score, 0..1", "e.g. 0.5")
+    for table, key, value in (("mqtt", "min_score", m.min_score), ("events", "min_score", events.min_score),
+                              ("events", "iou", events.iou)):
+        if value > 1:
+            raise UsageError(f"{where}: [{table}] {key} is a score, 0..1", "e.g. 0.5")
     if (m.ca_file or m.cert_file or m.key_file) and not m.tls:
         raise UsageError(f"{where}: [mqtt] ca_file/cert_file/key_file are set but tls is false", "set tls = true")
     if m.key_file and not m.cert_file:
@@ -355,24 +382,6 @@ def _check_mqtt(where: str, m: MqttConfig) -> None:
         if path and not os.access(path, os.R_OK):
             raise UsageError(f"{where}: [mqtt] {key} {path} is missing or unreadable",
                              "fix the path or its permissions (the daemon's user must read it)")
-
-
-def parse_address(text: str, default_port: int, what: str = "address", where: str = "") -> tuple[str, int]:
-    """Split ``host``, ``host:port``, ``:port`` or ``[v6addr]:port`` into ``(host, port)``."""
-    prefix = f"{where}: " if where else ""
-    host, port_text = text, ""
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port_text = rest[1:] if rest.startswith(":") else rest
-    elif text.count(":") == 1:
-        host, _, port_text = text.partition(":")
-    try:
-        port = int(port_text) if port_text else default_port
-    except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise UsageError(f"{prefix}{what} {text!r} has a bad port", "write host:port, e.g. 127.0.0.1:9100")
-    return host or "127.0.0.1", port
 
 
 def override(config: ServeConfig, table: str, **values: Any) -> ServeConfig:

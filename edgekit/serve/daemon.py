@@ -26,22 +26,22 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from edgekit.camera.mailbox import FrameMailbox
-from edgekit.errors import CameraError, UsageError
+from edgekit.errors import UsageError
 from edgekit.metrics import PipelineMetrics
 from edgekit.pipeline import frame_problem  # noqa: F401 - re-exported: it lived here
-from edgekit.serve.capture import Capture, check_reduced_decode
+from edgekit.serve.capture import Capture, check_reduced_decode, open_source
 from edgekit.serve.config import ServeConfig, parse_address
+from edgekit.serve.objects import ObjectTracker, tracker_from_config
 from edgekit.serve.preflight import preflight
-from edgekit.serve.publish import JsonLinesSink, MqttPublisher, mqtt_from_config, to_json
+from edgekit.serve.publish import JsonLinesSink, MqttPublisher, count_labels, mqtt_from_config, to_json
 from edgekit.serve.stats import RATE_WINDOW_S, Counters, RateMeter, camera_health, health_stats, percentiles
 from edgekit.serve.stats import stats_line as format_stats_line
 from edgekit.serve.supervisor import ModelSupervisor, model_options
 from edgekit.serve.swap import BundleSwap
-from edgekit.serve.systemd import Watchdog, sd_notify
+from edgekit.serve.systemd import Watchdog, resolve_output, sd_notify
 
 __all__ = ["Daemon", "RateMeter", "sd_notify", "model_options", "open_source", "RATE_WINDOW_S", "LATENCY_WINDOW"]
 
@@ -52,15 +52,6 @@ STATS_LOG_INTERVAL_S = 60.0  # a stats line in the journal this often
 POLL_S = 0.1  # how often an idle loop checks for stop: bounds the reaction to SIGTERM
 LATENCY_STAGES = ("preprocess", "inference", "end_to_end")
 DETECT_STAGES = ("decode", "nms")  # a detector's postprocess, split: in /stats, MQTT and Prometheus when recorded
-
-
-def open_source(uri: str, options: dict[str, Any]):
-    """Open a camera with :func:`edgekit.camera.open_camera`."""
-    try:
-        from edgekit.camera import open_camera
-    except ImportError as exc:  # camera sources not shipped in this build
-        raise CameraError(f"cannot open camera {uri}: edgekit.camera has no open_camera", str(exc)) from exc
-    return open_camera(uri, **options)
 
 
 class Daemon:
@@ -94,7 +85,7 @@ class Daemon:
         labels: list[str] | None = None,
         clock: Callable[[], int] = time.perf_counter_ns,
     ):
-        self.config = config
+        self.config = config = resolve_output(config)  # [output] jsonl "auto": stdout, or a file under systemd
         self._clock = clock
         self._stop = threading.Event()
         self._slot = FrameMailbox()
@@ -109,6 +100,7 @@ class Daemon:
         # What start() checks before opening anything: only the parts this daemon opens itself.
         self._preflight = {"model": runtime_factory is None, "camera": camera_factory is None}
         self._swap: BundleSwap | None = None
+        self._objects: ObjectTracker | None = None  # a detector's objects -> new/update/end events
         self._started_ns: int | None = None
         self.sink: JsonLinesSink | None = None
         self.mqtt: MqttPublisher | None = None
@@ -124,6 +116,8 @@ class Daemon:
         preflight(cfg, **self._preflight)
         self._model.open()
         check_reduced_decode(cfg.camera.options, self._model.pipeline.preprocess.spec.crop)
+        if cfg.events.enabled and (getattr(self._model, "_task", None) or ("classify",))[0] == "detect":
+            self._objects = tracker_from_config(cfg.events)
         if self._preflight["model"]:  # hot-swap needs the daemon to open [model] path itself
             self._swap = BundleSwap(cfg, self._model.open_candidate, self._model, self._stop)
             self._swap.start()
@@ -141,7 +135,8 @@ class Daemon:
         return self
 
     def _start_mqtt(self) -> None:
-        self.mqtt = mqtt_from_config(self.config, model=Path(self.config.model.path).name)
+        counted = count_labels(self.config, self._model.labels or [], self._objects is not None)
+        self.mqtt = mqtt_from_config(self.config, model=self._model.identity.get("bundle", ""), count_labels=counted)
         self.mqtt.start()
 
     def _start_http(self, host: str, port: int) -> None:
@@ -159,8 +154,21 @@ class Daemon:
         log.info("metrics on http://%s:%d/metrics", *self.http.address)
 
     def _swap_event(self, event: dict[str, Any]) -> None:
-        if self.mqtt is not None:
-            self.mqtt.publish_event({"device": self.config.device, **event})
+        if self.mqtt is not None:  # "type" tells it from an object's new/update/end on the same topic
+            self.mqtt.publish_event({"device": self.config.device, "type": "model_swap", **event})
+
+    def _object_events(self, events: list[dict[str, Any]]) -> None:
+        """Publish a detector's object events (MQTT, and JSON lines when asked) and the counts."""
+        model, e = self._model.identity, self.config.events
+        for event in events:
+            event = {"device": self.config.device, **event, "model": model.get("bundle", ""),
+                     "bundle_sha256": model.get("sha256", "")}
+            if e.jsonl and self.sink is not None:
+                self.sink.write(event)
+            if self.mqtt is not None:
+                self.mqtt.publish_event(event)
+        if self.mqtt is not None and e.counts:
+            self.mqtt.publish_counts(self._objects.counts())
 
     def stop(self) -> None:
         """Ask the daemon to stop after the current frame. Safe from signal handlers and threads."""
@@ -208,6 +216,8 @@ class Daemon:
         self._capture.join(timeout_s=1.0)
         if self._swap is not None:
             self._swap.close()
+        if self._objects is not None:  # every object still in view ends with the daemon
+            self._object_events(self._objects.end_all())
         for part in (self.sink, self.mqtt, self.http):
             if part is not None:
                 part.close()
@@ -298,6 +308,8 @@ class Daemon:
         return True
 
     def _publish(self, record: dict[str, Any]) -> None:
+        if self._objects is not None and isinstance(record.get("detections"), list):
+            self._object_events(self._objects.update(record["detections"], record["time"]))
         if self.sink is not None:
             errors = self.sink.errors
             self.sink.write(record)
@@ -349,7 +361,7 @@ class Daemon:
             "errors": counts["errors"],
             "reconnects": counts["reconnects"],
             "info": {"device": self.config.device, "camera": self._capture.name,
-                     "model": Path(self.config.model.path).name if self.config.model.path else "",
+                     "model": model.get("bundle", ""),
                      "backend": info.get("backend", ""), "delegate": info.get("delegate_requested", ""),
                      "variant": model.get("variant", ""), "bundle_sha256": model.get("sha256", "")},
             "runtime": info,

@@ -5,14 +5,21 @@ Home Assistant creates entities from retained JSON configs under
 (https://www.home-assistant.io/integrations/mqtt/#mqtt-discovery). An edgekit device
 announces:
 
-- ``sensor`` *label*: the current state (``<topic>/state``, a plain label, retained);
-- ``sensor`` *score*: the top score of the latest published result (``<topic>/result``);
+- ``sensor`` *label*: the current state (``<topic>/state``, a plain label, retained), with the
+  sensor JSON (score, counts) as its attributes;
+- ``sensor`` *score*: the top score, from ``<topic>/sensors`` (:mod:`edgekit.serve.sensors`),
+  sent on every change and at least every ``sensor_interval_s``; ``expire_after`` makes it
+  unknown when results stop coming (a camera that is down) instead of showing an old score;
+- for a detector, ``sensor`` *count* (boxes in the frame) and one ``sensor`` per counted
+  label (confirmed objects in view), from the same JSON;
 - one ``binary_sensor`` per label of interest, on its own retained ``ON``/``OFF`` topic
-  ``<topic>/label/<slug>``.
+  ``<topic>/label/<slug>``, with a ``device_class`` (``occupancy`` by default).
 
-All share the device's availability topic (``online``/``offline``, the last will). Labels
-come from a bundle, which is untrusted: they never enter a Home Assistant template (a label
-with ``{{`` in it would be code there); each binary sensor has its own plain topic instead.
+All share the device's availability topic (``online``/``offline``, the last will), so every
+entity shows *unavailable* while the device is away. Labels come from a bundle, which is
+untrusted: they never enter a Home Assistant template (a label with ``{{`` in it would be code
+there); templates name slugs only (``[a-z0-9_]``). ``default_entity_id`` replaces ``object_id``,
+which Home Assistant deprecated in 2025.10 (it stops working in 2026.4).
 """
 
 from __future__ import annotations
@@ -20,9 +27,14 @@ from __future__ import annotations
 import json
 import re
 
-# a classifier's result has ``top``, a detector's ``detections`` (best first); the template is ours, never a label
-SCORE_TEMPLATE = ("{{ value_json.top[0].score if value_json.top else "
-                  "(value_json.detections[0].score if value_json.detections else 0) }}")
+# Home Assistant's binary sensor device classes ("" = none): a typo would make discovery fail there, silently
+BINARY_DEVICE_CLASSES = (
+    "", "battery", "battery_charging", "carbon_monoxide", "cold", "connectivity", "door", "garage_door", "gas",
+    "heat", "light", "lock", "moisture", "motion", "moving", "occupancy", "opening", "plug", "power", "presence",
+    "problem", "running", "safety", "smoke", "sound", "tamper", "update", "vibration", "window",
+)
+# a payload that is not JSON (the retained message cleared on a clean stop) must not raise in the template
+_JSON_GUARD = "{{% if value_json is defined %}}{{{{ value_json.{} }}}}{{% endif %}}"
 
 
 def slug(text: str) -> str:
@@ -30,20 +42,28 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9_]+", "_", text.lower()).strip("_") or "_"
 
 
-def label_topics(topic: str, labels: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """``label -> <topic>/label/<slug>``; a slug two labels share gets a numeric suffix."""
+def label_topics(topic: str, labels: tuple[str, ...] | list[str], kind: str = "label") -> dict[str, str]:
+    """``label -> <topic>/<kind>/<slug>``; a slug two labels share gets a numeric suffix."""
     seen: dict[str, int] = {}
     out = {}
     for label in labels:
         s = slug(label)
         n = seen.get(s, 0)
         seen[s] = n + 1
-        out[label] = f"{topic}/label/{s}" + (f"_{n + 1}" if n else "")
+        out[label] = f"{topic}/{kind}/{s}" + (f"_{n + 1}" if n else "")
     return out
 
 
+def _sensor(name: str, key: str, topic: str, expire_after: int, **extra: object) -> dict[str, object]:
+    """A numeric sensor reading ``key`` of the sensor JSON (``key`` is ours or a slug, never a label)."""
+    return {"name": name, "state_topic": f"{topic}/sensors", "value_template": _JSON_GUARD.format(key),
+            "state_class": "measurement", "expire_after": expire_after, **extra}
+
+
 def discovery_messages(topic: str, device: str, labels_of_interest: tuple[str, ...] | list[str],
-                       prefix: str = "homeassistant", model: str = "", version: str = "") -> list[tuple[str, str]]:
+                       prefix: str = "homeassistant", model: str = "", version: str = "",
+                       count_labels: tuple[str, ...] | list[str] = (), device_class: str = "occupancy",
+                       sensor_interval_s: float = 10.0) -> list[tuple[str, str]]:
     """``(config topic, retained JSON payload)`` for every entity of this device."""
     node = slug(device)
     base = {
@@ -53,17 +73,28 @@ def discovery_messages(topic: str, device: str, labels_of_interest: tuple[str, .
         "device": {"identifiers": [f"edgekit_{node}"], "name": device, "manufacturer": "edgekit",
                    "model": model or "edgekit serve", "sw_version": version},
     }
+    # three missed refreshes: a score older than that is not what the camera sees now
+    expire = int(3 * sensor_interval_s) + 1
     entities = [
-        ("sensor", "label", {"name": "Label", "state_topic": f"{topic}/state", "icon": "mdi:eye"}),
-        ("sensor", "score", {"name": "Score", "state_topic": f"{topic}/result", "value_template": SCORE_TEMPLATE,
-                             "state_class": "measurement"}),
+        ("sensor", "label", {"name": "Label", "state_topic": f"{topic}/state", "icon": "mdi:eye",
+                             "json_attributes_topic": f"{topic}/sensors"}),
+        ("sensor", "score", _sensor("Score", "score", topic, expire, suggested_display_precision=2)),
     ]
+    if count_labels:
+        entities.append(("sensor", "count", _sensor("Objects", "count", topic, expire, icon="mdi:counter")))
+    for label, count_topic in label_topics(topic, count_labels, kind="count").items():
+        key = count_topic.rsplit("/", 1)[1]
+        entities.append(("sensor", f"count_{key}", _sensor(f"{label} count", f"counts['{key}']", topic, expire,
+                                                            icon="mdi:counter")))
     for label, state_topic in label_topics(topic, labels_of_interest).items():
         object_id = state_topic.rsplit("/", 1)[1]
+        extra = {"device_class": device_class} if device_class else {}
         entities.append(("binary_sensor", f"label_{object_id}",
-                         {"name": label, "state_topic": state_topic, "payload_on": "ON", "payload_off": "OFF"}))
+                         {"name": label, "state_topic": state_topic, "payload_on": "ON", "payload_off": "OFF",
+                          **extra}))
     messages = []
     for component, object_id, extra in entities:
-        config = {**base, **extra, "unique_id": f"edgekit_{node}_{object_id}", "object_id": f"{node}_{object_id}"}
+        config = {**base, **extra, "unique_id": f"edgekit_{node}_{object_id}",
+                  "default_entity_id": f"{component}.{node}_{object_id}"}
         messages.append((f"{prefix}/{component}/{node}/{object_id}/config", json.dumps(config)))
     return messages

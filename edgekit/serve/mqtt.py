@@ -9,9 +9,17 @@ Topics, under ``topic`` (e.g. ``edgekit/pi-kitchen``):
 - ``<topic>/state``: the current state (a label, or ``none``), retained, on every change.
 - ``<topic>/label/<slug>``: ``ON``/``OFF`` per label of interest, retained (Home Assistant
   binary sensors; see :mod:`edgekit.serve.discovery`).
+- ``<topic>/sensors``: score, count and counts as JSON, retained, on change and at least every
+  ``sensor_interval_s`` (what Home Assistant's sensors read; :mod:`edgekit.serve.sensors`).
+- ``<topic>/count/<slug>``: a detector's confirmed objects per label, retained, on change.
 - ``<topic>/stats``: the daemon's stats JSON every ``stats_interval_s``.
-- ``<topic>/events``: one JSON per event (a model hot-swap: ok / rolled_back / refused, with
-  the reason, bundle and sha256), QoS 1 whatever ``qos`` is, queued while disconnected.
+- ``<topic>/events``: one JSON per event, QoS 1 whatever ``qos`` is, queued while disconnected:
+  a detector's objects (``type`` new / update / end, :mod:`edgekit.serve.objects`) and model
+  hot-swaps (``type`` model_swap: ok / rolled_back / refused, with the reason, bundle and sha256).
+
+A clean stop publishes ``offline`` and then clears the retained state, label, count and sensor
+topics (an empty retained message), so nobody reads the last label of a device that is gone; a
+device that vanishes is marked by its last will (``offline``) alone.
 
 Never silent: where it connects is logged at INFO at start, and every failed attempt at
 WARNING with the broker's address and the reason (paho itself only says so at DEBUG).
@@ -38,6 +46,7 @@ from typing import Any
 from edgekit.errors import BackendUnavailable
 from edgekit.serve.discovery import discovery_messages, label_topics
 from edgekit.serve.events import PublishPolicy, state_text
+from edgekit.serve.sensors import SensorFeed
 from edgekit.serve.sink import to_json
 
 log = logging.getLogger("edgekit.serve")
@@ -64,6 +73,10 @@ class MqttOptions:
     discovery_prefix: str = "homeassistant"
     labels_of_interest: tuple[str, ...] = ()
     model: str = ""  # for the Home Assistant device card
+    count_labels: tuple[str, ...] = ()  # a detector's labels with a count topic and sensor
+    device_class: str = "occupancy"  # of the binary sensors ("" = none)
+    sensor_interval_s: float = 10.0  # <topic>/sensors at least this often while results flow
+    min_score: float = 0.5  # a box counts in the sensors' "count" from this score
     device: str = ""  # the device's name there ("" = the last level of the topic)
 
 
@@ -97,6 +110,7 @@ class MqttPublisher:
         self._result_topic = f"{topic}/result"
         self.client_id = client_id or f"edgekit-{os.getpid()}"
         self._label_topics = label_topics(topic, o.labels_of_interest)
+        self._sensors = SensorFeed(topic, o.sensor_interval_s, tuple(o.count_labels), o.min_score)
         self.connected = threading.Event()
         self.connects = self.disconnects = self.failures = 0
         self.published = self.dropped = self.replayed = 0
@@ -163,7 +177,8 @@ class MqttPublisher:
         o = self.options
         device = o.device or self.topic.rsplit("/", 1)[-1]
         for config_topic, payload in discovery_messages(self.topic, device, o.labels_of_interest,
-                                                        o.discovery_prefix, o.model, __version__):
+                                                        o.discovery_prefix, o.model, __version__, o.count_labels,
+                                                        o.device_class, o.sensor_interval_s):
             client.publish(config_topic, payload, qos=1, retain=True)
 
     def _republish_state(self, client) -> None:
@@ -173,6 +188,10 @@ class MqttPublisher:
         if self.policy.state is not None:
             for topic, payload in self._state_messages(self.policy.state):
                 client.publish(topic, payload, qos=1, retain=True)
+        for topic, payload in self._sensors.count_messages():
+            client.publish(topic, payload, qos=1, retain=True)
+        if self._sensors.payload is not None:
+            client.publish(self._sensors.topic, self._sensors.payload, qos=0, retain=True)
 
     def _replay(self, client) -> None:
         """Send what waited in the queue, oldest first (called with the lock held)."""
@@ -261,6 +280,10 @@ class MqttPublisher:
         if state != previous:
             for topic, payload in self._state_messages(state, previous):
                 self._publish(topic, payload, 1, retain=True)
+        with self._lock:
+            sensors = self._sensors.offer(record, state_text(state), state != previous)
+        if sensors is not None:  # QoS 0, not queued: the newest is sent again on connect
+            self._publish(self._sensors.topic, sensors, 0, retain=True, queue=False)
         if not publish:
             return False
         payload = to_json({**record, "state": state_text(state)})
@@ -281,6 +304,19 @@ class MqttPublisher:
         like results); True when it was sent or queued."""
         return self._publish(f"{self.topic}/events", to_json(event), 1) != "dropped"
 
+    def publish_counts(self, counts: dict[str, int]) -> None:
+        """Objects in view per label (a detector's, from :mod:`edgekit.serve.objects`): each count
+        that changed goes to its retained ``<topic>/count/<slug>`` (QoS 1, queued)."""
+        with self._lock:
+            changed = self._sensors.set_counts(counts)
+        for topic, payload in changed:
+            self._publish(topic, payload, 1, retain=True)
+
+    def _retained_topics(self) -> list[str]:
+        """The retained topics that describe what the device sees (cleared on a clean stop)."""
+        return [f"{self.topic}/state", self._sensors.topic, *self._label_topics.values(),
+                *self._sensors.count_topics.values()]
+
     def publish_stats(self, payload: str) -> bool:
         """Publish a stats JSON (QoS 0, never queued); False while disconnected."""
         return self._publish(f"{self.topic}/stats", payload, 0, queue=False) == "sent"
@@ -300,6 +336,8 @@ class MqttPublisher:
         deadline = time.monotonic() + timeout_s
         if self.connected.is_set():
             info = self._client.publish(self.availability_topic, "offline", qos=1, retain=True)
+            for topic in self._retained_topics():  # after offline: Home Assistant shows unavailable, not empty
+                info = self._client.publish(topic, b"", qos=1, retain=True)
             try:
                 info.wait_for_publish(timeout=max(0.1, timeout_s / 2))
             except (RuntimeError, ValueError) as exc:  # raised when the connection went away meanwhile

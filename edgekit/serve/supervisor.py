@@ -9,7 +9,9 @@ same bounded metrics sink, so /stats percentiles span the reopen.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +24,27 @@ from edgekit.serve.stats import Counters
 from edgekit.serve.swap import Loaded, identity
 
 log = logging.getLogger("edgekit.serve")
+
+
+def model_identity(path: str, variant: str | None, target: str | None) -> dict[str, Any]:
+    """:func:`~edgekit.serve.swap.identity` named by the bundle's manifest: with the documented
+    layout ``[model] path`` is a symlink called ``bundle``, which named every result "bundle"."""
+    ident = identity(path, variant, target)
+    ident["bundle"] = manifest_name(ident["path"]) or ident["bundle"]
+    return ident
+
+
+def manifest_name(directory: str) -> str:
+    """The ``name`` in a bundle's ``edgekit.json`` ('' for a bare model or a name that is not a short
+    printable string: the manifest is untrusted and the name goes into topics' payloads and metrics)."""
+    from edgekit.bundle import MANIFEST
+
+    try:
+        with open(os.path.join(directory, MANIFEST), "rb") as f:
+            name = json.loads(f.read(1 << 20)).get("name")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return name if isinstance(name, str) and 0 < len(name) <= 100 and name.isprintable() else ""
 
 
 def model_options(config: ServeConfig) -> dict[str, Any]:
@@ -101,7 +124,7 @@ class ModelSupervisor:
         m = self.config.model
         opened = open_model(path, variant=m.name or None, labels=m.labels or None, **model_options(self.config))
         try:
-            return self._loaded(opened.runtime, opened.labels, identity(path, opened.variant, opened.target),
+            return self._loaded(opened.runtime, opened.labels, model_identity(path, opened.variant, opened.target),
                                 (opened.task, opened.task_options))
         except Exception:
             opened.close()
@@ -185,5 +208,5 @@ class ModelSupervisor:
         if self.labels is None:
             self.labels = opened.labels
         self._task = (opened.task, opened.task_options)
-        self.identity = identity(path, opened.variant, opened.target)
+        self.identity = model_identity(path, opened.variant, opened.target)
         return opened.runtime

@@ -54,3 +54,29 @@ class Watchdog:
             return False
         self._next = now + self.interval_s
         return sd_notify("WATCHDOG=1")
+
+
+def results_path(jsonl: str, environ: Mapping[str, str] | None = None) -> str:
+    """Where ``[output] jsonl = "auto"`` writes: stdout when run by hand or in a container; under
+    systemd (``$INVOCATION_ID`` set) ``results.jsonl`` in the unit's ``StateDirectory``
+    (``$STATE_DIRECTORY``, rotated by ``max_bytes``/``backups``), or nothing when the unit has none:
+    15-30 results a second do not belong in the journal. Any other value is returned as it is."""
+    if jsonl != "auto":
+        return jsonl
+    env = os.environ if environ is None else environ
+    if not env.get("INVOCATION_ID"):
+        return "-"
+    state = env.get("STATE_DIRECTORY", "").split(":")[0]  # several StateDirectory= are ':'-separated
+    return os.path.join(state, "results.jsonl") if state else ""
+
+
+def resolve_output(config):
+    """``config`` with ``[output] jsonl = "auto"`` replaced by :func:`results_path` (logged)."""
+    import dataclasses
+
+    if config.output.jsonl != "auto":
+        return config
+    path = results_path("auto")
+    log.info("results (JSON lines): %s ([output] jsonl = \"auto\")",
+             {"-": "stdout", "": "off (under systemd without a StateDirectory)"}.get(path, path))
+    return dataclasses.replace(config, output=dataclasses.replace(config.output, jsonl=path))
