@@ -20,9 +20,11 @@ from edgekit.detect.boxes import Detections
 from edgekit.quiet import import_cv2
 from edgekit.results import Classification
 
-# Ultralytics' 20-colour palette (BGR): distinct hues that stay readable under white text
-_PALETTE_HEX = ("FF3838", "FF9D97", "FF701F", "FFB21D", "CFD231", "48F90A", "92CC17", "3DDB86", "1A9334", "00D4BB",
-                "2C99A8", "00C2FF", "344593", "6473FF", "0018EC", "8438FF", "520085", "CB38FF", "FF95C8", "FF37C7")
+# Colour-blind-safe first: Okabe & Ito's 7 colours (black left out: a box outline), then Paul Tol's
+# "muted" scheme for classes 8-16 (https://personal.sron.nl/~pault/). Neighbouring indices
+# differ in hue and in lightness, so two classes in one frame do not look alike.
+_PALETTE_HEX = ("E69F00", "56B4E9", "009E73", "F0E442", "0072B2", "D55E00", "CC79A7",
+                "332288", "DDCC77", "117733", "CC6677", "88CCEE", "882255", "44AA99", "999933", "AA4499")
 PALETTE: tuple[tuple[int, int, int], ...] = tuple(
     (int(h[4:6], 16), int(h[2:4], 16), int(h[0:2], 16)) for h in _PALETTE_HEX
 )
@@ -34,13 +36,15 @@ def colour_for(index: int) -> tuple[int, int, int]:
     return PALETTE[int(index) % len(PALETTE)]
 
 
-def draw(frame: np.ndarray, result: Any) -> np.ndarray:
+def draw(frame: np.ndarray, result: Any, crop: Any = None) -> np.ndarray:
     """A copy of ``frame`` (uint8 gray, BGR or BGRA) as BGR with ``result`` drawn on it.
 
     :class:`~edgekit.detect.boxes.Detections`: a box per object with ``label score`` on a
-    filled tab in the class colour, its keypoints (if any) as small dots;
-    :class:`~edgekit.results.Classification`: the top label and score as a banner across the
-    top; any other result: the frame unchanged.
+    filled tab in the class colour (tabs placed so that none covers another), its keypoints (if
+    any) as small dots; :class:`~edgekit.results.Classification`: the top label and score as a
+    banner across the top, and with ``crop`` (the model input's crop, as
+    :class:`~edgekit.image.InputSpec` holds it) the window the model saw outlined, the rest of
+    the frame dimmed; any other result: the frame unchanged.
 
     Raises:
         BackendUnavailable: OpenCV is not installed.
@@ -52,6 +56,7 @@ def draw(frame: np.ndarray, result: Any) -> np.ndarray:
         _draw_detections(cv2, image, result)
     elif isinstance(result, Classification) and result.predictions:
         top = result.top
+        _window(cv2, image, crop, colour_for(top.index))
         _banner(cv2, image, f"{top.label} {top.score:.2f}", colour_for(top.index))
     return image
 
@@ -79,15 +84,18 @@ def _draw_detections(cv2: Any, image: np.ndarray, detections: Detections) -> Non
     # boxes in another image's pixels (a decoder not given the frame's shape): scale them over
     sx, sy = (w / detections.size[0], h / detections.size[1]) if detections.size else (1.0, 1.0)
     line, font_scale, thick = _sizes(image)
-    # worst first, so the best box and its label end up on top where boxes overlap
-    for det in reversed(detections.detections):
-        x1, y1, x2, y2 = det.box
-        p1 = (int(round(x1 * sx)), int(round(y1 * sy)))
-        p2 = (int(round(x2 * sx)) - 1, int(round(y2 * sy)) - 1)
+    boxes = [(int(round(d.box[0] * sx)), int(round(d.box[1] * sy)), int(round(d.box[2] * sx)) - 1,
+              int(round(d.box[3] * sy)) - 1) for d in detections.detections]
+    texts = [f"{d.label} {d.score:.2f}" for d in detections.detections]
+    tabs = place_tabs(boxes, [_text_size(cv2, t, font_scale, thick) for t in texts], image.shape[:2])
+    # worst first, so the best box ends up on top where boxes overlap; tabs after every box, so
+    # no box line crosses a label
+    for det, (x1, y1, x2, y2) in zip(reversed(detections.detections), reversed(boxes)):
         colour = colour_for(det.index)
-        cv2.rectangle(image, p1, p2, colour, line, cv2.LINE_8)  # axis-aligned: crisp, exact colour
+        cv2.rectangle(image, (x1, y1), (x2, y2), colour, line, cv2.LINE_8)  # axis-aligned: crisp, exact colour
         _dots(cv2, image, [(x * sx, y * sy) for x, y in det.keypoints], colour, line)
-        _tab(cv2, image, f"{det.label} {det.score:.2f}", p1, colour, font_scale, thick)
+    for det, text, tab in zip(reversed(detections.detections), reversed(texts), reversed(tabs)):
+        _tab(cv2, image, text, tab, colour_for(det.index), font_scale, thick)
 
 
 def _dots(cv2: Any, image: np.ndarray, points: list[tuple[float, float]], colour: tuple[int, int, int],
@@ -101,17 +109,64 @@ def _dots(cv2: Any, image: np.ndarray, points: list[tuple[float, float]], colour
         cv2.circle(image, centre, radius, colour, -1, cv2.LINE_AA)
 
 
-def _tab(cv2: Any, image: np.ndarray, text: str, corner: tuple[int, int], colour: tuple[int, int, int],
-         font_scale: float, thick: int) -> None:
-    """``text`` on a filled tab above the box corner (inside the box when there is no room above)."""
+def _text_size(cv2: Any, text: str, font_scale: float, thick: int) -> tuple[int, int]:
+    """Width and height of ``text``'s filled tab, padding included."""
     (tw, th), base = cv2.getTextSize(text, _FONT, font_scale, thick)
     pad = max(1, th // 4)
-    x = min(max(corner[0], 0), max(image.shape[1] - tw - 2 * pad, 0))
-    top = corner[1] - th - base - 2 * pad
-    if top < 0:
-        top = max(corner[1], 0)
-    cv2.rectangle(image, (x, top), (x + tw + 2 * pad, top + th + base + 2 * pad), colour, -1)
-    cv2.putText(image, text, (x + pad, top + pad + th), _FONT, font_scale, _ink(colour), thick, cv2.LINE_AA)
+    return tw + 2 * pad, th + base + 2 * pad
+
+
+def place_tabs(boxes: list[tuple[int, int, int, int]], sizes: list[tuple[int, int]],
+               shape: tuple[int, int]) -> list[tuple[int, int, int, int]]:
+    """Where each box's label tab goes (x1, y1, x2, y2), best box first: above its top-left
+    corner, else inside the box's top, else below it, else moved down past the tabs already
+    placed; always inside the image. Greedy, so the best-scoring box gets the natural spot."""
+    height, width = shape
+    placed: list[tuple[int, int, int, int]] = []
+    for (x1, y1, _x2, y2), (tw, th) in zip(boxes, sizes):
+        x = min(max(x1, 0), max(width - tw, 0))
+        tries = [y1 - th, y1, y2 + 1]
+        tab = None
+        for top in [t for t in tries if 0 <= t <= height - th] or [min(max(y1, 0), max(height - th, 0))]:
+            tab = (x, top, x + tw, top + th)
+            while (below := _hits(tab, placed)) is not None and below + th <= height:
+                tab = (x, below, x + tw, below + th)  # just under the lowest tab it touched
+            if _hits(tab, placed) is None:
+                break
+        placed.append(tab)
+    return placed
+
+
+def _hits(tab: tuple[int, int, int, int], placed: list[tuple[int, int, int, int]]) -> int | None:
+    """The lowest bottom edge of the placed tabs ``tab`` overlaps, or None."""
+    bottoms = [p[3] for p in placed if tab[0] < p[2] and p[0] < tab[2] and tab[1] < p[3] and p[1] < tab[3]]
+    return max(bottoms) if bottoms else None
+
+
+def _tab(cv2: Any, image: np.ndarray, text: str, tab: tuple[int, int, int, int], colour: tuple[int, int, int],
+         font_scale: float, thick: int) -> None:
+    """``text`` on a filled tab in the class colour."""
+    (tw, th), base = cv2.getTextSize(text, _FONT, font_scale, thick)
+    pad = max(1, th // 4)
+    cv2.rectangle(image, (tab[0], tab[1]), (tab[2] - 1, tab[3] - 1), colour, -1)
+    cv2.putText(image, text, (tab[0] + pad, tab[1] + pad + th), _FONT, font_scale, _ink(colour), thick, cv2.LINE_AA)
+
+
+def _window(cv2: Any, image: np.ndarray, crop: Any, colour: tuple[int, int, int]) -> None:
+    """The crop window the model saw: outlined in the class colour, the frame around it dimmed."""
+    if crop is None or crop == "none":
+        return
+    from edgekit.imgops import crop_window
+
+    h, w = image.shape[:2]
+    top, left, ch, cw = crop_window(h, w, crop)
+    if (ch, cw) == (h, w):
+        return
+    inside = image[top : top + ch, left : left + cw].copy()
+    image[:] = (image.astype(np.uint16) * 2 // 5).astype(np.uint8)
+    image[top : top + ch, left : left + cw] = inside
+    line = _sizes(image)[0]
+    cv2.rectangle(image, (left, top), (left + cw - 1, top + ch - 1), colour, line, cv2.LINE_8)
 
 
 def _banner(cv2: Any, image: np.ndarray, text: str, colour: tuple[int, int, int]) -> None:

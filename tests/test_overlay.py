@@ -108,3 +108,43 @@ def test_the_face_image_is_drawn_at_screen_size_with_the_boxes_where_they_were()
     # a result without a size is taken to be in the frame's pixels
     same = render_result(frame, Detections(dets.detections))
     np.testing.assert_array_equal(same, face)
+
+
+def test_labels_of_overlapping_boxes_never_cover_each_other():
+    from edgekit.overlay import place_tabs
+
+    boxes = [(100 + 4 * i, 100 + 3 * i, 300, 300) for i in range(8)]  # eight boxes, corners piled up
+    tabs = place_tabs(boxes, [(90, 16)] * 8, (480, 640))
+    for i, a in enumerate(tabs):
+        assert min(a[0], a[1]) >= 0 and a[2] <= 640 and a[3] <= 480  # inside the image
+        for b in tabs[i + 1:]:
+            assert not (a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]), (a, b)
+    assert tabs[0] == (100, 84, 190, 100)  # the best box keeps the natural spot above its corner
+    frame = np.zeros((480, 640, 3), np.uint8)
+    dets = Detections(tuple(Detection(i, f"c{i}", 0.9 - i / 20, tuple(map(float, b))) for i, b in enumerate(boxes)),
+                      size=(640, 480))
+    out = draw(frame, dets)
+    for i in range(8):  # every label's tab shows its own colour somewhere
+        assert (out == colour_for(i)).all(axis=-1).sum() > 50
+
+
+def test_the_first_classes_have_colours_a_colour_blind_reader_tells_apart():
+    def lab(bgr):
+        import cv2
+
+        return cv2.cvtColor(np.uint8([[bgr]]), cv2.COLOR_BGR2LAB)[0, 0].astype(float)
+
+    first = [lab(colour_for(i)) for i in range(7)]
+    closest = min(np.linalg.norm(a - b) for i, a in enumerate(first) for b in first[i + 1:])
+    assert closest > 25  # CIELAB distance (8-bit scale): clearly different colours, not shades
+
+
+def test_a_classifier_overlay_outlines_the_window_the_model_saw_and_dims_the_rest():
+    frame = np.full((360, 640, 3), 200, np.uint8)
+    result = Classification((Prediction(2, "bag", 0.8),))
+    out = draw(frame, result, crop="square")  # the largest centred square: x 140..499
+    assert tuple(out[300, 20]) == (80, 80, 80)  # outside the window: dimmed
+    assert tuple(out[300, 320]) == (200, 200, 200)  # inside: as the camera gave it
+    assert tuple(out[300, 140]) == colour_for(2) and tuple(out[300, 499]) == colour_for(2)  # the outline
+    whole = draw(frame, result)  # no crop: nothing dimmed below the banner
+    assert tuple(whole[300, 20]) == (200, 200, 200)

@@ -317,3 +317,15 @@ def test_litert_banner_only_with_debug_logging(bundle):
     assert quiet.returncode == loud.returncode == 0, quiet.stderr + loud.stderr
     assert "XNNPACK delegate" not in quiet.stderr + quiet.stdout
     assert "DEBUG edgekit.runtime.litert: INFO: Created TensorFlow Lite XNNPACK delegate" in loud.stderr
+
+
+def test_a_folder_run_prints_every_image_by_default_and_a_clip_is_throttled(bundle, tmp_path, capsys):
+    import cv2
+
+    for i in range(7):
+        cv2.imwrite(str(tmp_path / f"img{i}.png"), np.full((40, 60, 3), 30 * i, np.uint8))
+    assert cli(["run", str(bundle), "--camera", f"folder:{tmp_path}", "--warmup", "0"]) == 0
+    assert sum(line.startswith("frame ") for line in capsys.readouterr().out.splitlines()) == 7
+    # a live source keeps the 0.5 s default: 40 synthetic frames in well under a second print few lines
+    assert cli(["run", str(bundle), "--camera", "synthetic:64x36@1000", "--max-frames", "40"]) == 0
+    assert sum(line.startswith("frame ") for line in capsys.readouterr().out.splitlines()) < 40

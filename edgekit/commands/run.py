@@ -66,9 +66,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--every",
         type=at_least(0.0, float),
-        default=0.5,
+        default=None,
         metavar="S",
-        help="print a result at most every S seconds (0: every frame; default 0.5)",
+        help="print a result at most every S seconds (0: every frame; default 0.5; 0 for a folder or an image "
+             "file, whose every frame is a picture someone chose)",
     )
     parser.add_argument(
         "--stats-every", type=at_least(0.0, float), default=2.0, metavar="S",
@@ -192,11 +193,13 @@ def _loop(pipeline, source, args, out: TextIO, log: TextIO, recording: Any = Non
     """The live loop: results, throttled printing, periodic stats, frames drawn to ``recording``."""
     now = time.monotonic
     next_print = next_stats = now()
+    every = args.every if args.every is not None else (0.0 if _is_stills(args.camera) else 0.5)
+    crop = pipeline.preprocess.spec.crop  # the classifier overlay outlines the window the model saw
     if recording is not None:
         from edgekit.overlay import draw
     for frame, result in pipeline.steps(source, max_frames=args.max_frames, duration_s=args.duration):
         if recording is not None:
-            recording.write(draw(frame.array, result.result), frame.t_capture_ns)
+            recording.write(draw(frame.array, result.result, crop=crop), frame.t_capture_ns)
         t = now()
         if args.json:
             out.write(strict_dumps(result.to_dict()) + "\n")
@@ -204,12 +207,22 @@ def _loop(pipeline, source, args, out: TextIO, log: TextIO, recording: Any = Non
         elif t >= next_print:
             top = str(result.result)
             out.write(f"frame {result.index:6d}  {top}   e2e {result.timings_ms['end_to_end']:.2f} ms\n")
-            next_print = t + args.every
+            next_print = t + every
             out.flush()
         if args.stats_every and not args.quiet and t >= next_stats + args.stats_every:
             log.write(f"[stats] {pipeline.metrics.stats_line()}\n")
             log.flush()
             next_stats = t
+
+
+def _is_stills(uri: str) -> bool:
+    """A folder of images, or one image file: each frame is a picture the user chose to see."""
+    from pathlib import Path
+
+    if uri.startswith("folder:") or (":" not in uri and Path(uri).is_dir()):
+        return True
+    path = uri[5:] if uri.startswith("file:") else uri
+    return Path(path).suffix.lower() in {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff"}
 
 
 def _source_stats(source: Any) -> dict:
