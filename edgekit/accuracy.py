@@ -179,12 +179,13 @@ def format_eval(results: list[EvalResult]) -> str:
     lines = [head, "-" * len(head)]
     ref = results[0].accuracy
     for r in results:
-        ratio = r.accuracy / ref if ref else float("nan")
+        # no ratio to a first variant that scored 0, nor an unknown mAP50: "n/a", never "nan"
+        ratio = f"{r.accuracy / ref:>8.3f}" if ref else f"{'n/a':>8}"
         agree = f"{r.agreement:.1%}" if r.agreement is not None else "n/a"
-        value = f"{r.accuracy:>8.4f}{r.map50 if r.map50 is not None else float('nan'):>8.4f}" if detect \
-            else f"{r.accuracy:>8.1%}"
+        map50 = f"{r.map50:>8.4f}" if r.map50 is not None else f"{'n/a':>8}"
+        value = f"{r.accuracy:>8.4f}{map50}" if detect else f"{r.accuracy:>8.1%}"
         p50 = f"{r.inference_p50_ms:>9.3f}" if r.inference_p50_ms is not None else f"{'n/a':>9}"
-        lines.append(f"{r.name[:27]:<28}{short_runtime(r.runtime)[:33]:<34}{r.images:>8}{value}{ratio:>8.3f}{agree:>8}{p50}")
+        lines.append(f"{r.name[:27]:<28}{short_runtime(r.runtime)[:33]:<34}{r.images:>8}{value}{ratio}{agree:>8}{p50}")
         if r.unreadable:
             lines.append(f"  ({r.unreadable} unreadable image(s) skipped)")
     if detect:

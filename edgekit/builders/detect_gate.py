@@ -84,6 +84,9 @@ def load_detection_eval(root: str | Path, prep: Preprocessor, labels: Sequence[s
         log.warn(f"skipped {skipped} unreadable evaluation image(s); they are left out of the mAP")
     if dataset.clipped:
         log.info(f"{dataset.clipped} box(es) passed their image's edge by a rounding margin and were clipped")
+    if dataset.degenerate:
+        log.warn(f"{dataset.degenerate} of the {dataset.annotation_count} boxes of {root} are under 1 pixel wide "
+                 "or high, or repeat another box exactly: they count in the mAP (fix the annotations)")
     names = ", ".join(dataset.labels[:8]) + (", ..." if len(dataset.labels) > 8 else "")
     log.info(f"evaluation set ({dataset.format}): {len(ids)} images, {dataset.annotation_count} objects in "
              f"{len(dataset.labels)} classes ({names})")

@@ -33,6 +33,7 @@ from edgekit.detect.labelset import (
     DetectionSet,
     annotation,
     check_box,
+    check_degenerate,
     class_map,
     image_size,
     safe_relative,
@@ -182,4 +183,4 @@ def _load_coco(path: Path, labels: list[str] | None) -> DetectionSet:
         clipped += was_clipped
         anns.append(annotation(n, iid, cmap[cid], bbox, 1 if a.get("iscrowd") else 0))
     return DetectionSet(path.parent, "coco", tuple(images[i] for i in sorted(images)), tuple(names),
-                        tuple(anns), clipped)
+                        tuple(anns), clipped, check_degenerate(anns, str(path)))

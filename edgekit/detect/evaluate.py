@@ -112,7 +112,10 @@ def _evaluate(gt: dict[str, Any], dets: list[dict[str, Any]], labels: Sequence[s
             per_class[name] = ap
             per_class50[name] = mean(precision[0, :, k, 0, -1])
     overall, overall50 = (float(v) for v in ev.stats[:2])
-    return {"map": round(max(overall, 0.0), 6), "map50": round(max(overall50, 0.0), 6), "per_class": per_class,
+    # COCOeval's -1: no ground truth it scores (every object iscrowd): the mAP is undefined, not 0
+    undefined = not (math.isfinite(overall) and overall >= 0)
+    return {"map": None if undefined else round(overall, 6),
+            "map50": None if undefined else round(max(overall50, 0.0), 6), "per_class": per_class,
             "per_class50": per_class50, "images": len(gt["images"]), "detections": len(dets),
             "objects": sum(1 for a in gt["annotations"] if not a.get("iscrowd"))}
 
@@ -132,7 +135,13 @@ def coco_map(dataset: Any, detections_by_image: Mapping[int, Detections]) -> dic
         raise CalibrationError(f"none of the {len(ids)} images scored holds an annotated object",
                                "check the annotations and that the images can be read")
     keep = {i: detections_by_image[i] for i in ids}
-    return _evaluate(gt, results(keep, len(dataset.labels)), dataset.labels)
+    scores = _evaluate(gt, results(keep, len(dataset.labels)), dataset.labels)
+    if scores["map"] is None:
+        crowd = sum(1 for a in gt["annotations"] if a.get("iscrowd"))
+        raise CalibrationError(f"mAP is undefined on {dataset.root}: none of the {len(gt['annotations'])} objects "
+                               f"of the {len(ids)} images scored counts ({crowd} are iscrowd, which COCO ignores)",
+                               "give an eval set with objects that are not iscrowd")
+    return scores
 
 
 def agreement_map(reference: Sequence[Detections], converted: Sequence[Detections], labels: Sequence[str],

@@ -47,6 +47,7 @@ class DetectionSet:
     labels: tuple[str, ...]
     annotations: tuple[dict, ...]
     clipped: int = 0  # boxes that passed an edge within EDGE_TOLERANCE and were clipped
+    degenerate: int = 0  # boxes under MIN_BOX_SIDE or repeating another exactly (check_degenerate)
 
     @property
     def annotation_count(self) -> int:
@@ -132,6 +133,32 @@ def check_box(box: Sequence[float], image: DetectionImage, where: str) -> tuple[
     if x2 <= x1 or y2 <= y1:
         raise UsageError(f"{where}: bbox {list(box)} lies on the edge of its image, no area inside it", "drop it")
     return [x1, y1, x2 - x1, y2 - y1], clipped
+
+
+MIN_BOX_SIDE = 1.0
+"""A box narrower or lower than this many pixels is degenerate: at the image's own resolution it
+marks no object a detector could find (annotation noise, or normalised YOLO numbers taken as pixels)."""
+
+
+def check_degenerate(anns: Sequence[dict], where: str) -> int:
+    """How many boxes of ``anns`` are degenerate: under :data:`MIN_BOX_SIDE` pixels, or the exact
+    repeat of another box of the same class on the same image. A few are counted (and warned
+    about by the caller); when they are most of the set, its mAP would measure them and not the
+    model (20,000 such boxes passed the gate): UsageError with the counts."""
+    tiny = sum(1 for a in anns if min(a["bbox"][2], a["bbox"][3]) < MIN_BOX_SIDE)
+    seen: set[tuple] = set()
+    repeats = 0
+    for a in anns:
+        key = (a["image_id"], a["category_id"], *(round(v, 2) for v in a["bbox"]))
+        repeats += key in seen
+        seen.add(key)
+    if 2 * (tiny + repeats) > len(anns):
+        raise UsageError(f"{where}: {tiny} of its {len(anns)} boxes are under {MIN_BOX_SIDE:g} pixel wide or high "
+                         f"and {repeats} repeat another box exactly: an mAP on this set would measure them, "
+                         "not the model",
+                         "fix the annotations (COCO bbox: x, y, width, height in the image's pixels; YOLO: class "
+                         "cx cy w h normalised to [0, 1]) and drop the repeats")
+    return tiny + repeats
 
 
 def annotation(aid: int, image_id: int, cls: int, bbox: list[float], iscrowd: int = 0) -> dict[str, Any]:

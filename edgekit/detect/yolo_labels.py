@@ -18,6 +18,7 @@ from edgekit.detect.labelset import (
     DetectionSet,
     annotation,
     check_box,
+    check_degenerate,
     class_map,
     image_files,
     image_size,
@@ -123,4 +124,5 @@ def load_yolo(root: Path, labels: list[str] | None) -> DetectionSet:
             anns.append(annotation(len(anns) + 1, iid, cls, bbox))
     if not anns:
         raise UsageError(f"{labels_dir} holds no annotations", "label at least one object (mAP needs ground truth)")
-    return DetectionSet(root, "yolo", tuple(images), tuple(names), tuple(anns), clipped)
+    return DetectionSet(root, "yolo", tuple(images), tuple(names), tuple(anns), clipped,
+                        check_degenerate(anns, str(labels_dir)))
