@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from edgekit.camera import redact_uri
+from edgekit.camera import SequenceSource, redact_uri
 from edgekit.camera.mailbox import FrameMailbox
 from edgekit.errors import BackendUnavailable, CameraError, UsageError
 from edgekit.serve.config import CameraConfig
@@ -69,6 +69,8 @@ class Capture:
         self.is_open = False
         self.error = ""
         self.last_frame_ns: int | None = None
+        self.loops = 0  # passes of a clip played to its end (not faults)
+        self._looped = False
         self.source: Any = None
         self._thread: threading.Thread | None = None
 
@@ -99,12 +101,12 @@ class Capture:
                 log.debug("closing the camera failed: %s", exc)
 
     def source_stats(self) -> dict[str, Any] | None:
-        """The open source's own ``stats()``, if it has one."""
+        """The open source's own ``stats()``, if it has one, with ``loops`` (passes of a clip)."""
         stats = getattr(self.source, "stats", None)
         if not callable(stats):
             return None
         try:
-            return stats()
+            return {**stats(), **({"loops": self.loops} if self.loops else {})}
         except Exception as exc:
             return {"error": str(exc)}
 
@@ -121,11 +123,15 @@ class Capture:
                 delay = min(delay * 2, cfg.reconnect_max_s)
                 continue
             opened += 1
-            if opened > 1:
+            if opened > 1 and not self._looped:
                 self._counters.add("reconnects", camera=1)
                 log.info("camera %s reopened (reconnect %d)", self.name, opened - 1)
+            self._looped = False
             if self._session(source):
                 return
+            if self._looped:  # a clip played to its end: the next pass at once, no error, no backoff
+                delay = cfg.reconnect_min_s
+                continue
             if self.last_frame_ns is not None and self._clock() - self.last_frame_ns < 1e9 * delay:
                 delay = cfg.reconnect_min_s  # it delivered recently: start the backoff over
             self._stop.wait(delay)
@@ -163,6 +169,9 @@ class Capture:
                     log.info("camera %s ended; stopping after the last frame", self.name)
                     self.ended.set()
                     return True
+                if isinstance(source, SequenceSource) and self.last_frame_ns is not None:
+                    self._loop_done()
+                    return False
                 self._down(f"camera {self.name} stopped delivering frames")
         except Exception as exc:  # CameraError or a driver error: reconnect
             self._down(f"camera {self.name} lost: {exc}")
@@ -188,6 +197,16 @@ class Capture:
             if gap or dropped:
                 self.rates["skipped"].add(gap + int(dropped), now)
         return True
+
+    def _loop_done(self) -> None:
+        """A file, folder or synthetic clip ended with ``on_end = "reconnect"``: it is played again.
+        A pass is not a camera fault (each used to count as an error and a reconnect, and a looped
+        demo clip tripped EdgekitCameraFlapping); passes are counted in ``loops``."""
+        self.loops += 1
+        self._looped = True
+        log.log(logging.INFO if self.loops == 1 else logging.DEBUG,
+                "camera %s ended; playing it again (pass %d; on_end = \"stop\" stops instead)",
+                self.name, self.loops + 1)
 
     def _down(self, message: str) -> None:
         self._counters.add("errors", camera=1)
