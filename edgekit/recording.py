@@ -13,6 +13,7 @@ the source's when it states one, else measured on the first frames, else 10.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -24,7 +25,12 @@ import numpy as np
 from edgekit.errors import EdgekitError
 from edgekit.quiet import import_cv2
 
+log = logging.getLogger("edgekit.recording")
+
 VIDEO_CODECS = {".mp4": "mp4v", ".avi": "MJPG"}  # FourCCs every OpenCV build with FFmpeg writes
+H264_HINT = "pip install av (PyAV's wheels carry FFmpeg with libx264)"
+"""OpenCV's pip wheels leave the GPL x264 encoder out ('avc1' does not open): an .mp4 from them
+is MPEG-4 Part 2, which browsers do not play. PyAV, when installed, writes H.264 instead."""
 FRAME_PATTERN = "frame_{:06d}.jpg"
 DEFAULT_FPS = 10.0
 _PROBE_FRAMES = 10  # frames held back to measure the rate of a source that states none
@@ -144,7 +150,8 @@ class FolderRecording(Recording):
 
 
 class VideoRecording(Recording):
-    """One video file (``.mp4``: MPEG-4 part 2, ``.avi``: Motion JPEG), all frames at the first's size."""
+    """One video file (``.mp4``: H.264 through PyAV when it is installed, else MPEG-4 part 2
+    through OpenCV with a warning; ``.avi``: Motion JPEG), all frames at the first's size."""
 
     def __init__(self, path: Path, fps: float | None = None):
         super().__init__(path)
@@ -178,12 +185,17 @@ class VideoRecording(Recording):
         h, w = self._held[0][0].shape[:2]
         self._size = (w, h)
         cv2 = self._cv2
-        self._writer = cv2.VideoWriter(str(self._tmp), cv2.VideoWriter_fourcc(*VIDEO_CODECS[self.path.suffix.lower()]),
-                                       fps, self._size)
+        h264 = _h264_writer(self._tmp, fps, self._size) if self.path.suffix.lower() == ".mp4" else None
+        if h264 is None and self.path.suffix.lower() == ".mp4":
+            log.warning("--save %s: written as MPEG-4 Part 2, which browsers do not play (%s)", self.path.name,
+                        H264_HINT)
+        self._writer = h264 or cv2.VideoWriter(
+            str(self._tmp), cv2.VideoWriter_fourcc(*VIDEO_CODECS[self.path.suffix.lower()]), fps, self._size)
         if not self._writer.isOpened():
             raise SaveError(f"--save {self.path}: OpenCV cannot write {self.path.suffix} video here",
                             "install an OpenCV build with FFmpeg (opencv-python-headless), or save to a folder")
         self.fps = fps
+        self.codec = "h264" if h264 else VIDEO_CODECS[self.path.suffix.lower()]
         held, self._held = self._held, []
         for image, _ in held:
             self._put(image)
@@ -239,6 +251,56 @@ class VideoRecording(Recording):
         if self._writer is not None:
             self._writer.release()
         self._tmp.unlink(missing_ok=True)
+
+
+class _H264Writer:
+    """cv2.VideoWriter's three calls over PyAV's libx264 (yuv420p, which every browser plays;
+    odd sides are padded by one edge pixel, as 4:2:0 needs even ones)."""
+
+    def __init__(self, av: Any, path: Path, fps: float, size: tuple[int, int]):
+        from fractions import Fraction
+
+        self._av = av
+        self._container = av.open(str(path), "w", format="mp4")
+        self._stream = self._container.add_stream("libx264", rate=Fraction(round(fps * 1000), 1000))
+        self._stream.width, self._stream.height = size[0] + size[0] % 2, size[1] + size[1] % 2
+        self._stream.pix_fmt = "yuv420p"
+        self._stream.options = {"crf": "23", "preset": "veryfast"}
+
+    def isOpened(self) -> bool:  # noqa: N802  (cv2.VideoWriter's name)
+        return True
+
+    def write(self, image: np.ndarray) -> None:
+        pad = ((0, self._stream.height - image.shape[0]), (0, self._stream.width - image.shape[1]), (0, 0))
+        image = np.pad(image, pad, mode="edge") if any(p[1] for p in pad) else image
+        frame = self._av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="bgr24")
+        for packet in self._stream.encode(frame):
+            self._container.mux(packet)
+
+    def release(self) -> None:
+        if self._container is None:
+            return
+        try:
+            for packet in self._stream.encode():  # flush the encoder's delayed frames
+                self._container.mux(packet)
+        finally:
+            self._container.close()
+            self._container = None
+
+
+def _h264_writer(path: Path, fps: float, size: tuple[int, int]) -> _H264Writer | None:
+    """An H.264 writer when PyAV with libx264 is installed, else None."""
+    try:
+        import av
+    except ImportError:
+        return None
+    if "libx264" not in av.codecs_available:
+        return None
+    try:
+        return _H264Writer(av, path, fps, size)
+    except (OSError, ValueError, av.FFmpegError) as exc:
+        log.warning("--save %s: PyAV cannot write H.264 here (%s); falling back to OpenCV", path.name, exc)
+        return None
 
 
 def _share(path: Path) -> None:

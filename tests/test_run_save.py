@@ -3,7 +3,9 @@ ways writing them can fail. The detector is a real ONNX model run by ONNX Runtim
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import logging
 import os
 import shutil
 import signal
@@ -92,8 +94,12 @@ def test_text_output_prints_the_detections_of_each_frame(bundle, frames, capsys)
         assert any(line.split()[:1] == [stage] for line in out.splitlines()), stage
 
 
-# FFmpeg reads MPEG-4 part 2 back as FMP4 whatever tag wrote it
-@pytest.mark.parametrize("suffix, fourccs", [(".mp4", {"MP4V", "FMP4"}), (".avi", {"MJPG"})])
+# .mp4: H.264 when PyAV is installed (a dev dependency), else MPEG-4 part 2, which FFmpeg reads back
+# as FMP4 whatever tag wrote it
+MP4 = {"H264", "AVC1"} if importlib.util.find_spec("av") else {"MP4V", "FMP4"}
+
+
+@pytest.mark.parametrize("suffix, fourccs", [(".mp4", MP4), (".avi", {"MJPG"})])
 def test_save_video_is_readable_with_every_frame(bundle, frames, tmp_path, capsys, suffix, fourccs):
     video = tmp_path / f"boxes{suffix}"
     rc = cli(["run", str(bundle), "--camera", f"folder:{frames}", "--save", str(video), "--warmup", "0"])
@@ -223,3 +229,33 @@ def test_sigterm_finishes_the_video(bundle, tmp_path):
     assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) >= 12
     assert cap.get(cv2.CAP_PROP_FPS) == pytest.approx(30, abs=0.01)  # the synthetic camera's stated rate
     cap.release()
+
+
+def test_without_pyav_an_mp4_is_mpeg4_part_2_and_the_run_says_browsers_will_not_play_it(
+        bundle, frames, tmp_path, capsys, monkeypatch, caplog):
+    monkeypatch.setitem(sys.modules, "av", None)  # import av fails: a lean install
+    video = tmp_path / "boxes.mp4"
+    with caplog.at_level(logging.WARNING, logger="edgekit.recording"):
+        assert cli(["run", str(bundle), "--camera", f"folder:{frames}", "--save", str(video), "--warmup", "0"]) == 0
+    assert any("MPEG-4 Part 2, which browsers do not play (pip install av" in r.getMessage() for r in caplog.records)
+    cap = cv2.VideoCapture(str(video))
+    try:
+        assert int(cap.get(cv2.CAP_PROP_FOURCC)).to_bytes(4, "little").decode().upper() in {"MP4V", "FMP4"}
+    finally:
+        cap.release()
+
+
+def test_an_odd_sized_frame_is_padded_for_h264(tmp_path):
+    pytest.importorskip("av")
+    from edgekit.recording import open_recording
+
+    rec = open_recording(tmp_path / "odd.mp4", fps=10)
+    for i in range(12):
+        rec.write(np.full((37, 51, 3), 20 * i, np.uint8))
+    path = rec.finish()
+    cap = cv2.VideoCapture(str(path))
+    try:
+        assert rec.codec == "h264" and int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == 12
+        assert (int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))) == (52, 38)
+    finally:
+        cap.release()
