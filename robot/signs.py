@@ -355,6 +355,19 @@ def _finish(args: argparse.Namespace, report: DemoReport, truth: list[str] | Non
     return 0
 
 
+def _model_window(spec: Any) -> tuple[int, int] | None:
+    """(width, height) of the window of a Vector frame the model reads (its crop), for the fake
+    to hold small images up in; None when the model reads the whole frame."""
+    from edgekit.imgops import crop_window
+    from edgekit.vector.fake_frames import CAMERA_SIZE
+
+    crop = getattr(spec, "crop", None)
+    if crop is None or crop == "none":
+        return None
+    _top, _left, height, width = crop_window(CAMERA_SIZE[1], CAMERA_SIZE[0], crop)
+    return width, height
+
+
 def _open_robot(args: argparse.Namespace, stack: Any,
                 spec: Any = None) -> tuple[Any, str, Callable[[Any], bool] | None]:
     """Connect to the real robot (--serial) or a loopback FakeVector (--fake), closed by ``stack``.
@@ -369,7 +382,8 @@ def _open_robot(args: argparse.Namespace, stack: Any,
     if args.fake:
         from edgekit.vector.fake import FakeVector
 
-        fake = stack.enter_context(FakeVector(args.fake, fps=args.fps, hold=args.hold, loop=args.loop))
+        fake = stack.enter_context(FakeVector(args.fake, fps=args.fps, hold=args.hold, loop=args.loop,
+                                              window=_model_window(spec)))
         serial, home = fake.serial, fake.home
         if not args.loop:
             # one pass: stop once the frame the fake sent last has been processed

@@ -205,3 +205,16 @@ def test_stop_joins_every_handler_thread(monkeypatch):
     leftovers = [t for t in set(threading.enumerate()) - before if t.is_alive()]
     assert [t.name for t in leftovers if "FakeVector" in t.name or "Event Stream" in t.name
             or "Connection Handler" in t.name] == []
+
+
+def test_a_small_item_is_held_up_inside_the_window_the_model_reads(tmp_path):
+    item = np.zeros((28, 28), np.uint8)
+    item[4:24, 10:18] = 255  # a bright bar on black, as a Fashion-MNIST item
+    cv2.imwrite(str(tmp_path / "item.png"), item)
+    held = cv2.imdecode(np.frombuffer(load_frames(tmp_path, window=(200, 200))[0], np.uint8), cv2.IMREAD_GRAYSCALE)
+    assert held.shape == (360, 640)
+    window = held[80:280, 220:420]  # the centred 200x200 crop of a 640x360 frame
+    assert window[100, 100] > 200 and window[5, 5] < 40  # the bar and the item's black background
+    assert abs(int(held[10, 10]) - 128) < 8 and abs(int(held[350, 630]) - 128) < 8  # a grey frame around it
+    stretched = cv2.imdecode(np.frombuffer(load_frames(tmp_path)[0], np.uint8), cv2.IMREAD_GRAYSCALE)
+    assert stretched[10, 10] < 40  # without a window: stretched over the whole frame, as before

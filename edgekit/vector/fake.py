@@ -169,6 +169,8 @@ class FakeVector:
         handlers: RPC name -> ``handler(robot, protocol, request, context)`` replacing the
             fake's own (see :mod:`edgekit.vector.fake_servicer`): a robot that behaves
             differently (gray frames, a stream that ends, control lost, a failing SayText).
+        window: ``(width, height)`` of the centred window the model reads: images that fit four
+            times into it are held up inside it (see :func:`~edgekit.vector.fake_frames.load_frames`).
 
     After ``start()`` (or ``with``): ``port``, ``home``, ``cert_path``; records ``said``
     (texts), ``shown`` (decoded 96x184 RGB face images), ``calls`` (RPC name counts),
@@ -192,6 +194,7 @@ class FakeVector:
         say_delay_s: float = 0.0,
         jpeg_quality: int = 90,
         handlers: dict | None = None,
+        window: tuple[int, int] | None = None,
     ):
         if fps <= 0:
             raise ValueError("fps must be positive")
@@ -203,7 +206,7 @@ class FakeVector:
         self.grant_control = grant_control
         self.say_delay_s = say_delay_s
         self.handlers = dict(handlers or {})
-        self._frames = load_frames(frames, size=size, hold=hold, jpeg_quality=jpeg_quality)
+        self._frames = load_frames(frames, size=size, hold=hold, jpeg_quality=jpeg_quality, window=window)
         self._home_arg = Path(home) if home is not None else None
         self._config_guid = config_guid
         self._config_name = config_name

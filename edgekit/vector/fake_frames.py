@@ -1,7 +1,8 @@
 """Camera frames for :class:`~edgekit.vector.fake.FakeVector`, JPEG-encoded once up front.
 
 From an image folder, a video file, a sequence of OpenCV frames, or synthetic numbered
-frames; every frame is resized to what a real Vector streams (640x360) unless told otherwise.
+frames; every frame is resized to what a real Vector streams (640x360) unless told otherwise,
+and a small image (a 28x28 dataset item) is held up inside the window the model reads.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def load_frames(
     hold: int = 1,
     max_frames: int = 3000,
     jpeg_quality: int = 90,
+    window: tuple[int, int] | None = None,
 ) -> list[bytes]:
     """Camera frames as JPEG bytes, encoded once up front so streaming costs nothing.
 
@@ -36,6 +38,10 @@ def load_frames(
         hold: repeat every source image this many consecutive frames (a sign held up).
         max_frames: stop reading a video after this many frames.
         jpeg_quality: OpenCV JPEG quality, 0-100.
+        window: ``(width, height)`` of the centred window the model reads (its crop); an image
+            that fits four times into it is held up inside it, scaled to fill it, on a grey
+            frame, as a hand would hold a card up to the camera: stretched over the whole frame,
+            a 28x28 item would mostly fall outside the model's crop.
     """
     frames: Iterable[np.ndarray]
     if source is None:
@@ -58,7 +64,9 @@ def load_frames(
         frames = source
     encoded = []
     for frame in frames:
-        if size is not None and frame.shape[1::-1] != tuple(size):
+        if size is not None and window is not None and _small(frame, window):
+            frame = held_up(frame, tuple(size), tuple(window))
+        elif size is not None and frame.shape[1::-1] != tuple(size):
             frame = cv2.resize(frame, tuple(size), interpolation=cv2.INTER_AREA)
         ok, buf = cv2.imencode(".jpg", frame, [cv2.IMWRITE_JPEG_QUALITY, int(jpeg_quality)])
         if not ok:
@@ -69,6 +77,24 @@ def load_frames(
     if not encoded:
         raise CameraError(f"no frames read from {source}", "check the file plays and is not empty")
     return encoded[:max_frames]
+
+
+def _small(frame: np.ndarray, window: tuple[int, int]) -> bool:
+    return frame.shape[1] * 2 <= window[0] and frame.shape[0] * 2 <= window[1]
+
+
+def held_up(item: np.ndarray, size: tuple[int, int], window: tuple[int, int]) -> np.ndarray:
+    """``item`` scaled to fill the centred ``window`` (aspect kept) on a mid-grey ``size`` frame."""
+    width, height = size
+    scale = min(window[0] / item.shape[1], window[1] / item.shape[0])
+    w, h = max(1, round(item.shape[1] * scale)), max(1, round(item.shape[0] * scale))
+    item = cv2.resize(item, (w, h), interpolation=cv2.INTER_LINEAR)
+    if item.ndim == 2:
+        item = cv2.cvtColor(item, cv2.COLOR_GRAY2BGR)
+    canvas = np.full((height, width, 3), 128, np.uint8)
+    top, left = (height - h) // 2, (width - w) // 2
+    canvas[top : top + h, left : left + w] = item[:, :, :3]
+    return canvas
 
 
 def _read_video(path: Path, max_frames: int) -> list[np.ndarray]:
