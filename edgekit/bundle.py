@@ -20,16 +20,26 @@ from typing import Any
 
 from edgekit.errors import BundleError, ModelError
 from edgekit.image import InputSpec
+from edgekit.safe_open import open_regular, read_regular
 
 FORMAT_VERSION = 1
 MANIFEST = "edgekit.json"
 MAX_MANIFEST_BYTES = 16 << 20
+MAX_OPTION_FILE_BYTES = 64 << 20  # 1,000,000 anchors (detect.anchors.MAX_ANCHORS) as float32 are 16 MB
 
 
-def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks."""
+PATH_OPTIONS = ("anchors",)
+"""``task_options`` keys whose string value names a file (an ``[N, 4]`` ``.npy``): in a bundle it must be
+a file listed (and hashed) in ``files``; :class:`BundleWriter` copies an outside file in."""
+
+
+def sha256_file(path: str | Path, follow: bool = True) -> str:
+    """Hex sha256 of a regular file, read in 1 MiB blocks (``follow=False``: not through a symlink).
+
+    Raises OSError (:class:`~edgekit.safe_open.NotARegularFile` for a FIFO, device or directory:
+    hashing one would block or never end)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path, follow) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -53,8 +63,7 @@ def read_labels(path: str | Path) -> list[str]:
     control characters (an ANSI escape sequence in a label would rewrite the user's terminal).
     """
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_LABELS_BYTES + 1)
+        data = read_regular(path, MAX_LABELS_BYTES)  # a FIFO or /dev/zero is refused, not waited on
         if len(data) > MAX_LABELS_BYTES:
             raise ModelError(f"labels file {path} is larger than {MAX_LABELS_BYTES >> 20} MiB", _LABELS_FIX)
     except OSError as exc:
@@ -166,12 +175,7 @@ def load_bundle(path: str | Path, check_hashes: bool = True, allow_rejected: boo
         raise BundleError(f"bundle {path} does not exist", "build one with: edgekit build ...")
     if not mpath.is_file():
         raise BundleError(f"{path} is not an edgekit bundle (no {MANIFEST})", "build one with: edgekit build ...")
-    if mpath.stat().st_size > MAX_MANIFEST_BYTES:  # a real one is a few KiB; read_text would take it all
-        raise BundleError(f"{mpath} is {mpath.stat().st_size >> 20} MiB, not an edgekit manifest", "rebuild the bundle")
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # "[" * 100000: RecursionError
-        raise BundleError(f"{mpath} is corrupt: {exc}"[:300], "rebuild the bundle") from exc
+    manifest = _read_manifest(mpath)
     if not isinstance(manifest, dict) or "format_version" not in manifest:
         raise BundleError(f"{mpath} is not an edgekit manifest (no format_version)", "rebuild the bundle")
     version = manifest["format_version"]
@@ -211,6 +215,21 @@ def load_bundle(path: str | Path, check_hashes: bool = True, allow_rejected: boo
     return bundle
 
 
+def _read_manifest(mpath: Path) -> Any:
+    """The parsed ``edgekit.json``: a regular file (not a link, FIFO or device) of a bounded size."""
+    try:
+        data = read_regular(mpath, MAX_MANIFEST_BYTES, follow=False)
+    except OSError as exc:
+        raise BundleError(f"{mpath} cannot be read: {exc.strerror or exc}", "rebuild the bundle") from exc
+    if len(data) > MAX_MANIFEST_BYTES:  # a real one is a few KiB
+        raise BundleError(f"{mpath} is over {MAX_MANIFEST_BYTES >> 20} MiB, not an edgekit manifest",
+                          "rebuild the bundle")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # "[" * 100000: RecursionError
+        raise BundleError(f"{mpath} is corrupt: {exc}"[:300], "rebuild the bundle") from exc
+
+
 def _check_task(mpath: Path, bundle: Bundle) -> None:
     """``task`` names a known head; a model's ``task_options.output_index`` points at one of its outputs."""
     from edgekit.results import TASK_HEADS
@@ -227,32 +246,35 @@ def _check_task(mpath: Path, bundle: Bundle) -> None:
 
 
 def _check_files(path: Path, manifest: dict, check_hashes: bool) -> None:
-    """Every path the manifest names (model files, ``labels``) is listed in ``files``; every listed
-    file lies inside the bundle and exists; with ``check_hashes`` each matches its sha256 (read once).
+    """Every path the manifest names (model files, ``labels``, :data:`PATH_OPTIONS` of each model's
+    ``task_options``) is listed in ``files``; every listed file lies inside the bundle (``..``, an
+    absolute name or a symlink leading out is refused) and is a regular file; with ``check_hashes``
+    each matches its sha256 (read once, never through a symlink, never blocking on a FIFO).
 
     A listed file that is missing is an error even without ``check_hashes``: a half-copied bundle
     must not load. ``labels`` is held to the model files' rule because its lines are published with
-    every result: ``"labels": "/etc/passwd"`` would otherwise put a device file on the network.
+    every result: ``"labels": "/etc/passwd"`` would otherwise put a device file on the network, as
+    ``"anchors": "/etc/x.npy"`` would let a copied bundle make the device read any file.
     """
     mpath, root = path / MANIFEST, path.resolve()
-    named = [("model file", e.get("file") if isinstance(e, dict) else None) for e in manifest["models"]]
-    if manifest.get("labels") is not None:
-        named.append(("labels file", manifest["labels"]))
-    for what, name in named:
+    for what, name in _named_files(manifest):
         if not isinstance(name, str) or name not in manifest["files"]:
             # an unlisted file would escape the sha256 check
-            raise BundleError(f"{mpath}: {what} {name!r} is not listed in 'files'", "rebuild the bundle")
+            raise BundleError(f"{mpath}: {what} {name!r} is not listed in 'files'"[:300], "rebuild the bundle")
     for name, digest in manifest["files"].items():
         fpath = path / name
         short = name if len(name) <= 80 else name[:80] + "..."
         try:
-            inside, present = root in fpath.resolve(strict=False).parents, fpath.is_file()
-            matches = not (check_hashes and inside and present) or sha256_file(fpath) == digest
+            real = fpath.resolve(strict=False)
+            inside, present = root in real.parents, fpath.is_file()
+            matches = not (check_hashes and inside and present) or sha256_file(real, follow=False) == digest
         except (OSError, ValueError, RuntimeError) as exc:  # a NUL byte, a name too long, a symlink loop
             raise BundleError(f"{mpath}: file {short!r} cannot be read: {getattr(exc, 'strerror', None) or exc}",
                               "rebuild the bundle") from exc
         if not inside:
             raise BundleError(f"{mpath}: file {short!r} points outside the bundle", "rebuild the bundle")
+        if not present and os.path.lexists(fpath):  # a FIFO, device or directory where a file is listed
+            raise BundleError(f"{mpath}: file {short!r} is not a regular file", "rebuild the bundle")
         if not present:
             raise BundleError(f"bundle {path} is missing {short}", "copy the whole bundle directory again")
         if not matches:
@@ -260,6 +282,25 @@ def _check_files(path: Path, manifest: dict, check_hashes: bool) -> None:
                 f"{fpath} does not match its sha256 in {MANIFEST} (corrupt or modified)",
                 "copy the bundle again or rebuild it",
             )
+
+
+def _named_files(manifest: dict) -> list[tuple[str, Any]]:
+    """(what, name) of every file the manifest names outside ``files``."""
+    named = [("model file", e.get("file") if isinstance(e, dict) else None) for e in manifest["models"]]
+    if manifest.get("labels") is not None:
+        named.append(("labels file", manifest["labels"]))
+    for entry in manifest["models"]:
+        options = entry.get("task_options") if isinstance(entry, dict) else None
+        for key in PATH_OPTIONS if isinstance(options, dict) else ():
+            if isinstance(options.get(key), str):  # a list of anchors is inline, not a file
+                named.append((f"task_options.{key} file", options[key]))
+    return named
+
+
+def option_path(bundle: Bundle, name: str) -> str:
+    """The absolute path of a :data:`PATH_OPTIONS` file ``name`` that :func:`load_bundle` checked
+    (listed, hashed, inside): what the head's reader opens (it refuses relative paths)."""
+    return str(bundle.path.resolve() / name)
 
 
 class BundleWriter:
@@ -286,6 +327,7 @@ class BundleWriter:
     def commit(self, manifest: dict[str, Any]) -> Path:
         """Hash every file, write edgekit.json last, and rename the bundle into place."""
         assert self.dir is not None, "use BundleWriter as a context manager"
+        manifest = self._take_in_option_files(manifest)
         files = {}
         for f in sorted(self.dir.rglob("*")):
             if f.is_file() and f.name != MANIFEST:
@@ -304,6 +346,34 @@ class BundleWriter:
             shutil.rmtree(old, ignore_errors=True)
         self._committed = True
         return self.dest
+
+    def _take_in_option_files(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """A copy of ``manifest`` whose :data:`PATH_OPTIONS` name files inside the bundle: a file
+        given by absolute path (``-T anchors=/data/anchors.npy``) is copied in, named by its content,
+        so the device reads what was hashed and nothing outside the bundle."""
+        models = manifest.get("models")
+        if not isinstance(models, list):
+            return manifest
+        out = []
+        for entry in models:
+            options = entry.get("task_options") if isinstance(entry, dict) else None
+            for key in PATH_OPTIONS if isinstance(options, dict) else ():
+                source = options[key] if isinstance(options.get(key), str) else ""
+                if os.path.isabs(source):
+                    try:
+                        data = read_regular(source, MAX_OPTION_FILE_BYTES)
+                    except OSError as exc:
+                        raise BundleError(f"task_options.{key}: cannot read {source}: {exc.strerror or exc}",
+                                          "give a readable .npy file") from exc
+                    if len(data) > MAX_OPTION_FILE_BYTES:
+                        raise BundleError(f"task_options.{key}: {source} is over {MAX_OPTION_FILE_BYTES >> 20} MiB",
+                                          "give the [N, 4] anchors as a float32 .npy")
+                    name = f"{key}-{hashlib.sha256(data).hexdigest()[:12]}{Path(source).suffix}"
+                    (self.dir / name).write_bytes(data)
+                    options = {**options, key: name}
+                    entry = {**entry, "task_options": options}
+            out.append(entry)
+        return {**manifest, "models": out}
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if not self._committed and self.dir is not None:

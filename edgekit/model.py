@@ -132,7 +132,7 @@ def _open(spec: str | Path, variant: str | None, labels: str | Path | None, opti
         runtime = open_runtime(bundle, model=entry.name, **options)  # hashed once, by load_bundle
         _refuse_unused_device(runtime, options, f"{path.name}:{entry.name}")
         names = read_labels(labels) if labels else bundle.labels
-        task_options = _task_options(bundle.task, entry)
+        task_options = _task_options(bundle, entry)
         _refuse_label_count(runtime, names, bundle.task, task_options, f"{path.name}:{entry.name}",
                             "give a labels file with one line per class" if labels else "rebuild the bundle")
         return OpenModel(f"{path.name}:{entry.name}", path, entry.name, runtime, names, entry.precision, bundle.target,
@@ -225,10 +225,18 @@ def _label_count_problem(runtime: Any, labels: list[str], task: str, options: di
     return ""
 
 
-def _task_options(task: str, entry: Any) -> dict[str, Any]:
+def _task_options(bundle: Any, entry: Any) -> dict[str, Any]:
     """The head's options a bundle model carries: classify's output index (a converter may
-    have moved the class scores), raw's output names as the original model called them."""
+    have moved the class scores), raw's output names as the original model called them, a
+    file option (``anchors``) as the absolute path of the bundle's file (load_bundle checked it
+    is listed, hashed and inside the bundle)."""
+    from edgekit.bundle import PATH_OPTIONS, option_path
+
+    task = bundle.task
     options = dict(entry.extra.get("task_options") or {})
+    for key in PATH_OPTIONS:
+        if isinstance(options.get(key), str):
+            options[key] = option_path(bundle, options[key])
     if task == "raw":
         options.setdefault("names", [str(o.get("name", f"output_{i}")) if isinstance(o, dict) else f"output_{i}"
                                      for i, o in enumerate(entry.outputs)])

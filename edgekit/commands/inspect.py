@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import ModelError, UsageError
+from edgekit.errors import BundleError, ModelError, UsageError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -54,12 +54,16 @@ def _threads(text: str) -> int:
 def main(args: argparse.Namespace) -> int:
     """Run the verb; returns the exit code (0: report printed)."""
     from edgekit.model import split_model_spec
-    from edgekit.target import load_target
+    from edgekit.target import available_targets, load_target
 
     spec, variant = split_model_spec(args.model)
     if variant and args.model_name and variant != args.model_name:
         raise UsageError(f"two variants asked for: {args.model} and --model-name {args.model_name}", "give one")
     path, bundle_target, built = _resolve_model(spec, variant or args.model_name)
+    if bundle_target is not None and not args.target and bundle_target not in available_targets():
+        # a path in the manifest would make inspect read any TOML file the bundle names
+        raise BundleError(f"{spec}: the bundle's target {bundle_target[:100]!r} is not a shipped target",
+                          f"give --target with one of: {', '.join(available_targets())}, or a target .toml")
     target = load_target(args.target or bundle_target or "edgetpu")
     if target.runtime_options.get("delegate") == "edgetpu":
         result = inspect_edgetpu(path, args.min_runtime_version)
@@ -95,6 +99,7 @@ def _resolve_model(path: Path, name: str | None) -> tuple[Path, str | None, dict
         from edgekit.bundle import load_bundle
 
         bundle = load_bundle(path, allow_rejected=True)  # inspecting a rejected build is useful
+        _check_bundle_names(bundle)
         model = bundle.model_path(name)
         entry = next((m for m in bundle.models if m.file == model.name), None)
         extra = entry.extra if entry is not None else {}
@@ -105,6 +110,18 @@ def _resolve_model(path: Path, name: str | None) -> tuple[Path, str | None, dict
     if path.suffix != ".tflite":
         raise ModelError(f"{path} is not a .tflite model", "inspect reads .tflite files and bundles")
     return path, None, {}
+
+
+def _check_bundle_names(bundle: Any) -> None:
+    """What a bundle names to import or read must be on edgekit's lists, as ``run`` requires: an
+    adapter such as ``os:system`` is a bundle error here too, never a clean report."""
+    from edgekit.bundle import MANIFEST
+    from edgekit.runtime.backends import known_adapters
+
+    adapter = bundle.runtime.get("adapter")
+    if adapter is not None and adapter not in known_adapters():
+        raise BundleError(f"{bundle.path}/{MANIFEST}: unknown runtime adapter {str(adapter)[:100]!r}",
+                          f"adapters are: {', '.join(known_adapters())}; rebuild the bundle")
 
 
 def _build_lines(built: dict[str, Any]) -> list[str]:

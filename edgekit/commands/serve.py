@@ -63,6 +63,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def build_config(args: argparse.Namespace) -> ServeConfig:
     """The configuration file (if any) with every given flag applied on top."""
+    if getattr(args, "config", None):
+        from edgekit.safe_open import NotARegularFile, check_regular
+
+        try:  # a FIFO given as --config would block the start for ever
+            check_regular(args.config)
+        except NotARegularFile as exc:
+            raise UsageError(f"config file {exc}", "give the TOML file (edgekit serve --write-example-config PATH "
+                             "writes one)") from exc
+        except OSError:
+            pass  # missing or unreadable: load_config says which
     config = load_config(getattr(args, "config", None))
 
     def flag(name: str) -> Any:

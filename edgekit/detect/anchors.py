@@ -18,10 +18,12 @@ With ``feature_map_*`` and no ``strides`` every layer is its own group (MediaPip
 strides for grouping; here a missing list means "all different").
 
 Anchors read from a bundle are untrusted: every option is range-checked, the total count is
-capped, and a ``.npy`` file is loaded with ``allow_pickle=False``. A bundle carries its anchors
-inline (a list in ``task_options.anchors``) or, far smaller, as ``ssd_anchors`` options; a file
-path must be absolute (a relative path would be resolved against the current directory, not
-the bundle).
+capped, and a ``.npy`` file is loaded with ``allow_pickle=False`` from a regular file only (a
+FIFO or device is refused, not waited on). A bundle carries its anchors inline (a list in
+``task_options.anchors``), as ``ssd_anchors`` options, or as a ``.npy`` file listed and hashed
+in its ``files`` (:data:`edgekit.bundle.PATH_OPTIONS`; opening the bundle turns the name into
+the file's absolute path). A path given here must be absolute (a relative path would be
+resolved against the current directory, not the bundle).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import ModelError, UsageError
+from edgekit.safe_open import open_regular
 
 MAX_ANCHORS = 1_000_000
 """More anchors than any real SSD has (MobileNet-SSD 320: 2,034; BlazeFace: 896)."""
@@ -208,8 +211,9 @@ def check_anchors(value: Any) -> np.ndarray | None:
         if not path.is_absolute() or path.suffix != ".npy":
             raise UsageError(f"detect anchors {value!r} must be an absolute path to a .npy file", hint)
         try:
-            arr = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
+            with open_regular(path) as f:  # a FIFO or device named here would hang run/bench/serve
+                arr = np.load(f, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:
             raise UsageError(f"detect anchors: cannot read {value}: {str(exc).splitlines()[0]}", hint) from exc
     elif isinstance(value, (list, tuple)) and len(value) <= MAX_ANCHORS:
         try:

@@ -266,8 +266,32 @@ def detector(labels: Sequence[str] = (), runtime: Any = None, layout: str = "aut
     shapes = [_shape(d.get("shape", ())) for d in details()] if callable(details) else []
     num_classes = len(labels) or None
     config = detect_config(spec, num_classes, options)
+    if config.outputs is not None and shapes:
+        _check_outputs(config.outputs, len(shapes), None)
     chosen = choose_layout(layout, shapes, config)
+    if config.outputs is not None:
+        _check_outputs(config.outputs, len(shapes), chosen)
     if chosen == "ssd":  # a wrong anchor or box count fails when the model opens
         resolve("edgekit.detect.ssd:check_counts")(shapes, config)
     quant = list(getattr(runtime, "output_quantization", None) or [])
     return Detector(config, chosen, labels, spec, quant)
+
+
+_ROLES = {"postprocess": ("boxes", "classes", "scores", "count"), "ssd": ("boxes", "scores"),
+          "decoded": ("boxes", "scores")}
+"""The outputs a layout's ``outputs`` option gives, in order (the YOLO layouts read the first index only)."""
+
+
+def _check_outputs(outputs: tuple[int, ...], count: int, layout: str | None) -> None:
+    """``outputs`` (runtime output index per role) against the model's ``count`` outputs and the
+    chosen ``layout``'s roles: checked when the model opens, not as an IndexError on every frame."""
+    fix = "edgekit inspect MODEL lists the outputs; give one index per role, e.g. -T outputs=[0,1]"
+    if count and max(outputs, default=0) >= count:
+        raise ModelError(f"detect outputs {list(outputs)} name output {max(outputs)}, but the model has {count} "
+                         f"output{'s' if count != 1 else ''} (0 to {count - 1})", fix)
+    roles = _ROLES.get(layout or "")
+    if roles is not None and len(outputs) != len(roles):
+        raise ModelError(f"detect outputs {list(outputs)}: the {layout} layout takes {len(roles)} indices "
+                         f"({', '.join(roles)})", fix)
+    if layout is not None and not outputs:
+        raise ModelError("detect outputs is empty", fix)

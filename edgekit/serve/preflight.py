@@ -3,7 +3,8 @@
 :mod:`edgekit.serve.config` checks each value by itself (types, ranges, choices). This
 module checks what the values point at, without opening anything: the model path exists
 and a bundle's manifest reads; the HTTP host resolves; the camera URI and options match a
-row of :data:`edgekit.camera.SCHEMES`; the MQTT password file can be read; the results
+row of :data:`edgekit.camera.SCHEMES`; the MQTT password and TLS files are regular files that
+read (the TLS ones load into an SSL context, the certificate matching its key); the results
 file's directory can exist. A configuration ``--print-config`` approves then starts, and a
 malformed camera URI (``synthetic:320x240@-5``) is a start-up error, not a camera fault
 retried forever while systemd believes the service is up.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 from edgekit.errors import EdgekitError, ModelError, UsageError
 from edgekit.serve.config import ServeConfig, parse_address
@@ -33,6 +35,8 @@ def preflight(config: ServeConfig, model: bool = True, camera: bool = True) -> N
         check_listen(config.http.listen, where)
     if config.mqtt.host and config.mqtt.password_file:
         check_readable(config.mqtt.password_file, "[mqtt] password_file", where)
+    if config.mqtt.host and config.mqtt.tls:
+        check_tls(config.mqtt, where)
     if config.output.jsonl not in ("", "-"):
         check_output(config.output.jsonl, where)
 
@@ -79,11 +83,49 @@ def check_listen(listen: str, where: str) -> None:
 
 
 def check_readable(path: str, what: str, where: str) -> None:
-    """A file the daemon must read at start exists and can be read."""
-    if not Path(path).is_file():
+    """A file the daemon must read at start exists, is a regular file (a FIFO would block the
+    start for ever) and can be read."""
+    from edgekit.safe_open import NotARegularFile, check_regular
+
+    if not Path(path).exists():
         raise UsageError(f"{where}{what} {path} does not exist", "create it or fix the path")
-    if not os.access(path, os.R_OK):
-        raise UsageError(f"{where}{what} {path} cannot be read", "give the service user read access")
+    try:
+        check_regular(path)
+    except NotARegularFile as exc:
+        raise UsageError(f"{where}{what} {exc}", "name the file itself (PEM or text), not a pipe or device") from exc
+    except OSError as exc:
+        raise UsageError(f"{where}{what} {path} cannot be read: {exc.strerror or exc}",
+                         "give the service user read access") from exc
+
+
+def check_tls(mqtt: Any, where: str) -> None:
+    """``[mqtt]`` TLS files load as the MQTT client will load them at start (paho's ``tls_set``: a
+    CA bundle, a certificate with its key): garbage, a key of another certificate or an encrypted
+    key is refused here, so ``--print-config`` approves only what starts."""
+    import ssl
+
+    files = [(key, getattr(mqtt, key)) for key in ("ca_file", "cert_file", "key_file") if getattr(mqtt, key)]
+    for key, path in files:
+        check_readable(path, f"[mqtt] {key}", where)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    step = "ca_file"
+    try:
+        if mqtt.ca_file:
+            context.load_verify_locations(cafile=mqtt.ca_file)
+        step = "cert_file/key_file" if mqtt.key_file else "cert_file"
+        if mqtt.cert_file:
+            # a passphrase would be asked on a terminal the service does not have: refused instead
+            context.load_cert_chain(mqtt.cert_file, mqtt.key_file or None, password=_no_passphrase)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None)
+        reason = str(reason).lower().replace("_", " ") if reason else getattr(exc, "strerror", None) or str(exc)
+        raise UsageError(f"{where}[mqtt] {step}: cannot load it for TLS ({reason})",
+                         "give PEM files: the broker's CA certificate, and a client certificate with its own "
+                         "unencrypted key") from exc
+
+
+def _no_passphrase() -> bytes:
+    raise ValueError("the key is encrypted; the service cannot type its passphrase")
 
 
 def check_output(path: str, where: str) -> None:
