@@ -50,3 +50,17 @@ def test_every_variant_of_a_build_carries_its_measured_ratio(demo_bundles):
     assert speeds["int8"]["off_delegate"] == {} or all(n > 0 for n in speeds["int8"]["off_delegate"].values())
     log = (demo_bundles["cpu"].bundle / "build.log").read_text()
     assert "[cpu] p50 on this host: fp32" in log and f"default {bundle.manifest['default_model']}" in log
+
+
+def test_the_timing_budget_comes_from_the_environment_and_is_range_checked(monkeypatch):
+    from edgekit.builders.speed import DEFAULT_BUDGET_S, TIMING_ENV, timing_budget
+    from edgekit.errors import UsageError
+
+    monkeypatch.delenv(TIMING_ENV, raising=False)
+    assert timing_budget() == DEFAULT_BUDGET_S == 1.5
+    monkeypatch.setenv(TIMING_ENV, "0")
+    assert timing_budget() == 0.0
+    for bad in ("-1", "nan", "fast", "1e9"):
+        monkeypatch.setenv(TIMING_ENV, bad)
+        with pytest.raises(UsageError, match="not a number of seconds from 0 to 60"):
+            timing_budget()

@@ -10,6 +10,7 @@ the device's (a Pi's Arm kernels differ): the build says so.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -22,6 +23,11 @@ if TYPE_CHECKING:
     from edgekit.builders.context import BuildContext
     from edgekit.builders.contract import BuiltModel
     from edgekit.target import Target
+
+TIMING_ENV = "EDGEKIT_BUILD_TIMING_S"
+"""Seconds each target's variants are timed for at build (default 1.5, shared by the variants in
+three interleaved rounds); 0 skips the timing, and the configured default variant stays."""
+DEFAULT_BUDGET_S = 1.5
 
 CLEAR_MARGIN = 1.25
 """A variant counts as slower (or faster) than another only past this p50 ratio, overall and in
@@ -133,9 +139,13 @@ def time_variants(ctx: BuildContext, target: Target, out_dir: Path, models: list
     (``speed``), a variant clearly slower than fp32 is warned about by the ops left off the
     delegate, and a passing variant clearly faster than the configured default becomes the
     default."""
+    budget = timing_budget()
+    if budget == 0:
+        ctx.log.info(f"[{target.name}] variants not timed ({TIMING_ENV}=0); default {default}")
+        return models, default
     runs = {m.name: (out_dir / m.file, {**target.runtime_options, **(m.runtime_options or {})}) for m in models}
     with ctx.log.step(f"[{target.name}] time each variant on this host (its XNNPACK is a proxy for the device's)"):
-        speeds = measure(runs)
+        speeds = measure(runs, budget)
     passing = [m.name for m in models if not _missed(m.verification)]
     chosen = choose_default(default, passing, speeds)
     base = speeds["fp32"].p50_ms if "fp32" in speeds else None
@@ -147,6 +157,23 @@ def time_variants(ctx: BuildContext, target: Target, out_dir: Path, models: list
     for warning in slow_variant_lines(target.name, speeds, chosen):
         ctx.log.warn(warning)
     return [replace(m, extra={**m.extra, "speed": speeds[m.name].to_dict(base)}) for m in models], chosen
+
+
+def timing_budget() -> float:
+    """The timing budget from ``$EDGEKIT_BUILD_TIMING_S`` (seconds, 0-60), else 1.5 s."""
+    from edgekit.errors import UsageError
+
+    text = os.environ.get(TIMING_ENV, "").strip()
+    if not text:
+        return DEFAULT_BUDGET_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 60:
+        raise UsageError(f"{TIMING_ENV}={text!r} is not a number of seconds from 0 to 60",
+                         f"unset it (default {DEFAULT_BUDGET_S}) or give e.g. {TIMING_ENV}=0 to skip the timing")
+    return value
 
 
 def _missed(verification: dict) -> bool:
