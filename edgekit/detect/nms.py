@@ -13,13 +13,20 @@ exactly the first boxes the full run keeps. Run it on the best ``2 x max_detecti
 that keeps ``max_detections`` boxes they are the answer, else grow T until every candidate
 took part (or, when the kept share says a third of the candidates or more will be needed, run
 them all at once).
+
+Without OpenCV (a ``[litert]`` device install) the same decisions come from numpy
+(:mod:`edgekit.detect.nms_numpy`, identical kept boxes); ``backend`` picks one explicitly.
+Boxes with a coordinate that is not finite never take part (a NaN box cannot be drawn, and
+OpenCV would let it suppress every later box of its class).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from edgekit.errors import BackendUnavailable
+from edgekit.detect.nms_numpy import DBL_EPSILON, greedy_nms
+from edgekit.errors import UsageError
+from edgekit.quiet import import_cv2, optional_cv2
 
 FIRST_ROUND = 2
 """The first round's candidates, as a multiple of ``max_detections``."""
@@ -31,13 +38,19 @@ than one batched call over every box (boxes of different classes never suppress 
 yet NMSBoxesBatched compares them all)."""
 
 
-def _cv2():
-    try:
-        import cv2
-    except ImportError as exc:  # the device install may leave OpenCV out
-        raise BackendUnavailable("the detect task needs OpenCV for non-maximum suppression",
-                                 "pip install opencv-python-headless (or edgekit-vision[opencv])") from exc
-    return cv2
+BACKENDS = ("auto", "opencv", "numpy")
+"""``auto``: OpenCV when it is installed, else numpy (the same boxes kept either way)."""
+
+
+def _opencv(backend: str):
+    """OpenCV for ``backend``, or None where numpy does the work."""
+    if backend == "auto":
+        return optional_cv2()
+    if backend == "opencv":
+        return import_cv2("NMS with backend 'opencv'")
+    if backend == "numpy":
+        return None
+    raise UsageError(f"unknown NMS backend {backend!r}", f"choose one of {', '.join(BACKENDS)}")
 
 
 def _suppress(cv2, xywh: np.ndarray, scores: np.ndarray, classes: np.ndarray | None, iou: float) -> np.ndarray:
@@ -49,7 +62,14 @@ def _suppress(cv2, xywh: np.ndarray, scores: np.ndarray, classes: np.ndarray | N
     counts = np.bincount(classes)
     present = np.flatnonzero(counts)
     per_class = len(present) * CALL_NS + PAIR_NS * int((counts.astype(np.int64) ** 2).sum())
-    if len(present) == 1 or per_class >= CALL_NS + PAIR_NS * len(scores) ** 2:
+    if len(present) == 1:
+        return np.asarray(cv2.dnn.NMSBoxes(xywh.tolist(), scores.tolist(), 0.0, iou), np.int64).reshape(-1)
+    # NMSBoxesBatched shifts each class by class x (largest coordinate + 1): that keeps classes
+    # apart only when no coordinate is negative (checked: a class-1 box at -25 was suppressed by a
+    # class-0 box at -20; boxes past the input's top or left edge are common before clipping), and
+    # when no two boxes are points (OpenCV counts two boxes of no area as one box, wherever they are)
+    if (per_class >= CALL_NS + PAIR_NS * len(scores) ** 2 and xywh[:, :2].min() >= 0
+            and np.count_nonzero(xywh[:, 2] * xywh[:, 3] <= DBL_EPSILON) < 2):
         found = cv2.dnn.NMSBoxesBatched(xywh.tolist(), scores.tolist(), classes.tolist(), 0.0, iou)
         return np.asarray(found, np.int64).reshape(-1)
     by_class = np.argsort(classes, kind="stable")
@@ -61,21 +81,32 @@ def _suppress(cv2, xywh: np.ndarray, scores: np.ndarray, classes: np.ndarray | N
 
 
 def nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou_threshold: float,
-        max_detections: int, class_agnostic: bool = False) -> np.ndarray:
+        max_detections: int, class_agnostic: bool = False, backend: str = "auto") -> np.ndarray:
     """Indices of the boxes kept (at most ``max_detections``), best score first.
 
     ``boxes``: ``[M, 4]`` xyxy; ``scores``: ``[M]`` (already above the score threshold);
-    ``classes``: ``[M]`` integer class ids.
+    ``classes``: ``[M]`` integer class ids; ``backend``: one of :data:`BACKENDS`.
     """
+    cv2 = _opencv(backend)
     if len(scores) == 0:
         return np.zeros(0, np.int64)
-    cv2 = _cv2()
     # OpenCV's binding converts every box to a Rect2d one by one (~0.3 us each, most of NMS's time
     # when few boxes are kept): from a list of Python floats is cheapest (float32 arrays: 3x slower)
     b = np.asarray(boxes, np.float64)
     xywh = np.concatenate([b[:, :2], np.maximum(b[:, 2:] - b[:, :2], 0.0)], axis=1)
     s = np.asarray(scores, np.float32)
+    if not np.isfinite(xywh).all():  # a score of 0 takes no part in either backend
+        bad = ~np.isfinite(xywh).all(axis=1)
+        s, xywh = np.where(bad, np.float32(0), s), np.where(bad[:, None], 0.0, xywh)
     c = None if class_agnostic else np.asarray(classes, np.int32)
+    if cv2 is None:
+        return greedy_nms(xywh, s, c, iou_threshold, max_detections)
+    return _opencv_rounds(cv2, xywh, s, c, iou_threshold, max_detections)
+
+
+def _opencv_rounds(cv2, xywh: np.ndarray, s: np.ndarray, c: np.ndarray | None, iou_threshold: float,
+                   max_detections: int) -> np.ndarray:
+    """OpenCV's NMS over growing shares of the best candidates (module docstring), best first."""
     order = np.argsort(-s, kind="stable")  # the order greedy NMS visits the boxes in
     take = max(FIRST_ROUND * max_detections, 64)
     while True:
