@@ -86,3 +86,35 @@ def test_a_cat_entering_and_leaving_is_one_new_update_end_story(tmp_path, broker
     lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert [e["id"] for e in lines if "type" in e] == [e["id"] for e in events]
     assert all(r["model"] == "twobox" for r in lines if "frame" in r)
+
+
+def test_snapshots_are_the_best_frame_with_its_box(tmp_path, broker, bundle_link, clip):  # noqa: F811
+    import numpy as np
+    import paho.mqtt.client as paho
+
+    images: list[tuple[str, bytes]] = []
+    raw = paho.Client(paho.CallbackAPIVersion.VERSION2)  # JPEG payloads: the text Subscriber would choke
+    raw.on_connect = lambda c, u, f, rc, p: c.subscribe("edgekit/cam-1/snapshot/#", qos=1)
+    raw.on_message = lambda c, u, m: images.append((m.topic, m.payload))
+    raw.connect("127.0.0.1", broker.port)
+    raw.loop_start()
+    sub = Subscriber(broker.port, "homeassistant/#")
+    config = make_config(tmp_path, broker.port, model={"path": str(bundle_link)}, camera={"on_end": "stop"},
+                         http={"listen": ""}, mqtt={"discovery": True},
+                         events={"snapshots": True, "snapshot_width": 160, "update_interval_s": 0})
+    try:
+        Daemon(config, camera_factory=lambda uri, options: open_camera(f"folder:{clip}", fps=30)).run()
+        wait_until(lambda: len(images) >= 2, 5, what="snapshots at new and end")
+    finally:
+        raw.disconnect()
+        raw.loop_stop()
+        sub.close()
+    assert {t for t, _ in images} == {"edgekit/cam-1/snapshot/cat"}
+    picture = cv2.imdecode(np.frombuffer(images[-1][1], np.uint8), cv2.IMREAD_COLOR)
+    assert picture.shape == (120, 160, 3)  # 320x240 scaled to snapshot_width
+    x1, y1, x2, y2 = (round(v / 2) for v in expected_box(0))
+    edge = picture[y1 + 5:y2 - 5, x1]  # the left edge of the drawn box: green
+    assert edge[:, 1].mean() > 150 and edge[:, 2].mean() < 100
+    assert picture[60, 40].mean() > 200  # the cat's half is the bright one: its best (brightest) frame
+    cameras = [json.loads(p) for t, p, _ in sub.messages if t.startswith("homeassistant/camera/")]
+    assert [c["topic"] for c in cameras] == ["edgekit/cam-1/snapshot/cat", "edgekit/cam-1/snapshot/dog"]

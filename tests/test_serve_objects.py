@@ -184,3 +184,48 @@ def test_the_model_is_named_by_its_manifest_not_by_a_symlink(tmp_path):
         (real / "edgekit.json").write_text(bad)
         assert manifest_name(str(real)) == ""
     assert model_identity(str(link), "int8", "cpu")["bundle"] == "bundle"  # nothing better to say
+
+
+class Outputs:
+    """What ObjectFeed publishes to, recorded (the broker path is in test_serve_events_mqtt.py)."""
+
+    def __init__(self):
+        self.events, self.counts, self.snapshots, self.lines = [], [], [], []
+
+    def publish_event(self, event):
+        self.events.append(event)
+
+    def publish_counts(self, counts):
+        self.counts.append(dict(counts))
+
+    def publish_snapshot(self, label, jpeg):
+        self.snapshots.append((label, jpeg))
+
+    def write(self, record):
+        self.lines.append(record)
+
+
+def test_object_feed_names_the_model_and_keeps_only_best_frames():
+    import numpy as np
+
+    pytest.importorskip("cv2", reason="snapshots need OpenCV")
+    from edgekit.serve.object_feed import MAX_SNAPSHOT_TRACKS, ObjectFeed
+
+    config = override(ServeConfig(), "events", snapshots=True, min_frames=1, max_missing=1, jsonl=True)
+    out = Outputs()
+    feed_ = ObjectFeed(config, lambda: {"bundle": "demo", "sha256": "ab"}, mqtt=out, sink=out)
+    bright = np.full((60, 80, 3), 200, np.uint8)
+    feed_.frame({"time": 1.0, "detections": [box("cat", 10, 0.6)]}, bright)
+    bright[:] = 0  # the source reuses its buffer: the kept frame is a copy
+    feed_.frame({"time": 1.1, "detections": [box("cat", 10, 0.5)]}, np.zeros((60, 80, 3), np.uint8))
+    feed_.frame({"time": 1.2, "detections": []}, None)
+    assert [e["type"] for e in out.events] == ["new", "end"] and out.lines == out.events
+    assert {e["model"] for e in out.events} == {"demo"} and out.counts[-1] == {}
+    import cv2
+
+    best = cv2.imdecode(np.frombuffer(out.snapshots[-1][1], np.uint8), cv2.IMREAD_COLOR)
+    assert best[5, 5].mean() > 150  # the 0.6 frame (bright), not the later 0.5 one
+    assert feed_.snapshots._best == {}  # forgotten once the object ended
+    many = [box("x", 50 * n, w=10) for n in range(MAX_SNAPSHOT_TRACKS + 10)]
+    feed_.frame({"time": 2.0, "detections": many}, np.zeros((10, 10, 3), np.uint8))
+    assert len(feed_.snapshots._best) == MAX_SNAPSHOT_TRACKS

@@ -1,6 +1,9 @@
-"""``host:port`` parsing for the addresses in the serve configuration ([http] listen)."""
+"""Addresses in the serve configuration: ``host:port`` ([http] listen) and camera URIs that
+name a file or folder relative to the configuration file."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from edgekit.errors import UsageError
 
@@ -21,3 +24,15 @@ def parse_address(text: str, default_port: int, what: str = "address", where: st
     if not 0 <= port <= 65535:
         raise UsageError(f"{prefix}{what} {text!r} has a bad port", "write host:port, e.g. 127.0.0.1:9100")
     return host or "127.0.0.1", port
+
+
+def camera_uri_relative_to(base_dir: Path, uri: str) -> str:
+    """Make a file/folder camera URI relative to the config file, like the other paths in it."""
+    for prefix in ("file:", "folder:"):
+        if uri.startswith(prefix):
+            rest = uri[len(prefix):]
+            return prefix + (rest if Path(rest).is_absolute() else str(base_dir / rest))
+    looks_like_path = "/" in uri or Path(uri).suffix.lower() in (".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v")
+    if uri and ":" not in uri and looks_like_path:  # a bare video file or image folder (not "synthetic")
+        return uri if Path(uri).is_absolute() else str(base_dir / uri)
+    return uri

@@ -25,7 +25,7 @@ from typing import Any
 from edgekit.errors import UsageError
 from edgekit.runtime import BACKENDS
 from edgekit.runtime.backends import MAX_THREADS
-from edgekit.serve.address import parse_address  # noqa: F401 - re-exported: it lived here
+from edgekit.serve.address import camera_uri_relative_to, parse_address
 from edgekit.serve.discovery import BINARY_DEVICE_CLASSES
 
 if sys.version_info >= (3, 11):
@@ -124,6 +124,8 @@ class EventsConfig:
     update_interval_s: float = 5.0  # "update" at most this often while an object stays (0 = never)
     jsonl: bool = False  # the events in the [output] JSON lines too
     counts: bool = True  # <topic>/count/<label>: objects in view per label (retained, on change)
+    snapshots: bool = False  # <topic>/snapshot/<label>: the object's best frame as a JPEG (retained)
+    snapshot_width: int = 640  # snapshots are scaled down to at most this width (px)
 
 
 @dataclass(frozen=True)
@@ -223,6 +225,7 @@ _MINIMUM = {  # (table, key) -> smallest allowed value
     ("events", "max_missing"): 1,
     ("events", "iou"): 0.01,
     ("events", "update_interval_s"): 0.0,
+    ("events", "snapshot_width"): 64,
 }
 
 
@@ -272,18 +275,6 @@ def _check_value(where: str, table: str, key: str, value: Any, default: Any) -> 
     return value
 
 
-def _camera_uri_relative_to(base_dir: Path, uri: str) -> str:
-    """Make a file/folder camera URI relative to the config file, like the other paths in it."""
-    for prefix in ("file:", "folder:"):
-        if uri.startswith(prefix):
-            rest = uri[len(prefix):]
-            return prefix + (rest if Path(rest).is_absolute() else str(base_dir / rest))
-    looks_like_path = "/" in uri or Path(uri).suffix.lower() in (".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v")
-    if uri and ":" not in uri and looks_like_path:  # a bare video file or image folder (not "synthetic")
-        return uri if Path(uri).is_absolute() else str(base_dir / uri)
-    return uri
-
-
 def _section(where: str, table: str, raw: Any, base_dir: Path | None) -> Any:
     cls = SECTIONS[table]
     if not isinstance(raw, dict):
@@ -300,7 +291,7 @@ def _section(where: str, table: str, raw: Any, base_dir: Path | None) -> Any:
         if base_dir is not None and (table, key) in _PATH_KEYS and value not in ("", "-", "auto"):
             value = str(base_dir / value) if not Path(value).is_absolute() else value
         if base_dir is not None and (table, key) == ("camera", "uri"):
-            value = _camera_uri_relative_to(base_dir, value)
+            value = camera_uri_relative_to(base_dir, value)
         values[key] = value
     return cls(**values)
 

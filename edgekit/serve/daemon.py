@@ -34,7 +34,7 @@ from edgekit.metrics import PipelineMetrics
 from edgekit.pipeline import frame_problem  # noqa: F401 - re-exported: it lived here
 from edgekit.serve.capture import Capture, check_reduced_decode, open_source
 from edgekit.serve.config import ServeConfig, parse_address
-from edgekit.serve.objects import ObjectTracker, tracker_from_config
+from edgekit.serve.object_feed import ObjectFeed
 from edgekit.serve.preflight import preflight
 from edgekit.serve.publish import JsonLinesSink, MqttPublisher, count_labels, mqtt_from_config, to_json
 from edgekit.serve.stats import RATE_WINDOW_S, Counters, RateMeter, camera_health, health_stats, percentiles
@@ -100,7 +100,7 @@ class Daemon:
         # What start() checks before opening anything: only the parts this daemon opens itself.
         self._preflight = {"model": runtime_factory is None, "camera": camera_factory is None}
         self._swap: BundleSwap | None = None
-        self._objects: ObjectTracker | None = None  # a detector's objects -> new/update/end events
+        self._objects: ObjectFeed | None = None  # a detector's objects -> new/update/end events
         self._started_ns: int | None = None
         self.sink: JsonLinesSink | None = None
         self.mqtt: MqttPublisher | None = None
@@ -117,7 +117,7 @@ class Daemon:
         self._model.open()
         check_reduced_decode(cfg.camera.options, self._model.pipeline.preprocess.spec.crop)
         if cfg.events.enabled and (getattr(self._model, "_task", None) or ("classify",))[0] == "detect":
-            self._objects = tracker_from_config(cfg.events)
+            self._objects = ObjectFeed(cfg, lambda: self._model.identity)
         if self._preflight["model"]:  # hot-swap needs the daemon to open [model] path itself
             self._swap = BundleSwap(cfg, self._model.open_candidate, self._model, self._stop)
             self._swap.start()
@@ -129,6 +129,8 @@ class Daemon:
             if self._swap is not None:  # swap outcomes become MQTT events (fleet dashboards, alerts)
                 self._swap.on_event = self._swap_event
         self.sink = JsonLinesSink(cfg.output.jsonl, cfg.output.max_bytes, cfg.output.backups)
+        if self._objects is not None:
+            self._objects.mqtt, self._objects.sink = self.mqtt, self.sink
         self._started_ns = self._clock()
         self._capture.start()
         sd_notify("READY=1")
@@ -156,19 +158,6 @@ class Daemon:
     def _swap_event(self, event: dict[str, Any]) -> None:
         if self.mqtt is not None:  # "type" tells it from an object's new/update/end on the same topic
             self.mqtt.publish_event({"device": self.config.device, "type": "model_swap", **event})
-
-    def _object_events(self, events: list[dict[str, Any]]) -> None:
-        """Publish a detector's object events (MQTT, and JSON lines when asked) and the counts."""
-        model, e = self._model.identity, self.config.events
-        for event in events:
-            event = {"device": self.config.device, **event, "model": model.get("bundle", ""),
-                     "bundle_sha256": model.get("sha256", "")}
-            if e.jsonl and self.sink is not None:
-                self.sink.write(event)
-            if self.mqtt is not None:
-                self.mqtt.publish_event(event)
-        if self.mqtt is not None and e.counts:
-            self.mqtt.publish_counts(self._objects.counts())
 
     def stop(self) -> None:
         """Ask the daemon to stop after the current frame. Safe from signal handlers and threads."""
@@ -217,7 +206,7 @@ class Daemon:
         if self._swap is not None:
             self._swap.close()
         if self._objects is not None:  # every object still in view ends with the daemon
-            self._object_events(self._objects.end_all())
+            self._objects.close()
         for part in (self.sink, self.mqtt, self.http):
             if part is not None:
                 part.close()
@@ -304,12 +293,12 @@ class Daemon:
             "ms": {k: round(ms[k], 3) for k in LATENCY_STAGES + DETECT_STAGES if k in ms},
         }
         self._last_result = {"frame": result.index, "time": record["time"], **result.to_dict()}
-        self._publish(record)
+        self._publish(record, getattr(frame, "array", None))
         return True
 
-    def _publish(self, record: dict[str, Any]) -> None:
+    def _publish(self, record: dict[str, Any], image: Any = None) -> None:
         if self._objects is not None and isinstance(record.get("detections"), list):
-            self._object_events(self._objects.update(record["detections"], record["time"]))
+            self._objects.frame(record, image)
         if self.sink is not None:
             errors = self.sink.errors
             self.sink.write(record)

@@ -12,6 +12,8 @@ announces:
   unknown when results stop coming (a camera that is down) instead of showing an old score;
 - for a detector, ``sensor`` *count* (boxes in the frame) and one ``sensor`` per counted
   label (confirmed objects in view), from the same JSON;
+- with ``[events] snapshots``, one ``camera`` per counted label showing ``<topic>/snapshot/<slug>``
+  (the best frame of the latest object of that label);
 - one ``binary_sensor`` per label of interest, on its own retained ``ON``/``OFF`` topic
   ``<topic>/label/<slug>``, with a ``device_class`` (``occupancy`` by default).
 
@@ -63,7 +65,7 @@ def _sensor(name: str, key: str, topic: str, expire_after: int, **extra: object)
 def discovery_messages(topic: str, device: str, labels_of_interest: tuple[str, ...] | list[str],
                        prefix: str = "homeassistant", model: str = "", version: str = "",
                        count_labels: tuple[str, ...] | list[str] = (), device_class: str = "occupancy",
-                       sensor_interval_s: float = 10.0) -> list[tuple[str, str]]:
+                       sensor_interval_s: float = 10.0, snapshots: bool = False) -> list[tuple[str, str]]:
     """``(config topic, retained JSON payload)`` for every entity of this device."""
     node = slug(device)
     base = {
@@ -86,6 +88,9 @@ def discovery_messages(topic: str, device: str, labels_of_interest: tuple[str, .
         key = count_topic.rsplit("/", 1)[1]
         entities.append(("sensor", f"count_{key}", _sensor(f"{label} count", f"counts['{key}']", topic, expire,
                                                             icon="mdi:counter")))
+    for label, image_topic in (label_topics(topic, count_labels, kind="snapshot") if snapshots else {}).items():
+        entities.append(("camera", f"snapshot_{image_topic.rsplit('/', 1)[1]}",
+                         {"name": f"{label} snapshot", "topic": image_topic}))
     for label, state_topic in label_topics(topic, labels_of_interest).items():
         object_id = state_topic.rsplit("/", 1)[1]
         extra = {"device_class": device_class} if device_class else {}

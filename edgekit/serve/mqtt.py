@@ -12,6 +12,8 @@ Topics, under ``topic`` (e.g. ``edgekit/pi-kitchen``):
 - ``<topic>/sensors``: score, count and counts as JSON, retained, on change and at least every
   ``sensor_interval_s`` (what Home Assistant's sensors read; :mod:`edgekit.serve.sensors`).
 - ``<topic>/count/<slug>``: a detector's confirmed objects per label, retained, on change.
+- ``<topic>/snapshot/<slug>``: with ``[events] snapshots``, the best frame of the latest object
+  of that label as a JPEG, retained, QoS 0 (never queued: images are large).
 - ``<topic>/stats``: the daemon's stats JSON every ``stats_interval_s``.
 - ``<topic>/events``: one JSON per event, QoS 1 whatever ``qos`` is, queued while disconnected:
   a detector's objects (``type`` new / update / end, :mod:`edgekit.serve.objects`) and model
@@ -44,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgekit.errors import BackendUnavailable
-from edgekit.serve.discovery import discovery_messages, label_topics
+from edgekit.serve.discovery import discovery_messages, label_topics, slug
 from edgekit.serve.events import PublishPolicy, state_text
 from edgekit.serve.sensors import SensorFeed
 from edgekit.serve.sink import to_json
@@ -77,6 +79,7 @@ class MqttOptions:
     device_class: str = "occupancy"  # of the binary sensors ("" = none)
     sensor_interval_s: float = 10.0  # <topic>/sensors at least this often while results flow
     min_score: float = 0.5  # a box counts in the sensors' "count" from this score
+    snapshots: bool = False  # a Home Assistant camera per counted label shows <topic>/snapshot/<slug>
     device: str = ""  # the device's name there ("" = the last level of the topic)
 
 
@@ -111,6 +114,7 @@ class MqttPublisher:
         self.client_id = client_id or f"edgekit-{os.getpid()}"
         self._label_topics = label_topics(topic, o.labels_of_interest)
         self._sensors = SensorFeed(topic, o.sensor_interval_s, tuple(o.count_labels), o.min_score)
+        self._snapshot_topics = label_topics(topic, o.count_labels, kind="snapshot")  # as discovery names them
         self.connected = threading.Event()
         self.connects = self.disconnects = self.failures = 0
         self.published = self.dropped = self.replayed = 0
@@ -178,7 +182,7 @@ class MqttPublisher:
         device = o.device or self.topic.rsplit("/", 1)[-1]
         for config_topic, payload in discovery_messages(self.topic, device, o.labels_of_interest,
                                                         o.discovery_prefix, o.model, __version__, o.count_labels,
-                                                        o.device_class, o.sensor_interval_s):
+                                                        o.device_class, o.sensor_interval_s, o.snapshots):
             client.publish(config_topic, payload, qos=1, retain=True)
 
     def _republish_state(self, client) -> None:
@@ -311,6 +315,11 @@ class MqttPublisher:
             changed = self._sensors.set_counts(counts)
         for topic, payload in changed:
             self._publish(topic, payload, 1, retain=True)
+
+    def publish_snapshot(self, label: str, jpeg: bytes) -> bool:
+        """An object's best frame (JPEG) on ``<topic>/snapshot/<slug>``, retained, QoS 0, not queued."""
+        topic = self._snapshot_topics.get(label) or f"{self.topic}/snapshot/{slug(label)}"
+        return self._publish(topic, jpeg, 0, retain=True, queue=False) == "sent"
 
     def _retained_topics(self) -> list[str]:
         """The retained topics that describe what the device sees (cleared on a clean stop)."""

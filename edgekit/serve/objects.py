@@ -55,6 +55,7 @@ class Track:
     started: bool = False  # "new" was sent
     last_event: float = 0.0  # time of the last new/update sent
     changed: bool = False  # box or top score changed since the last event
+    best_now: bool = True  # this frame gave its top score so far (its snapshot is this frame)
 
 
 @dataclass
@@ -78,6 +79,8 @@ class ObjectTracker:
         """Feed one frame's detections (``{"label", "score", "box"}``) seen at ``now`` (epoch s);
         returns the events it caused, oldest object first."""
         boxes = [d for d in detections if self._wanted(d)]
+        for track in self.tracks:
+            track.best_now = False
         matched = self._match(boxes)
         events = []
         for track in list(self.tracks):
@@ -149,6 +152,7 @@ class ObjectTracker:
         box = [round(float(v), 2) for v in det["box"]]
         score = float(det.get("score", 0.0))
         track.changed |= box != track.box or score > track.score
+        track.best_now = score > track.score
         track.box, track.score = box, max(track.score, score)
         track.frames += 1
         track.missing = 0

@@ -41,7 +41,7 @@ def mqtt_from_config(config: Any, model: str = "", count_labels: tuple[str, ...]
         queue_size=m.queue_size, queue_policy=m.queue_policy, discovery=m.discovery,
         discovery_prefix=m.discovery_prefix, labels_of_interest=tuple(m.labels_of_interest), model=model,
         device=config.device, count_labels=tuple(count_labels), device_class=m.device_class,
-        sensor_interval_s=m.sensor_interval_s, min_score=m.min_score,
+        sensor_interval_s=m.sensor_interval_s, min_score=m.min_score, snapshots=config.events.snapshots,
     )
     policy = PublishPolicy(mode=m.publish, min_interval_s=m.min_interval_s, min_score=m.min_score,
                            hysteresis=m.hysteresis, confirm_frames=m.confirm_frames)
