@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 DIST   := dist
 TARGETS ?= edgetpu,rpi,cpu,jetson
 
-.PHONY: install demo test lint model models data detector bench clean mutate
+.PHONY: install demo test lint model models data detector bench clean mutate pi-check
 
 # onnx2tf (ONNX -> TensorFlow for the TFLite targets) hard-pins an older TensorFlow/numpy stack:
 # it goes in beside ours without its pins, with the few packages it really imports (DESIGN.md 3).
@@ -40,6 +40,11 @@ test: $(STAMP) $(O2T)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+# The device side on a Raspberry Pi's architecture (aarch64 bookworm, Python 3.11) under qemu-user, compared
+# with x86-64 on the bundles `make demo` built (docs/pi.md). Cached under ~/.cache/edgekit/pi-check.
+pi-check: $(STAMP)
+	$(BIN)/python -m scripts.pi_check --dist $(DIST)
 
 # Mutation testing of the core modules, each against its own fast tests (docs/mutation.md; ~15 min on 2 cores).
 mutate: $(STAMP)
