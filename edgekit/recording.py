@@ -13,6 +13,7 @@ the source's when it states one, else measured on the first frames, else 10.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -185,7 +186,7 @@ class VideoRecording(Recording):
         h, w = self._held[0][0].shape[:2]
         self._size = (w, h)
         cv2 = self._cv2
-        h264 = _h264_writer(self._tmp, fps, self._size) if self.path.suffix.lower() == ".mp4" else None
+        h264 = _h264_writer(self._tmp, fps, self._size, self.path) if self.path.suffix.lower() == ".mp4" else None
         if h264 is None and self.path.suffix.lower() == ".mp4":
             log.warning("--save %s: written as MPEG-4 Part 2, which browsers do not play (%s)", self.path.name,
                         H264_HINT)
@@ -257,10 +258,10 @@ class _H264Writer:
     """cv2.VideoWriter's three calls over PyAV's libx264 (yuv420p, which every browser plays;
     odd sides are padded by one edge pixel, as 4:2:0 needs even ones)."""
 
-    def __init__(self, av: Any, path: Path, fps: float, size: tuple[int, int]):
+    def __init__(self, av: Any, path: Path, fps: float, size: tuple[int, int], target: Path):
         from fractions import Fraction
 
-        self._av = av
+        self._av, self._target = av, target
         self._container = av.open(str(path), "w", format="mp4")
         self._stream = self._container.add_stream("libx264", rate=Fraction(round(fps * 1000), 1000))
         self._stream.width, self._stream.height = size[0] + size[0] % 2, size[1] + size[1] % 2
@@ -274,22 +275,35 @@ class _H264Writer:
         pad = ((0, self._stream.height - image.shape[0]), (0, self._stream.width - image.shape[1]), (0, 0))
         image = np.pad(image, pad, mode="edge") if any(p[1] for p in pad) else image
         frame = self._av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="bgr24")
-        for packet in self._stream.encode(frame):
-            self._container.mux(packet)
+        try:
+            for packet in self._stream.encode(frame):
+                self._container.mux(packet)
+        except OSError as exc:  # a full disk: PyAV raises where OpenCV's writer says nothing
+            self._failed(exc)
 
     def release(self) -> None:
         if self._container is None:
             return
+        container, self._container = self._container, None
         try:
             for packet in self._stream.encode():  # flush the encoder's delayed frames
-                self._container.mux(packet)
+                container.mux(packet)
+        except OSError as exc:
+            self._failed(exc, container)
         finally:
-            self._container.close()
-            self._container = None
+            with contextlib.suppress(OSError):
+                container.close()
+
+    def _failed(self, exc: OSError, container: Any = None) -> None:
+        with contextlib.suppress(OSError):
+            (container or self._container).close()
+        self._container = None
+        raise SaveError(f"--save {self._target}: cannot write the video: {exc.strerror or exc}")
 
 
-def _h264_writer(path: Path, fps: float, size: tuple[int, int]) -> _H264Writer | None:
-    """An H.264 writer when PyAV with libx264 is installed, else None."""
+def _h264_writer(path: Path, fps: float, size: tuple[int, int], target: Path) -> _H264Writer | None:
+    """An H.264 writer into ``path`` (``target``'s temporary name) when PyAV with libx264 is
+    installed, else None."""
     try:
         import av
     except ImportError:
@@ -297,9 +311,9 @@ def _h264_writer(path: Path, fps: float, size: tuple[int, int]) -> _H264Writer |
     if "libx264" not in av.codecs_available:
         return None
     try:
-        return _H264Writer(av, path, fps, size)
+        return _H264Writer(av, path, fps, size, target)
     except (OSError, ValueError, av.FFmpegError) as exc:
-        log.warning("--save %s: PyAV cannot write H.264 here (%s); falling back to OpenCV", path.name, exc)
+        log.warning("--save %s: PyAV cannot write H.264 here (%s); falling back to OpenCV", target.name, exc)
         return None
 
 
