@@ -7,7 +7,8 @@ then looks at ``[model] path`` again when:
 
 - ``[model] watch = true``: every ``watch_interval_s`` it compares a fingerprint of the
   directory (where the path resolves to, each file's size and mtime): polling works on
-  every file system, symlink flips included, and costs a few stat calls;
+  every file system, symlink flips included, and costs a few stat calls
+  (:mod:`edgekit.serve.watch`);
 - it gets SIGHUP (the Unix convention for "reload", ``systemctl reload edgekit``);
 - ``POST /reload`` arrives from this machine, when ``[http] reload = true``.
 
@@ -22,6 +23,16 @@ model stays open for ``probation_frames``: an inference error in that time rolls
 (and the frame that failed is run again on it). Files still being copied (a hash mismatch
 or a missing file within ``SETTLE_S`` of the last change) are waited for, not refused.
 
+The manifest alone proves nothing: when the files changed under the running bundle's own
+``edgekit.json``, those whose size or mtime changed are hashed, and a mismatch is refused in
+the words a restart uses. A path that became a directory without a manifest is refused as
+not a bundle. A candidate that decodes another task, or names other labels, is refused
+unless ``[model] allow_task_change`` (what consumers of the results receive would change
+under them). Each check runs in a thread of its own with a deadline (``CHECK_DEADLINE_S``):
+files are opened only as regular files, so a FIFO is refused at once, and whatever still
+hangs (a dead mount, a device) is abandoned as a counted, logged refusal while the watcher
+goes on.
+
 Every outcome is one log line, a count (``ok``, ``rolled_back``, ``refused``) and an event
 handed to ``on_event`` (the daemon publishes it on ``<topic>/events`` over MQTT): which
 outcome, why, and the bundle's name and sha256 beside the one now serving. A refused bundle
@@ -31,25 +42,34 @@ is not tried again until its files change.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from edgekit.errors import EdgekitError
 from edgekit.pipeline import Pipeline
-from edgekit.results import Decoder
+from edgekit.serve.watch import (
+    CHECK_DEADLINE_S,
+    content_problem,
+    fingerprint,
+    first_difference,
+    identity,
+    still_copying,
+    task_of,
+    top1,
+    warm_up,
+    with_deadline,
+)
+
+__all__ = ["BundleSwap", "Loaded", "fingerprint", "identity", "warm_up"]
 
 log = logging.getLogger("edgekit.serve")
 
-SETTLE_S = 10.0  # a bundle whose files changed this recently and do not match yet is still being copied
 RESULTS = ("ok", "rolled_back", "refused")
+MAX_ABANDONED = 8  # checks stuck past their deadline (each a blocked thread) before no new one starts
 
 
 @dataclass
@@ -66,77 +86,6 @@ class Loaded:
             self.pipeline.runtime.close()
         except Exception as exc:  # closing is best effort
             log.warning("closing the runtime of %s failed: %s", self.identity.get("bundle", "?"), exc)
-
-
-def fingerprint(path: str | Path) -> tuple | None:
-    """Where ``path`` resolves to and (name, size, mtime) of every file under it; None if absent."""
-    real = os.path.realpath(path)
-    try:
-        if os.path.isfile(real):
-            st = os.stat(real)
-            return real, (("", st.st_size, st.st_mtime_ns),)
-        entries = []
-        for root, _dirs, files in os.walk(real):
-            for name in files:
-                st = os.stat(os.path.join(root, name))
-                entries.append((os.path.relpath(os.path.join(root, name), real), st.st_size, st.st_mtime_ns))
-    except OSError:
-        return None
-    return (real, tuple(sorted(entries))) if entries else None
-
-
-def identity(path: str | Path, variant: str | None = None, target: str | None = None) -> dict[str, Any]:
-    """Name, sha256 and target of a model path: a bundle's hash is its manifest's (which lists the
-    sha256 of every file), a bare model's is the file's own."""
-    from edgekit.bundle import MANIFEST, sha256_file
-
-    real = Path(os.path.realpath(path))
-    hashed = real / MANIFEST if real.is_dir() else real
-    try:
-        digest = sha256_file(hashed)
-    except OSError:
-        digest = ""
-    return {"bundle": Path(path).name, "path": str(real), "variant": variant or "", "sha256": digest,
-            "target": target or ""}
-
-
-def newest_mtime(print_: tuple | None) -> float:
-    """The newest file modification time in a fingerprint (0 when there is none)."""
-    if not print_:
-        return 0.0
-    return max((m for _name, _size, m in print_[1]), default=0) / 1e9
-
-
-def _top1(result: Any) -> int | None:
-    """The top-1 class index of a FrameResult, a Classification or Detections (the best box's
-    class; None when nothing was detected or for other task heads)."""
-    top = getattr(getattr(result, "result", result), "top", None)
-    return getattr(top, "index", None)
-
-
-def warm_up(candidate: Loaded, recent: list[tuple[Any, int | None]], min_agreement: float) -> str:
-    """Run ``candidate`` on recent ``(frame, running top-1)`` pairs; '' when healthy, else why not."""
-    pipeline, labels = candidate.pipeline, candidate.labels
-    agree = compared = 0
-    for frame, running_top in recent:
-        outputs = pipeline.runtime.infer(pipeline.preprocess(frame.array))
-        for out in outputs:
-            out = np.asarray(out)
-            if np.issubdtype(out.dtype, np.floating) and not np.all(np.isfinite(out)):
-                return "it gives non-finite outputs (NaN/inf)"
-        width = np.asarray(outputs[0]).shape[-1]
-        # a class-score vector must have one value per label (a detector's head checked its
-        # class count against the labels when it chose the output layout)
-        if isinstance(pipeline.decode, Decoder) and labels and len(outputs) == 1 and width != len(labels):
-            return f"its output has {width} classes for {len(labels)} labels"
-        top = _top1(pipeline.decode_outputs(outputs, frame.array.shape))
-        if running_top is not None and top is not None:
-            compared += 1
-            agree += int(top == running_top)
-    if min_agreement and compared and agree / compared < min_agreement:
-        return f"it agrees with the running model on {agree / compared:.0%} of {compared} frames " \
-               f"(min {min_agreement:.0%})"
-    return ""
 
 
 class BundleSwap:
@@ -168,6 +117,14 @@ class BundleSwap:
         self._previous: Loaded | None = None  # kept open while the new model is on probation
         self._probation = 0
         self._seen = fingerprint(self.path)
+        self._active_print = self._seen  # what the serving bundle's files were when it was loaded
+        self._pending_print: tuple | None = None
+        self._previous_print: tuple | None = None
+        self._looking_at: tuple | None = None  # the fingerprint the running check looks at
+        self._generation = 0  # bumped per check: a check abandoned at its deadline is not acted on
+        self._abandoned = 0
+        self._deadline = float(getattr(m, "check_deadline_s", CHECK_DEADLINE_S))
+        self._allow_task_change = bool(getattr(m, "allow_task_change", False))
         self._refused: set[tuple] = set()
         self._reasons: deque[str] = deque(maxlen=8)
         self.counts = dict.fromkeys(RESULTS, 0)
@@ -212,64 +169,121 @@ class BundleSwap:
             why = ", ".join(dict.fromkeys(self._reasons)) or "the bundle changed"
             self._reasons.clear()
             try:
-                self._consider(why, explicit=requested)
+                self._look(why, explicit=requested)
             except Exception:  # a bug here must not end hot-swapping, nor the daemon
                 log.exception("hot-swap check failed")
 
-    def _consider(self, why: str, explicit: bool) -> None:
-        """One look at the bundle path: prepare a candidate when it changed."""
-        current = fingerprint(self.path)
-        if current == self._seen and not explicit:
+    def _look(self, why: str, explicit: bool) -> None:
+        """One look at the bundle path, in a thread of its own with a deadline: whatever a file
+        does (a hung mount, a device that never answers), the watcher comes back to watch."""
+        if self._abandoned >= MAX_ABANDONED:
+            log.warning("%s: %d hot-swap checks of %s are still stuck; not starting another", why,
+                        self._abandoned, self.path)
             return
+        box: dict[str, Any] = {}
+        with self._lock:
+            self._generation += 1
+            generation, self._looking_at = self._generation, None
+
+        def work() -> None:
+            try:
+                decision = self._consider(why, explicit)
+            except Exception:
+                log.exception("hot-swap check failed")
+                decision = None
+            with self._lock:
+                if generation == self._generation:
+                    box["decision"] = decision
+                    return
+                self._abandoned -= 1
+            _drop(decision)  # abandoned at its deadline: nobody will install what it opened
+
+        finished = with_deadline(work, self._deadline, self._stop)
+        with self._lock:
+            if not finished and "decision" not in box:
+                self._generation += 1  # a late result is dropped by work() itself
+                self._abandoned += 1
+        if finished or "decision" in box:
+            self._apply(box.get("decision"), why)
+            return
+        if self._stop.is_set():  # shutting down: the late check is dropped, not a refusal
+            return
+        self._refuse(self._looking_at or (str(self.path), ("stuck",)),
+                     f"its check did not finish within {self._deadline:g} s (a file that blocks reads, or a "
+                     "device that does not answer); fix the bundle's files or its storage")
+
+    def _apply(self, decision: tuple | None, why: str) -> None:
+        """Act on what :meth:`_consider` decided (in the watcher thread, so state has one writer)."""
+        if decision is None:
+            return
+        kind, current, detail = decision
+        if kind == "refuse":
+            self._refuse(current, detail)
+            return
+        self._seen = current
+        if kind == "install":
+            with self._lock:
+                self._pending, self._pending_print = detail, current
+            log.info("%s: bundle %s (sha256 %s) passed its checks; swapping it in", why, self.path,
+                     detail.identity.get("sha256", "")[:12])
+
+    def _consider(self, why: str, explicit: bool) -> tuple | None:
+        """What to do about the bundle path now: ``(kind, fingerprint, detail)`` with kind ``seen``
+        (remember it, nothing to do), ``refuse`` (detail: why) or ``install`` (detail: the checked
+        candidate); None to look again later."""
+        current = fingerprint(self.path)
+        self._looking_at = current
+        if current == self._seen and not explicit:
+            return None
         if current is None:  # mid-rename, or removed: keep serving what is loaded
             if current != self._seen or explicit:
                 log.warning("%s: %s does not exist now; still serving sha256 %s", why, self.path,
                             self._supervisor.identity.get("sha256", "")[:12])
-            self._seen = current
-            return
+            return "seen", current, None
         if current in self._refused:
             if explicit:
                 log.info("%s: %s was refused before and has not changed; still serving %s", why, self.path,
                          self._supervisor.identity.get("sha256", "")[:12])
-            return
+            return None
         if self._pending is not None or self._probation:
             log.info("%s: a swap is already under way; look again afterwards", why)
-            return
-        self._prepare(why, current)
+            return None
+        return self._prepare(why, current)
 
-    def _prepare(self, why: str, current: tuple) -> None:
+    def _prepare(self, why: str, current: tuple) -> tuple | None:
         new_id = identity(self.path)
         active = self._supervisor.identity
         if new_id["sha256"] and new_id["sha256"] == active.get("sha256"):
-            self._seen = current
-            log.info("%s: bundle %s unchanged (sha256 %s); nothing to do", why, self.path, new_id["sha256"][:12])
-            return
+            # the manifest is the running one's; its files may not be (a model replaced in place)
+            problem = content_problem(self.path, self._active_print, current)
+            if not problem:
+                log.info("%s: bundle %s unchanged (sha256 %s); nothing to do", why, self.path, new_id["sha256"][:12])
+                return "seen", current, None
+            return self._load_failed(why, current, problem)
         try:
             candidate = self.opener(self.path)
         except EdgekitError as exc:
-            if _still_copying(exc, current):
-                log.info("%s: %s is still being written (%s); waiting", why, self.path, exc.message)
-                return  # _seen stays old: the next poll (or request) tries again
-            self._refuse(current, f"cannot load it: {exc}")
-            return
+            return self._load_failed(why, current, exc.message)
         except Exception as exc:  # a runtime that throws on open: refused, never fatal
-            self._refuse(current, f"cannot open it: {type(exc).__name__}: {exc}".splitlines()[0])
-            return
+            return "refuse", current, f"cannot open it: {type(exc).__name__}: {exc}".splitlines()[0]
         problem = self._check(candidate, active)
         if problem:
             candidate.close()
-            self._refuse(current, problem)
-            return
-        self._seen = current
-        with self._lock:
-            self._pending = candidate
-        log.info("%s: bundle %s (sha256 %s) passed its checks; swapping it in", why, self.path,
-                 candidate.identity.get("sha256", "")[:12])
+            return "refuse", current, problem
+        return "install", current, candidate
+
+    def _load_failed(self, why: str, current: tuple, message: str) -> tuple | None:
+        if still_copying(message, current):
+            log.info("%s: %s is still being written (%s); waiting", why, self.path, message)
+            return None  # _seen stays old: the next poll (or request) tries again
+        return "refuse", current, f"cannot load it: {message}"
 
     def _check(self, candidate: Loaded, active: dict[str, Any]) -> str:
         target, running = candidate.identity.get("target"), active.get("target")
         if target and running and target != running:
             return f"it is built for target {target!r}, this device runs {running!r} (restart the service to change)"
+        if problem := self._task_change(candidate):
+            return problem
         with self._lock:
             recent = list(self._recent)
         if not recent:  # no frame yet (a camera outage): a test pattern still proves the model runs
@@ -280,6 +294,22 @@ class BundleSwap:
             return warm_up(candidate, recent, self._min_agreement)
         except Exception as exc:
             return f"its warm-up failed: {type(exc).__name__}: {exc}".splitlines()[0]
+
+    def _task_change(self, candidate: Loaded) -> str:
+        """A candidate that decodes another task, or names other classes, would change what every
+        consumer of the results receives: refused unless ``[model] allow_task_change``."""
+        if self._allow_task_change:
+            return ""
+        fix = "(set [model] allow_task_change = true, or restart the service, to change it)"
+        pipeline = getattr(self._supervisor, "pipeline", None)
+        running, new = task_of(pipeline), task_of(candidate.pipeline)
+        if pipeline is not None and running != new:
+            return f"it changes the task from {running} to {new} {fix}"
+        labels = getattr(self._supervisor, "labels", None)
+        if labels is not None and list(candidate.labels) != list(labels):
+            return f"it changes the labels ({len(labels)} -> {len(candidate.labels)}, " \
+                   f"first difference: {first_difference(labels, candidate.labels)}) {fix}"
+        return ""
 
     def _refuse(self, current: tuple, reason: str) -> None:
         self._refused.add(current)
@@ -294,7 +324,7 @@ class BundleSwap:
     def remember(self, frame: Any, result: Any) -> None:
         """Keep the newest frames (and the running model's top-1) for a candidate's warm-up."""
         with self._lock:
-            self._recent.append((frame, _top1(result)))
+            self._recent.append((frame, top1(result)))
 
     def install_pending(self) -> None:
         """Between two frames: switch to a checked candidate, keeping the previous model for rollback."""
@@ -302,6 +332,7 @@ class BundleSwap:
             return
         with self._lock:
             candidate, self._pending = self._pending, None
+        self._previous_print, self._active_print = self._active_print, self._pending_print
         self._previous = self._supervisor.install(candidate)
         self._probation = self._probation_frames
         if not self._probation:
@@ -319,6 +350,7 @@ class BundleSwap:
         if not self._probation or self._previous is None:
             return False
         failed = self._supervisor.install(self._previous)
+        self._active_print = self._previous_print
         sha = failed.identity.get("sha256", "")[:12]
         self._previous, self._probation = None, 0
         failed.close()
@@ -357,9 +389,7 @@ class BundleSwap:
             log.warning("hot-swap event not delivered: %s", exc)
 
 
-def _still_copying(exc: EdgekitError, current: tuple) -> bool:
-    """A hash mismatch or a missing file in a bundle whose files changed within SETTLE_S."""
-    text = exc.message
-    partial = "does not match its sha256" in text or " is missing " in text or "no edgekit.json" in text
-    return partial and time.time() - newest_mtime(current) < SETTLE_S
-
+def _drop(decision: tuple | None) -> None:
+    """Close the candidate of a decision nobody will act on."""
+    if decision is not None and decision[0] == "install":
+        decision[2].close()
