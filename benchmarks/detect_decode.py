@@ -11,6 +11,10 @@ Part 1, always: 2,000 candidate boxes x 10 classes in the YOLOv8 layout ``[1, 14
 
 Also YOLOv8n-640's size, 8,400 x 80, realistic scores, to show where the work goes at scale.
 
+Then NMS alone on each scene's candidates, OpenCV's (``cv2.dnn.NMSBoxes``) beside the numpy one a
+``[litert]`` install without OpenCV runs (:mod:`edgekit.detect.nms_numpy`, the same boxes kept),
+class-aware and agnostic, timed alternately call by call; goal: numpy within 1.5x of OpenCV.
+
 ``uint8, dequantise all`` is the same uint8 tensor dequantised whole before decoding (what the
 head did before it thresholded in the quantised domain), for comparison.
 
@@ -29,6 +33,7 @@ import argparse
 import json
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -136,6 +141,37 @@ def _size(count: int, n: int, nc: int, kind: str) -> None:
                   f"{r['nms']:>7.3f} ms{r['total']:>7.3f} ms", flush=True)
 
 
+def nms_backends(count: int) -> None:
+    """p50 of ``nms()`` with each backend on the same candidates, calls alternated (same load), in
+    thread CPU time: on a shared machine wall time also counts the time the process waits for a
+    core, which a longer call catches more often (the numpy path's calls varied 1.6-10 ms here)."""
+    from edgekit.detect.head import detector
+    from edgekit.detect.nms import nms
+
+    print(f"\nNMS alone, p50 thread CPU time over {count} alternated calls (IoU 0.45, max_detections 100); "
+          "goal: numpy <= 1.5x OpenCV")
+    print(f"{'scores':<11}{'classes':<13}{'boxes':>6}{'kept':>6}{'opencv':>12}{'numpy':>12}{'ratio':>8}")
+    for kind in ("realistic", "worst", "crowded"):
+        out = synthetic(kind)
+        decode = detector([f"c{i}" for i in range(NC)], Outputs(out.shape, None))
+        cand = decode._candidates([out], decode.config, decode.quantization)
+        for agnostic in (False, True):
+            calls = {b: partial(nms, cand.boxes, cand.scores, cand.classes, 0.45, 100, agnostic, backend=b)
+                     for b in ("opencv", "numpy")}
+            kept = {b: f() for b, f in calls.items()}
+            assert all((k == kept["opencv"]).all() and len(k) == len(kept["opencv"]) for k in kept.values())
+            times: dict[str, list[int]] = {b: [] for b in calls}
+            for i in range(count + 20):
+                for b, f in calls.items():
+                    t0 = time.thread_time_ns()
+                    f()
+                    if i >= 20:
+                        times[b].append(time.thread_time_ns() - t0)
+            cv, npy = p50(times["opencv"]), p50(times["numpy"])
+            print(f"{kind:<11}{'agnostic' if agnostic else 'class-aware':<13}{len(cand.scores):>6}"
+                  f"{len(kept['numpy']):>6}{cv:>9.3f} ms{npy:>9.3f} ms{npy / cv:>7.2f}x", flush=True)
+
+
 def _frames(images: Path, spec) -> list[np.ndarray]:
     import cv2
 
@@ -189,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     keys = ("cpu_model", "cores_usable", "governor", "load_average", "libraries")
     print(json.dumps({k: ctx[k] for k in keys}, default=str))
     part1(args.count)
+    nms_backends(args.count)
     if args.model:
         part2(args.model, args.images, args.count, json.loads(args.task_options))
     return 0

@@ -26,6 +26,7 @@ costs about ten numpy element operations: the float rounding at the end is folde
 from __future__ import annotations
 
 import functools
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -33,8 +34,14 @@ import numpy as np
 DBL_EPSILON = float(np.finfo(np.float64).eps)
 FIRST_CHUNK = 64
 """Boxes in the first chunk; later chunks are sized from the share kept so far."""
-MATRIX = 16_384
-"""Most box pairs in one overlap matrix: larger ones cost more per pair here (fresh memory)."""
+MATRIX = 12_000
+"""Box pairs in one matrix against the kept boxes, at most (when more than ``FIRST_CHUNK`` boxes)."""
+WITHIN = 96
+"""Most boxes compared with each other in one chunk (a matrix of their pairs, then a Python loop)."""
+
+
+_SCRATCH = threading.local()
+_UPPER = np.triu(np.ones((WITHIN, WITHIN), bool), 1)
 
 
 def _keeps(q: float, threshold: np.float32) -> bool:
@@ -79,23 +86,36 @@ def _suppressed(a: np.ndarray, b: np.ndarray, a_cls: np.ndarray | None, b_cls: n
     """``[m, k]`` bool: box ``a[:, i]`` suppresses box ``b[:, j]`` (same class, OpenCV's overlap > threshold).
 
     ``a``, ``b``: ``[5, n]`` float64 rows ``x, y, x + w, y + h, w * h``, the sums and the area as
-    OpenCV's ``Rect2d`` computes them.
+    OpenCV's ``Rect2d`` computes them. Without points every union is > 0, so no ratio is NaN.
     """
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        inter = np.minimum(a[2][:, None], b[2][None, :])
-        inter -= np.maximum(a[0][:, None], b[0][None, :])
-        np.maximum(inter, 0.0, out=inter)  # Rect2d's &=: no intersection unless both sides > 0
-        h = np.minimum(a[3][:, None], b[3][None, :])
-        h -= np.maximum(a[1][:, None], b[1][None, :])
-        np.maximum(h, 0.0, out=h)
-        inter *= h
-        union = np.add(a[4][:, None], b[4][None, :], out=h)
-        same = union <= DBL_EPSILON if rule.points else None  # jaccardDistance: two points are one box
+    m, k = a.shape[1], b.shape[1]
+    wh, lo = _scratch(2 * m * k)[:, : 2 * m * k].reshape(2, 2, m, k)
+    np.minimum(a[2:4, :, None], b[2:4, None, :], out=wh)  # x and y at once: right and bottom edges
+    wh -= np.maximum(a[:2, :, None], b[:2, None, :], out=lo)
+    np.maximum(wh, 0.0, out=wh)  # Rect2d's &=: no intersection unless both sides > 0
+    inter = np.multiply(wh[0], wh[1], out=lo[0])
+    union = np.add(a[4][:, None], b[4][None, :], out=lo[1])
+    if not rule.points:
         union -= inter
-        np.divide(inter, union, out=inter)
-        out = ~(inter <= rule.limit)  # NaN (0 / 0) suppresses, as OpenCV's NaN overlap does
-    if same is not None:
-        out[same] = rule.point_suppresses
+        return _same_class(np.divide(inter, union, out=inter) > rule.limit, a_cls, b_cls)
+    same = union <= DBL_EPSILON  # jaccardDistance: two boxes of no area are one box
+    union -= inter
+    out = ~(np.divide(inter, union, out=inter) <= rule.limit)  # NaN (0 / 0) suppresses, as in OpenCV
+    out[same] = rule.point_suppresses
+    return _same_class(out, a_cls, b_cls)
+
+
+def _scratch(size: int) -> np.ndarray:
+    """``[2, >= size]`` float64 work space, kept per thread: the overlap matrices reuse it, because
+    freshly allocated ones over ~128 KiB cost page faults every call (glibc returns them to the OS)."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.shape[1] < size:
+        buf = _SCRATCH.buf = np.empty((2, max(size, 2 * MATRIX)))
+    return buf
+
+
+def _same_class(out: np.ndarray, a_cls: np.ndarray | None, b_cls: np.ndarray | None) -> np.ndarray:
+    """``out`` where the two boxes' classes match (class-aware), else False."""
     if a_cls is not None:
         out &= a_cls[:, None] == b_cls[None, :]
     return out
@@ -107,7 +127,7 @@ def _greedy_within(boxes: np.ndarray, cls: np.ndarray | None, rule: Rule) -> np.
     if m < 2:
         return np.arange(m)
     hits = _suppressed(boxes, boxes, cls, cls, rule)
-    hits &= np.arange(m)[:, None] < np.arange(m)[None, :]  # only a better box suppresses a worse one
+    hits &= _UPPER[:m, :m]  # only a better box suppresses a worse one
     removed = np.zeros(m, bool)
     # rows that suppress nothing cannot change the outcome; the rest in visit order, the removed skipped
     for i in np.flatnonzero(hits.any(axis=1)).tolist():
@@ -144,8 +164,16 @@ def greedy_nms(xywh: np.ndarray, scores: np.ndarray, classes: np.ndarray | None,
     cls = None if classes is None else np.asarray(classes)[order]
     rule = Rule(ratio_limit(float(iou_threshold)), bool((boxes[4] <= DBL_EPSILON).any()),
                 not np.float32(1.0) <= np.float32(iou_threshold))
-    n, start, size = len(order), 0, min(len(order), FIRST_CHUNK)
-    chosen: list[np.ndarray] = []
+    # overflow, inf - inf, 0 / 0 only with absurd boxes or points, decided as OpenCV decides them
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        positions = _walk(boxes, cls, rule, limit)
+    return order[positions].astype(np.int64)
+
+
+def _walk(boxes: np.ndarray, cls: np.ndarray | None, rule: Rule, limit: int) -> np.ndarray:
+    """Positions (in visit order) of the first ``limit`` boxes kept, chunk by chunk (module docstring)."""
+    n, start, size = boxes.shape[1], 0, min(boxes.shape[1], FIRST_CHUNK)
+    chosen: list[np.ndarray] = [np.zeros(0, np.int64)]
     kept, kept_cls = boxes[:, :0], None if cls is None else cls[:0]
     while start < n and kept.shape[1] < limit:
         stop = start + size
@@ -153,6 +181,8 @@ def greedy_nms(xywh: np.ndarray, scores: np.ndarray, classes: np.ndarray | None,
         alive = np.arange(stop - start)
         if kept.shape[1]:
             alive = np.flatnonzero(~_suppressed(kept, chunk, kept_cls, chunk_cls, rule).any(axis=0))
+        if len(alive) > WITHIN:  # the rest of the chunk waits for the next one (kept boxes first)
+            stop, alive = start + alive[WITHIN], alive[:WITHIN]
         alive = alive[_greedy_within(chunk[:, alive], None if cls is None else chunk_cls[alive], rule)]
         chosen.append(start + alive)
         kept = np.concatenate([kept, chunk[:, alive]], axis=1)
@@ -160,5 +190,4 @@ def greedy_nms(xywh: np.ndarray, scores: np.ndarray, classes: np.ndarray | None,
             kept_cls = np.concatenate([kept_cls, chunk_cls[alive]])
         start = stop
         size = _next_chunk(start, kept.shape[1], limit, n - start)
-    positions = np.concatenate(chosen)[:limit] if chosen else np.zeros(0, np.int64)
-    return order[positions].astype(np.int64)
+    return np.concatenate(chosen)[:limit]
