@@ -12,7 +12,9 @@
 
 The server binds 127.0.0.1 unless the configuration says otherwise: metrics are not meant
 to be exposed to a network by accident. It is :class:`~edgekit.serve.httpserver.BoundedHTTPServer`:
-a real backlog, socket timeouts and a fixed number of threads, whatever the clients do.
+a fixed number of threads that only ever see whole requests, deadlines for a whole request and
+a whole answer, a cap per client address, and ``/healthz`` answered ahead of other paths,
+whatever the clients do.
 
 Rates are not exported as gauges: ``rate(edgekit_frames_processed_total[1m])`` gives the
 processing rate (and the camera's, the skipped one) without a second source of truth.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -183,7 +186,7 @@ class HttpEndpoint:
         health: returns ``(ready, details)``; ``/healthz`` answers 200 when ready, else 503.
         stats: returns the stats dict for ``/stats``.
         reload: called by ``POST /reload`` from a loopback address; None turns the route off.
-        server_options: keyword arguments of :class:`BoundedHTTPServer` (workers, timeouts).
+        server_options: keyword arguments of :class:`BoundedHTTPServer` (workers, deadlines, caps).
     """
 
     def __init__(
@@ -215,6 +218,8 @@ class HttpEndpoint:
                 log.debug("http %s " + fmt, self.client_address[0], *args)
 
         self._health, self._stats, self._reload = health, stats, reload
+        self._exposition_lock = threading.Lock()
+        self._exposition: tuple[float, bytes] = (float("-inf"), b"")  # (generation started, text)
         self._server = BoundedHTTPServer((host, port), Handler, **server_options)
         self._thread: threading.Thread | None = None
 
@@ -224,11 +229,17 @@ class HttpEndpoint:
         host, port = self._server.server_address[:2]
         return str(host), int(port)
 
+    @property
+    def connection_counts(self) -> dict[str, int]:
+        """Connections accepted, answered, refused, evicted, timed out (see BoundedHTTPServer)."""
+        return dict(self._server.counts)
+
     def _handle(self, req: BaseHTTPRequestHandler, body: bool = True) -> None:
         path = req.path.split("?", 1)[0]
         try:
             if path == "/metrics":
-                status, ctype, payload = 200, CONTENT_TYPE_LATEST, self.metrics.exposition()
+                status, ctype = 200, CONTENT_TYPE_LATEST
+                payload = self._fresh_exposition(getattr(req, "received_at", time.monotonic()))
             elif path == "/healthz":
                 ready, details = self._health()
                 status, ctype = (200 if ready else 503), "application/json"
@@ -243,6 +254,18 @@ class HttpEndpoint:
             log.exception("http %s failed", path)
             status, ctype, payload = 500, "text/plain; charset=utf-8", f"error: {exc}\n".encode()
         _answer(req, status, ctype, payload, body)
+
+    def _fresh_exposition(self, received_at: float) -> bytes:
+        """The metrics text generated after ``received_at`` (a request's arrival): scrapes that
+        queued while one generation ran share the next (200 at once cost a few generations, not
+        200 of about 4 ms each), and none gets numbers older than its request."""
+        with self._exposition_lock:
+            started, text = self._exposition
+            if started < received_at:
+                started = time.monotonic()
+                text = self.metrics.exposition()
+                self._exposition = (started, text)
+            return text
 
     def _post(self, req: BaseHTTPRequestHandler) -> None:
         """``POST /reload``: only when enabled, only from this machine (a reload costs a model load)."""
