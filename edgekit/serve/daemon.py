@@ -299,6 +299,8 @@ class Daemon:
     def _publish(self, record: dict[str, Any], image: Any = None) -> None:
         if self._objects is not None and isinstance(record.get("detections"), list):
             self._objects.frame(record, image)
+        elif self._objects is not None:  # no detector now (a hot-swap allowed to change the task)
+            self._objects.close()  # what was in view ends; nothing new starts until a detector is back
         if self.sink is not None:
             errors = self.sink.errors
             self.sink.write(record)
