@@ -227,19 +227,18 @@ def _metric_families(text: str) -> int:
 
 def check_install(name: str, ctx: dict, work: Path) -> list[Row]:
     """Install ``name`` for both machines, probe every variant on both and compare; sizes and import too."""
-    extras, rows, results = INSTALLS[name], [], {}
+    extras, results, sizes = INSTALLS[name], {}, {}
     for arch in ("x86_64", "aarch64"):
         site, cached = ul.install(ctx["wheel"], extras, arch)
         layer = ul.edgekit_layer(ctx["wheel"], work / f"edgekit-{arch}-{name}")
         path = [layer, site]
         python = ul.python_command(arch, ctx["root"], ctx["qemu"], ctx["cpu"])
-        if arch == "aarch64":
-            ctx.setdefault("paths", {})[name] = (python, path)
-            rows.append(Row(name, "site-packages", INFO, f"{human_size(ul.tree_size(*path))} aarch64 "
-                            f"'[{extras}]'{' (cached)' if cached else ''}"))
+        ctx.setdefault("paths", {})[name] = (python, path)  # the aarch64 one stays: doctor and serve use it
+        sizes[arch] = f"{human_size(ul.tree_size(*path))}{' (cached)' if cached else ''}"
         for task, specs in ctx["specs"].items():
             results[arch, task] = probe(python, path, work, ctx["frames"][task], specs, f"{arch}-{name}-{task}")
-    rows.insert(0, import_row(name, results["aarch64", "classify"][0]))
+    rows = [import_row(name, results["aarch64", "classify"][0]),
+            Row(name, "site-packages", INFO, f"'[{extras}]' aarch64 {sizes['aarch64']}; x86-64 {sizes['x86_64']}")]
     for task, specs in ctx["specs"].items():
         rows += compare_rows(name, specs, results["x86_64", task], results["aarch64", task])
     return rows

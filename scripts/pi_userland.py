@@ -175,8 +175,10 @@ def edgekit_layer(wheel: Path, into: Path) -> Path:
 
 
 def tree_size(*folders: Path) -> int:
-    """Bytes of the files under the folders (links not followed)."""
-    return sum(p.lstat().st_size for f in folders for p in f.rglob("*") if p.is_file() and not p.is_symlink())
+    """Bytes of the files under the folders (links not followed), leaving out ``__pycache__``: runs write
+    bytecode into the cached install, and the figure must not grow from one run to the next."""
+    return sum(p.lstat().st_size for f in folders for p in f.rglob("*")
+               if p.is_file() and not p.is_symlink() and "__pycache__" not in p.parts)
 
 
 def python_command(arch: str, root: Path | None, emulator: str | None, cpu: str) -> list[str]:
