@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.errors import EdgekitError
+from edgekit.errors import BackendUnavailable, EdgekitError
 from edgekit.imagesize import HEAD_BYTES, ImageTooLarge, check_pixels  # noqa: F401 - re-exported
 from edgekit.imgops import area_shrink, area_shrink_matches_opencv, crop_problem, crop_window, letterbox_window, pad
 from edgekit.imgops import convert_colour as _np_convert_colour
@@ -315,6 +315,22 @@ class ImageReadError(ValueError):
     """A file that is not a readable image (wrong format or truncated)."""
 
 
+IMAGES_HINT = "pip install 'edgekit-vision[images]' (Pillow, small) or 'edgekit-vision[opencv]'"
+
+
+def require_image_decoder(what: str) -> None:
+    """Refuse now, before any work, when neither OpenCV nor Pillow is there to decode images.
+
+    Raises:
+        BackendUnavailable: ``what`` needs one of them; the hint names the ``[images]`` extra.
+    """
+    import importlib.util
+
+    if optional_cv2() is None and importlib.util.find_spec("PIL") is None:
+        raise BackendUnavailable(f"{what} needs Pillow or OpenCV to decode images, and neither is installed",
+                                 IMAGES_HINT)
+
+
 def read_image(path: str | Path) -> np.ndarray:
     """Read an image file as an OpenCV-convention uint8 frame (gray, BGR).
 
@@ -356,11 +372,8 @@ def _decode_pillow(path: str | Path, data: np.ndarray) -> np.ndarray | None:
     try:
         from PIL import Image, UnidentifiedImageError
     except ImportError as exc:
-        from edgekit.errors import BackendUnavailable
-
         raise BackendUnavailable(
-            f"reading {Path(path).name} needs Pillow or OpenCV, and neither is installed",
-            "pip install 'edgekit-vision[images]' (Pillow, small) or 'edgekit-vision[opencv]'",
+            f"reading {Path(path).name} needs Pillow or OpenCV, and neither is installed", IMAGES_HINT
         ) from exc
     try:
         with Image.open(io.BytesIO(data.tobytes())) as im:

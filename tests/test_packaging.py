@@ -90,3 +90,5 @@ def test_opencv_sources_name_the_extra_when_it_is_missing(bundle, tmp_path):
                               text=True, timeout=60, cwd=ROOT)
         assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
         assert f"pip install 'edgekit-vision{needs}'" in done.stderr, done.stderr
+        if uri.startswith("folder:"):  # refused when the source opens, not at its first image
+            assert f"{uri} needs Pillow or OpenCV" in done.stderr, done.stderr

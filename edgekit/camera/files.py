@@ -18,7 +18,7 @@ import numpy as np
 
 from edgekit.camera.base import Frame, _SourceBase
 from edgekit.errors import CameraError
-from edgekit.image import IMAGE_SUFFIXES, ImageReadError, read_image
+from edgekit.image import IMAGE_SUFFIXES, ImageReadError, read_image, require_image_decoder
 
 VIDEO_SUFFIXES = (
     ".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".mjpeg", ".mjpg",
@@ -309,6 +309,7 @@ class ImageFolderSource(SequenceSource):
         paths = sorted((p for p in d.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()), key=_natural_key)
         if not paths:
             raise CameraError(f"{directory}: no images", f"put {', '.join(IMAGE_SUFFIXES)} files in it")
+        require_image_decoder(f"folder:{directory}")  # a [litert] install has neither: say so at open
         super().__init__(_FolderReader(paths), name=f"folder:{directory}", fps=fps, pace=bool(fps), loop=loop)
         self._info["frame_count"] = len(paths)
 
