@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -110,8 +111,7 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
     with interruptible(log), _created_dirs_removed_on_failure(request.out):
         resolved = _resolve_targets(request)
         declared_task, input_size = _declared(request, log)
-        source = load_source_model(request.model, input_size)
-        check_resources(request, source, log)
+        source = load_source_model(request.model, input_size, precheck=partial(check_resources, request, log))
         task, class_output = choose_task(request.task or declared_task, source, request.eval_dir)
         _log_task_choice(log, request, source, task, class_output)
         side_labels, side_pre = read_sidecars(request.model)

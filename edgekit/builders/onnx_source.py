@@ -12,11 +12,14 @@ ONNX Runtime runs for the reference outputs, what onnx2tf converts and what the 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from edgekit.builders.source_model import SourceModel, make_outputs
 from edgekit.errors import ModelError
 
+#: ``precheck((h, w, c), activation_bytes)``: called by a loader before the model first runs
+Precheck = Callable[[tuple[int, int, int], "int | None"], None]
 INPUT_SIZE_HINT = "give the image size with --input-size HxW (e.g. --input-size 224x224)"
 
 
@@ -134,8 +137,12 @@ def _check_external_data(path: Path) -> None:
                              f"copy {location} into {path.parent} with the model (both files are the model)")
 
 
-def load_onnx(path: Path, input_size: tuple[int, int] | None = None) -> SourceModel:
-    """Load, check and prepare an ONNX model; its reference runs in ONNX Runtime (CPU)."""
+def load_onnx(path: Path, input_size: tuple[int, int] | None = None, precheck: Precheck | None = None) -> SourceModel:
+    """Load, check and prepare an ONNX model; its reference runs in ONNX Runtime (CPU).
+
+    ``precheck`` (the build's memory check) sees the static input and the graph's widest step
+    before ONNX Runtime runs the model once on zeros (a 16384x16384 input was OOM-killed there).
+    """
     try:
         import onnx
         import onnxruntime as ort
@@ -152,13 +159,17 @@ def load_onnx(path: Path, input_size: tuple[int, int] | None = None) -> SourceMo
         name, dims, static, layout = prepare(model, input_size)
     except ModelError as exc:
         raise ModelError(f"{path.name}: {exc.message}", exc.hint) from exc
+    hwc = (static[2], static[3], static[1]) if layout == "NCHW" else (static[1], static[2], static[3])
+    if precheck is not None:
+        from edgekit.builders.graph_memory import onnx_activation_bytes
+
+        precheck(hwc, onnx_activation_bytes(model))
     blob = model.SerializeToString()
     try:
         sess = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
     except Exception as exc:  # unknown ops and bad graphs: ONNX Runtime names the node
         raise ModelError(f"ONNX Runtime cannot run {path.name}: {str(exc).strip().splitlines()[0][:240]}",
                          _run_hint(dims, None)) from exc
-    hwc = (static[2], static[3], static[1]) if layout == "NCHW" else (static[1], static[2], static[3])
     outs = sess.get_outputs()
     try:  # the declared output shapes may be symbolic: one run on zeros gives the real ones
         import numpy as np

@@ -11,12 +11,19 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgekit.builders.resources import GB, check_disk, check_memory, estimate_memory, path_bytes, peak_rss
+from edgekit.builders.resources import (
+    GB,
+    check_disk,
+    check_memory,
+    estimate_memory,
+    path_bytes,
+    peak_rss,
+    width_factor,
+)
 
 if TYPE_CHECKING:
     from edgekit.builders.contract import BuildRequest
     from edgekit.builders.log import BuildLog
-    from edgekit.builders.source_model import SourceModel
 
 
 def _files_under(folder: Path | None) -> int:
@@ -26,24 +33,34 @@ def _files_under(folder: Path | None) -> int:
     return sum(1 for p in Path(folder).rglob("*") if p.is_file())
 
 
-def check_resources(request: BuildRequest, source: SourceModel, log: BuildLog) -> None:
-    """Before any image is read: refuse a build whose estimated peak memory (or spooled images)
-    will not fit this machine, with the flag that overrides; log the estimate either way."""
+def check_resources(request: BuildRequest, log: BuildLog, hwc: tuple[int, int, int],
+                    activation_bytes: int | None = None) -> None:
+    """Before the model runs and any image is read: refuse a build whose estimated peak memory
+    (or spooled images) will not fit this machine, with the flag that overrides; log the estimate
+    either way. ``hwc`` is the model's static input; ``activation_bytes`` its graph's widest step
+    for one image (:mod:`edgekit.builders.graph_memory`; None: unknown). The source loaders call
+    it (``load_source_model(..., precheck=)``) before ONNX Runtime or LiteRT first runs the model."""
     from edgekit.builders.spool import chunk_size
 
-    h, w, c = source.input_hwc
+    h, w, c = hwc
     given = sum(_files_under(Path(s)) if Path(s).is_dir() else 100 for s in request.calib)
     n_calib = min(given, request.calib_count) if request.calib_count else given
     n_eval = _files_under(request.eval_dir)
     chunk = chunk_size(h, w)
-    estimate = estimate_memory(h, w, chunk, n_calib + n_eval, path_bytes(request.model))
+    estimate = estimate_memory(h, w, chunk, n_calib + n_eval, path_bytes(request.model), activation_bytes)
     spool = (n_calib + n_eval) * h * w * c
-    log.info(f"memory: this build should peak near {estimate / GB:.1f} GB ({h}x{w} input, {chunk} image(s) "
+    widest = (f"its widest layer holds {_size(activation_bytes)} per image, "
+              if activation_bytes and width_factor(h, w, activation_bytes) > 1 else "")
+    log.info(f"memory: this build should peak near {estimate / GB:.1f} GB ({h}x{w} input, {widest}{chunk} image(s) "
              f"per chunk, up to {n_calib} calibration + {n_eval} evaluation images; "
              f"{spool / GB:.2f} GB spooled to {tempfile.gettempdir()})")
-    what = f"building a {h}x{w} model with {n_calib + n_eval} images"
+    what = f"building a {h}x{w} model with {n_calib + n_eval} images" + (f" ({widest[:-2]})" if widest else "")
     check_memory(estimate, what, not request.memory_check)
     check_disk(spool, not request.memory_check)
+
+
+def _size(n: int) -> str:
+    return f"{n / GB:.1f} GB" if n >= GB else f"{n / (1 << 20):.1f} MB"
 
 
 def log_peak_memory(log: BuildLog, t_start: float, onnx2tf: bool = False) -> None:

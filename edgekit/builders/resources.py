@@ -28,19 +28,34 @@ ACTIVATION_BYTES_PER_PIXEL = 480
 CALIBRATOR_BYTES_PER_PIXEL = 400
 # TensorFlow's converter holds the weights several times over (SavedModel, MLIR, flatbuffers).
 WEIGHT_COPIES = 10
+# The widest step of MobileNetV2's graph (edgekit.builders.graph_memory: one op's inputs and
+# outputs) per input pixel, what the two figures above were measured on: a model whose graph is
+# wider per pixel scales them up in proportion.
+REFERENCE_WIDEST_BYTES_PER_PIXEL = 194
 PER_IMAGE_BYTES = 1024  # what still grows with N: file lists, top-1 indices, spool offsets
 OVERRIDE_FLAG = "--no-memory-check"
 
 
-def estimate_memory(height: int, width: int, chunk: int, n_images: int, model_bytes: int) -> int:
+def width_factor(height: int, width: int, activation_bytes: int | None) -> float:
+    """How many times wider per pixel than MobileNetV2 a graph's widest step is (at least 1)."""
+    if not activation_bytes:
+        return 1.0
+    return max(1.0, activation_bytes / (height * width * REFERENCE_WIDEST_BYTES_PER_PIXEL))
+
+
+def estimate_memory(height: int, width: int, chunk: int, n_images: int, model_bytes: int,
+                    activation_bytes: int | None = None) -> int:
     """Peak memory (bytes) a build of an ``height`` x ``width`` model is expected to need.
 
-    A rough, architecture-blind estimate: MobileNetV2-like channel widths. ``chunk`` images
-    go through the original model at once; ``n_images`` adds only bookkeeping.
+    MobileNetV2-like channel widths, or wider in proportion when the graph's widest step
+    (``activation_bytes`` for one image, from :mod:`edgekit.builders.graph_memory`) says so;
+    never narrower (a graph whose shapes are unknown gives None). ``chunk`` images go through
+    the original model at once; ``n_images`` adds only bookkeeping.
     """
     pixels = height * width
-    return int(BASE_BYTES + WEIGHT_COPIES * model_bytes + ACTIVATION_BYTES_PER_PIXEL * pixels * chunk
-               + CALIBRATOR_BYTES_PER_PIXEL * pixels + PER_IMAGE_BYTES * n_images)
+    per_pixel = (ACTIVATION_BYTES_PER_PIXEL * chunk + CALIBRATOR_BYTES_PER_PIXEL) * width_factor(
+        height, width, activation_bytes)
+    return int(BASE_BYTES + WEIGHT_COPIES * model_bytes + per_pixel * pixels + PER_IMAGE_BYTES * n_images)
 
 
 def _read_int(path: Path) -> int | None:

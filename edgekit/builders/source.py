@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.builders.onnx_source import INPUT_SIZE_HINT
+from edgekit.builders.onnx_source import INPUT_SIZE_HINT, Precheck
 from edgekit.builders.source_model import SourceModel, SourceOutput, import_tf, make_outputs, signature_keys
 from edgekit.errors import ModelError
 
@@ -22,12 +22,27 @@ __all__ = ["SUPPORTED", "SourceModel", "SourceOutput", "load_source_model", "mak
 SUPPORTED = ".keras, .h5, a SavedModel directory, .onnx, or a float .tflite"
 
 
-def load_source_model(path: str | Path, input_size: tuple[int, int] | None = None) -> SourceModel:
+def load_source_model(path: str | Path, input_size: tuple[int, int] | None = None,
+                      precheck: Precheck | None = None) -> SourceModel:
     """Load a model for building; raises ModelError with a fix for bad files.
 
     ``input_size`` (H, W) fixes an input whose height and width the model leaves open.
+    ``precheck(hwc, activation_bytes)`` is called once the static input shape is known and
+    before the model first runs (ONNX Runtime and LiteRT run ONNX and .tflite sources at load):
+    the build's memory check (builders/preflight.py), which may raise.
     """
     path = Path(path)
+    model = _load(path, input_size, precheck)
+    if model.kind in ("keras", "savedmodel") and precheck is not None:  # loading ran nothing
+        from edgekit.builders.graph_memory import keras_activation_bytes, savedmodel_activation_bytes
+
+        measure = keras_activation_bytes if model.kind == "keras" else savedmodel_activation_bytes
+        precheck(model.input_hwc, measure(model.handle) if list(model.input_shape[1:3]) == list(model.input_hwc[:2])
+                 else None)
+    return model
+
+
+def _load(path: Path, input_size: tuple[int, int] | None, precheck: Precheck | None) -> SourceModel:
     if not path.exists():
         raise ModelError(f"model {path} does not exist", f"give a trained model: {SUPPORTED}")
     if path.is_dir():
@@ -48,11 +63,11 @@ def load_source_model(path: str | Path, input_size: tuple[int, int] | None = Non
     if suffix == ".onnx":
         from edgekit.builders.onnx_source import load_onnx
 
-        return load_onnx(path, input_size)
+        return load_onnx(path, input_size, precheck)
     if suffix == ".tflite":
         from edgekit.builders.tflite_source import load_tflite
 
-        return load_tflite(path, input_size)
+        return load_tflite(path, input_size, precheck)
     raise ModelError(f"{path}: unsupported model format {suffix or '(no suffix)'}", f"edgekit build takes {SUPPORTED}")
 
 

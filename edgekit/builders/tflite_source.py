@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.builders.onnx_source import INPUT_SIZE_HINT
+from edgekit.builders.onnx_source import INPUT_SIZE_HINT, Precheck
 from edgekit.builders.source_model import SourceModel, make_outputs
 from edgekit.errors import ModelError
 
@@ -50,8 +50,12 @@ class TFLiteReference:
         return [np.concatenate([r[k] for r in runs]) for k in range(len(self.output_indices))]
 
 
-def load_tflite(path: Path, input_size: tuple[int, int] | None = None) -> SourceModel:
-    """Load and check a float TFLite model for building; ModelError with a fix for bad files."""
+def load_tflite(path: Path, input_size: tuple[int, int] | None = None, precheck: Precheck | None = None) -> SourceModel:
+    """Load and check a float TFLite model for building; ModelError with a fix for bad files.
+
+    ``precheck`` (the build's memory check) sees the static input and the graph's widest step
+    (unknown for an open height/width) before LiteRT allocates and runs the model once on zeros.
+    """
     try:
         from ai_edge_litert.interpreter import Interpreter
     except ImportError as exc:
@@ -75,6 +79,10 @@ def load_tflite(path: Path, input_size: tuple[int, int] | None = None) -> Source
     _refuse_integer_graph(path, blob)
     shape, layout = _input_shape(path, detail, input_size)
     hwc = (shape[1], shape[2], shape[3]) if layout == "NHWC" else (shape[2], shape[3], shape[1])
+    if precheck is not None:
+        from edgekit.builders.graph_memory import tflite_activation_bytes
+
+        precheck(hwc, tflite_activation_bytes(interp))
     try:
         reference = TFLiteReference(path, blob, shape)
         outputs = reference.run(np.zeros(shape, np.float32))
