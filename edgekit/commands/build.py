@@ -85,7 +85,7 @@ def main(args: argparse.Namespace) -> int:
                         task=args.task, input_size=args.input_size, min_cosine=args.min_cosine,
                         calib_steps=args.calib_steps, memory_check=not args.no_memory_check,
                         min_map_ratio=args.min_map_ratio, background_class=args.background_class,
-                        task_options={k: option_value(v) for k, v in args.task_option or []},
+                        task_options={k: option_value(_shallow(k, v)) for k, v in args.task_option or []},
                         allow_partial=args.allow_partial, recover=args.recover)
     except EdgekitError as exc:
         # The report matters most when the gate failed or a target did not build: the same
@@ -96,6 +96,18 @@ def main(args: argparse.Namespace) -> int:
         raise
     print(format_json(results) if args.json else format_table(results))
     return 0
+
+
+def _shallow(key: str, value: str) -> str:
+    """A ``-T`` value nested past edgekit.userjson.MAX_DEPTH is refused before json.loads recurses
+    into a RecursionError (options.option_value parses it)."""
+    from edgekit.errors import UsageError
+    from edgekit.userjson import MAX_DEPTH, nesting_depth
+
+    if nesting_depth(value)[0] > MAX_DEPTH:
+        raise UsageError(f"-T {key}: its value is nested deeper than {MAX_DEPTH} levels",
+                         "give a number, a string or a short JSON list, e.g. -T outputs=[0,1]")
+    return value
 
 
 def format_json(results) -> str:

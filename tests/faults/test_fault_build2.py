@@ -267,6 +267,11 @@ def test_a_coco_eval_set_that_would_explode_is_refused(capsys, tmp_path, verb, e
     assert not (tmp_path / "dist").exists()
 
 
+def test_a_task_option_nested_past_the_parser_is_one_line(capsys, tmp_path):
+    deep = "[" * 5000 + "]" * 5000
+    _refused(capsys, tmp_path, _build(tmp_path, DETECTOR_ONNX, "-T", f"outputs={deep}"), "-T outputs", "nested")
+
+
 def test_an_eval_set_whose_map_is_undefined_is_refused_not_zero(capsys, tmp_path):
     """Every object iscrowd: COCOeval scores nothing (its -1 read as mAP 0 and a ratio of nan)."""
     evalset = _coco_copy(tmp_path, _all_crowd)
