@@ -36,6 +36,39 @@ VERBS = {
 }
 
 
+EXAMPLES = {
+    "build": ["edgekit build --model models/demo.keras --target cpu,rpi,edgetpu --calib calib/fashion "
+              "--eval eval/fashion --out dist",
+              "edgekit build --model models/detector.keras --task detect --target cpu --calib calib/detect "
+              "--eval eval/detect --out dist",
+              "edgekit build --model models/demo.onnx --target jetson --calib calib/fashion --out dist"],
+    "inspect": ["edgekit inspect dist/demo-edgetpu", "edgekit inspect dist/detector-cpu:int8 --json"],
+    "run": ["edgekit run dist/demo-cpu --camera folder:eval/fashion/bag",
+            "edgekit run dist/detector-cpu:int8 --camera synthetic:640x360@30 --duration 5 --json",
+            "edgekit run dist/detector-cpu --camera file:dist/demo_clip.avi --save boxes.mp4"],
+    "bench": ["edgekit bench dist/demo-cpu dist/demo-rpi --variants all --min-duration 1",
+              "edgekit bench dist/detector-cpu --eval eval/detect",
+              "edgekit bench dist/demo-cpu:fp32 dist/demo-cpu:int8 --json-file bench.json --plot bench.png"],
+    "serve": ["edgekit serve dist/demo-cpu --camera synthetic:320x240@30 --duration 10",
+              "edgekit serve dist/detector-cpu --camera v4l2:0 --mqtt 127.0.0.1:1883 --http 127.0.0.1:9100",
+              "edgekit serve --write-example-config serve.toml"],
+    "doctor": ["edgekit doctor", "edgekit doctor --json"],
+    "targets": ["edgekit targets", "edgekit targets --json"],
+    "deploy": ["edgekit deploy", "edgekit deploy systemd prometheus alerts --out deploy-out/"],
+}
+"""2-4 real examples per verb, shown at the end of its --help (each runs after ``make demo``;
+tests/test_cli_grammar.py parses every one)."""
+
+EXIT_CODES = ("exit codes: 0 ok; 1 the work ran but its result is not valid (a bench run that missed its "
+              "minimums); 2 an error, in one line with a fix (arguments, model, images, bundle, camera, "
+              "device, disk); 3 accuracy gate failed (build); 130/143 interrupted")
+
+
+def _epilog(verb: str) -> str:
+    lines = ["examples:", *(f"  {e}" for e in EXAMPLES.get(verb, []))] if verb in EXAMPLES else []
+    return "\n".join([*lines, "", EXIT_CODES] if lines else [EXIT_CODES])
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The argument parser (verbs whose module is missing are left out).
 
@@ -46,7 +79,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """
     from edgekit._version import __version__
 
-    parser = argparse.ArgumentParser(prog="edgekit", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="edgekit", description=__doc__.splitlines()[0], epilog=EXIT_CODES)
     parser.add_argument("--version", action="version", version=f"edgekit {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
@@ -60,11 +93,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             if exc.name == module_name:
                 continue  # verb not shipped in this build
             raise
-        p = sub.add_parser(verb, help=help_text, description=help_text)
+        p = sub.add_parser(verb, help=help_text, description=help_text, epilog=_epilog(verb),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
         add_verbosity(p)
         module.configure(p)
-        p.set_defaults(_main=module.main)
+        p.set_defaults(_main=module.main, _parser=p)
     return parser
 
 
@@ -133,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     # No verb on the command line (--version, --help, a typo): import none of the verb modules.
     parser = build_parser(verb if verb in VERBS else "")
     _complete(parser)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the verb's usage, not the top level's: its options are what the user needs to see
+        (getattr(args, "_parser", None) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "verb", None):
         parser.print_help()
         return 2

@@ -139,12 +139,14 @@ class _DeprecatedAlias(argparse.Action):
         setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
 
 
-def add_deprecated_alias(parser: Any, old: str, new: str, flag: bool = False) -> None:
+def add_deprecated_alias(parser: Any, old: str, new: str, flag: bool = False, dest: str | None = None) -> None:
     """Accept ``old`` as a hidden spelling of the option ``new`` (same destination).
 
-    ``flag``: the option takes no value (a ``store_true`` switch).
+    ``flag``: the option takes no value (a ``store_true`` switch). ``dest``: where the value
+    goes when ``new`` is not an option's name (a positional argument, say "BUNDLE (the first
+    argument)").
     """
-    dest = new.lstrip("-").replace("-", "_")
+    dest = dest or new.lstrip("-").replace("-", "_")
     extra: dict[str, Any] = {"nargs": 0, "const": True} if flag else {}
     parser.add_argument(old, dest=dest, action=_DeprecatedAlias, replacement=new, help=argparse.SUPPRESS,
                         default=argparse.SUPPRESS, **extra)

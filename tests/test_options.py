@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from edgekit.cli import build_parser
+from edgekit.errors import UsageError
 from edgekit.options import runtime_options
 from edgekit.runtime import BACKENDS
 from edgekit.serve.daemon import model_options
@@ -61,9 +62,10 @@ def test_serve_old_spelling_still_works_with_a_note(capsys):
 
     config = build_config(parse("serve", "--edgetpu-device", "pci:0", "--device-name", "pi-7"))
     assert config.model.device == "pci:0"
-    assert config.mqtt.device == "pi-7"  # --device-name stays the MQTT name
-    err = capsys.readouterr().err
-    assert "--edgetpu-device is deprecated; use --device" in err and len(err.strip().splitlines()) == 1
+    assert config.mqtt.device == "pi-7"  # --device-name (now --node-name) is the MQTT name
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["edgekit serve: note: --edgetpu-device is deprecated; use --device",
+                   "edgekit serve: note: --device-name is deprecated; use --node-name"]
     # The new spelling prints nothing.
     assert build_config(parse("serve", "--device", "usb")).model.device == "usb"
     assert capsys.readouterr().err == ""
@@ -151,3 +153,34 @@ def test_a_bare_model_becomes_a_detector_when_told(tmp_path):
         assert (m.task, m.task_options) == ("detect", {"score_threshold": 0.3})
     with pytest.raises(ModelError, match="unknown task 'boxes'"):
         open_model(path, task="boxes")
+
+
+def test_serve_takes_the_bundle_as_its_first_argument_like_run_and_bench(capsys):
+    from edgekit.commands.serve import build_config
+
+    config = build_config(parse("serve", "dist/demo-cpu:int8", "--node-name", "pi-7"))
+    assert (config.model.path, config.model.name, config.mqtt.device) == ("dist/demo-cpu", "int8", "pi-7")
+    config = build_config(parse("serve", "dist/demo-cpu", "--variant", "fp16"))
+    assert (config.model.path, config.model.name) == ("dist/demo-cpu", "fp16")
+    assert capsys.readouterr().err == ""  # the new spellings print nothing
+    config = build_config(parse("serve", "--bundle", "dist/demo-cpu", "--model-name", "fp32"))
+    assert (config.model.path, config.model.name) == ("dist/demo-cpu", "fp32")
+    assert capsys.readouterr().err.splitlines() == [
+        "edgekit serve: note: --bundle is deprecated; use BUNDLE[:VARIANT] as the first argument",
+        "edgekit serve: note: --model-name is deprecated; use --variant"]
+    with pytest.raises(UsageError, match="two variants asked for"):
+        build_config(parse("serve", "dist/demo-cpu:int8", "--variant", "fp16"))
+    with pytest.raises(UsageError, match="two models given"):
+        build_config(parse("serve", "dist/a", "--bundle", "dist/b"))
+
+
+def test_serve_json_means_results_on_stdout_and_log_level_is_a_deprecated_alias(capsys):
+    from edgekit.commands.serve import build_config
+
+    assert build_config(parse("serve", "dist/demo-cpu", "--json")).output.jsonl == "-"
+    with pytest.raises(UsageError, match="--json prints results on stdout"):
+        build_config(parse("serve", "dist/demo-cpu", "--json", "--output", "r.jsonl"))
+    assert build_config(parse("serve", "dist/demo-cpu", "--log-level", "debug")).log.level == "debug"
+    assert "--log-level is deprecated; use -v/-vv/-q" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="not debug, info, warning or error"):
+        build_config(parse("serve", "dist/demo-cpu", "--log-level", "loud"))

@@ -112,7 +112,7 @@ def test_flags_override_the_file(tmp_path):
         "off",
         "--top-k",
         "5",
-        "--device-name",
+        "--node-name",
         "pi-7",
         "--output",
         "off",

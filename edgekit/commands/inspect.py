@@ -30,8 +30,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="edgetpu, rpi, cpu or a target .toml (default: the bundle's target, else edgetpu)",
     )
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    parser.add_argument("--model-name", metavar="VARIANT",
+    parser.add_argument("--variant", metavar="VARIANT",
                         help="which model of a bundle (default: its default model); same as BUNDLE:VARIANT")
+    from edgekit.options import add_deprecated_alias
+
+    add_deprecated_alias(parser, "--model-name", "--variant")
     parser.add_argument(
         "--min-runtime-version",
         type=int,
@@ -57,9 +60,9 @@ def main(args: argparse.Namespace) -> int:
     from edgekit.target import available_targets, load_target
 
     spec, variant = split_model_spec(args.model)
-    if variant and args.model_name and variant != args.model_name:
-        raise UsageError(f"two variants asked for: {args.model} and --model-name {args.model_name}", "give one")
-    path, bundle_target, built = _resolve_model(spec, variant or args.model_name)
+    if variant and args.variant and variant != args.variant:
+        raise UsageError(f"two variants asked for: {args.model} and --variant {args.variant}", "give one")
+    path, bundle_target, built = _resolve_model(spec, variant or args.variant)
     if bundle_target is not None and not args.target and bundle_target not in available_targets():
         # a path in the manifest would make inspect read any TOML file the bundle names
         raise BundleError(f"{spec}: the bundle's target {bundle_target[:100]!r} is not a shipped target",

@@ -30,9 +30,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Options of ``edgekit serve``; every one overrides the matching key of --config."""
     parser.add_argument("--config", metavar="TOML",
                         help="configuration file (write a documented example with --write-example-config)")
-    parser.add_argument("--bundle", "--model", dest="model_path", metavar="PATH",
-                        help="bundle directory, .tflite or .onnx (config: [model] path)")
-    parser.add_argument("--model-name", help="model inside the bundle (config: [model] name)")
+    parser.add_argument("bundle", nargs="?", metavar="BUNDLE[:VARIANT]",
+                        help="bundle directory (optionally :variant), .tflite or .onnx (config: [model] path)")
+    parser.add_argument("--variant", help="variant inside the bundle (config: [model] name)")
+    add_deprecated_alias(parser, "--model-name", "--variant")
+    for old in ("--bundle", "--model"):
+        add_deprecated_alias(parser, old, "BUNDLE[:VARIANT] as the first argument", dest="model_path")
     parser.add_argument("--labels", help="labels file for a bare model (config: [model] labels)")
     parser.add_argument("--watch", action="store_true", default=None,
                         help="hot-swap the bundle when a new one is moved into place (config: [model] watch)")
@@ -47,11 +50,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mqtt", metavar="HOST[:PORT]",
                         help="MQTT broker, 'off' to disable (config: [mqtt] host, port)")
     parser.add_argument("--mqtt-topic", help="topic prefix, {device} is replaced (config: [mqtt] topic)")
-    parser.add_argument("--device-name", help="device name in topics and results (config: [mqtt] device)")
+    parser.add_argument("--node-name", help="this machine's name in topics and results (config: [mqtt] device); "
+                        "--device is the accelerator")
+    add_deprecated_alias(parser, "--device-name", "--node-name")
     parser.add_argument("--http", metavar="HOST:PORT",
                         help="metrics endpoint (127.0.0.1 unless told), 'off' to disable (config: [http] listen)")
-    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
-                        help="diagnostics on stderr (config: [log] level)")
+    parser.add_argument("--json", action="store_true",
+                        help="results as JSON lines on stdout (same as --output -)")
+    add_deprecated_alias(parser, "--log-level", "-v/-vv/-q (config: [log] level)", dest="log_level")
     parser.add_argument("--max-frames", type=at_least(1), help="stop after this many results (tests, benchmarks)")
     parser.add_argument("--duration", type=at_least(0.0, float), metavar="S", help="stop after this many seconds")
     parser.add_argument("--print-config", action="store_true",
@@ -81,22 +87,49 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     def off(value: str | None) -> str | None:
         return "" if value in ("off", "none") else value
 
-    config = override(config, "model", path=flag("model_path"), name=flag("model_name"), labels=flag("labels"),
+    path, variant = _model_spec(args)
+    config = override(config, "model", path=path, name=variant, labels=flag("labels"),
                       top_k=flag("top_k"), watch=flag("watch"), **config_values(runtime_options(args)))
     config = override(config, "camera", uri=flag("camera"))
     if camera_options(args):  # each flag replaces one key of the file's [camera] options
         config = override(config, "camera", options={**config.camera.options, **camera_options(args)})
-    config = override(config, "output", jsonl=off(flag("output")))
+    if flag("json") and flag("output") not in (None, "-"):
+        raise UsageError(f"--json prints results on stdout, --output {flag('output')} sends them elsewhere",
+                         "give one of them")
+    output = off(flag("output"))
+    config = override(config, "output", jsonl="-" if flag("json") and output is None else output)
     mqtt = off(flag("mqtt"))
     if mqtt:
         host, port = parse_address(mqtt, 1883, "--mqtt")
         config = override(config, "mqtt", host=host, port=port)
     elif mqtt == "":
         config = override(config, "mqtt", host="")
-    config = override(config, "mqtt", topic=flag("mqtt_topic"), device=flag("device_name"))
+    config = override(config, "mqtt", topic=flag("mqtt_topic"), device=flag("node_name"))
     config = override(config, "http", listen=off(flag("http")))
-    config = override(config, "log", level=flag("log_level") or _verbosity_level(args))
+    level = flag("log_level")
+    if level is not None and level not in ("debug", "info", "warning", "error"):
+        raise UsageError(f"--log-level {level!r}: not debug, info, warning or error", "use -v, -vv or -q")
+    config = override(config, "log", level=level or _verbosity_level(args))
     return config
+
+
+def _model_spec(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """The model path and variant from ``BUNDLE[:VARIANT]`` (or the old ``--bundle PATH``) and
+    ``--variant``; two different paths or variants are a usage error."""
+    from edgekit.model import split_model_spec
+
+    given = getattr(args, "bundle", None)
+    old = getattr(args, "model_path", None)
+    if given and old and given != old:
+        raise UsageError(f"two models given: {given} and --bundle {old}", "give the bundle once, as BUNDLE[:VARIANT]")
+    spec = given or old
+    if not spec:
+        return None, getattr(args, "variant", None)
+    path, variant = split_model_spec(spec)
+    flag = getattr(args, "variant", None)
+    if variant and flag and variant != flag:
+        raise UsageError(f"two variants asked for: {spec} and --variant {flag}", "give one")
+    return str(path), variant or flag
 
 
 def _verbosity_level(args: argparse.Namespace) -> str | None:
