@@ -105,7 +105,12 @@ def savedmodel_activation_bytes(fn) -> int | None:
     running)."""
     steps = []
     try:
-        for op in fn.graph.get_operations():
+        from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+        # the signature's own graph only calls the model's function (StatefulPartitionedCall):
+        # inlined and frozen, its ops and their shapes are visible
+        graph = convert_variables_to_constants_v2(fn, lower_control_flow=False, aggressive_inlining=True).graph
+        for op in graph.get_operations():
             if op.type in ("Const", "VarHandleOp", "ReadVariableOp", "Placeholder", "NoOp", "Identity"):
                 continue
             writes = [_tf_bytes(t) for t in op.outputs]
