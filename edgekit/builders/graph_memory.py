@@ -110,11 +110,16 @@ def savedmodel_activation_bytes(fn) -> int | None:
         # the signature's own graph only calls the model's function (StatefulPartitionedCall):
         # inlined and frozen, its ops and their shapes are visible
         graph = convert_variables_to_constants_v2(fn, lower_control_flow=False, aggressive_inlining=True).graph
+        constant: set[str] = set()  # ops computed from weights alone (a bias reshaped): no activation
         for op in graph.get_operations():
-            if op.type in ("Const", "VarHandleOp", "ReadVariableOp", "Placeholder", "NoOp", "Identity"):
+            if op.type in ("Const", "VarHandleOp", "ReadVariableOp") or (
+                    op.inputs and all(t.op.name in constant for t in op.inputs)):
+                constant.add(op.name)
+                continue
+            if op.type in ("Placeholder", "NoOp", "Identity"):
                 continue
             writes = [_tf_bytes(t) for t in op.outputs]
-            reads = [_tf_bytes(t) for t in op.inputs if t.op.type not in ("Const", "ReadVariableOp")]
+            reads = [_tf_bytes(t) for t in op.inputs if t.op.name not in constant]
             if any(v is None for v in (*reads, *writes)):
                 return None
             steps.append((reads, writes))

@@ -399,3 +399,26 @@ def test_interrupted_build_keeps_an_out_folder_that_was_there(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["mine.txt"]
     code, err = _interrupt_build(tmp_path, empty, 2)
     assert code == 130 and empty.is_dir() and list(empty.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_every_format_measures_the_widest_step_of_the_same_model(tmp_path):
+    """One Keras model (a 64-channel 3x3 conv, then ReLU, at 100x200) as Keras, SavedModel and
+    float .tflite: each loader hands the check the bytes its runtime holds at the widest op."""
+    import keras
+    import tensorflow as tf
+
+    from edgekit.builders.source import load_source_model
+
+    inp = keras.Input((100, 200, 3), batch_size=1)
+    x = keras.layers.ReLU()(keras.layers.Conv2D(64, 3, padding="same")(inp))
+    model = keras.Model(inp, keras.layers.Dense(2)(keras.layers.GlobalAveragePooling2D()(x)))
+    model.save(tmp_path / "m.keras")
+    model.export(str(tmp_path / "sm"))
+    (tmp_path / "m.tflite").write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    plane = 100 * 200 * 64 * 4
+    seen = {}
+    for name in ("m.keras", "sm", "m.tflite"):
+        load_source_model(tmp_path / name, precheck=lambda hwc, widest, n=name: seen.setdefault(n, (hwc, widest)))
+    assert seen["m.keras"] == seen["sm"] == ((100, 200, 3), 2 * plane)  # the ReLU reads and writes a plane
+    assert seen["m.tflite"] == ((100, 200, 3), 100 * 200 * 3 * 4 + plane)  # LiteRT fuses the ReLU into the conv
