@@ -122,3 +122,16 @@ def test_shell_completion_knows_the_verbs_and_their_flags(tmp_path):
 
     assert complete("edgekit de") == {"deploy"}
     assert complete("edgekit bench --js") == {"--json", "--json-file"}
+
+
+def test_deploy_makes_the_folder_it_was_given(tmp_path, capsys):
+    from edgekit.cli import main
+
+    out = tmp_path / "deploy-out"
+    assert main(["deploy", "systemd", "prometheus", "alerts", "--out", f"{out}/"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["alerts.yml", "edgekit.service", "prometheus.yml"]
+    assert main(["deploy", "config", "--out", str(tmp_path / "etc" / "edgekit") + "/"]) == 0  # one file, a folder
+    assert (tmp_path / "etc" / "edgekit" / "serve.example.toml").is_file()
+    (tmp_path / "plain").write_text("x")
+    assert main(["deploy", "systemd", "alerts", "--out", str(tmp_path / "plain")]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err

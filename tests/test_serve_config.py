@@ -175,3 +175,21 @@ def test_shipped_prometheus_config_and_alert_rules_are_valid():
     config = subprocess.run([promtool, "check", "config", str(deploy / "prometheus.yml")], capture_output=True,
                             text=True)
     assert config.returncode == 0 and "1 rule files found" in config.stdout, config.stdout + config.stderr
+
+
+def test_print_config_of_the_shipped_example_shows_it_and_every_problem(capsys):
+    """'Validate and show': the shipped example names a bundle under /opt that this machine lacks;
+    the configuration is still shown, with each problem that would stop the start."""
+    import json
+
+    from edgekit.cli import main
+
+    example = Path(__file__).resolve().parents[1] / "edgekit" / "deploy" / "serve.example.toml"
+    rc = main(["serve", "--config", str(example), "--print-config", "--camera", "v4l2:abc"])
+    out, err = capsys.readouterr()
+    assert rc == 2 and json.loads(out)["model"]["path"] == "/opt/edgekit/bundles/demo-cpu"
+    lines = err.splitlines()
+    assert [line for line in lines if "also:" in line] == [
+        f"edgekit serve: also: {example}: [camera] bad camera URI 'v4l2:abc' "
+        "(fix: write v4l2:N or v4l2:/dev/videoN or N)"]
+    assert lines[-2] == f"edgekit serve: error: {example}: [model] path /opt/edgekit/bundles/demo-cpu does not exist"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from edgekit.deploy_files import DEPLOY_FILES, deploy_names, read_deploy_file, write_deploy_file
@@ -52,8 +53,14 @@ def main(args: argparse.Namespace) -> int:
         print(read_deploy_file(names[0]), end="")
         return 0
     out = Path(args.out)
+    if (len(names) > 1 or args.out.endswith(("/", os.sep))) and not out.exists():
+        try:  # several files, or a path written as a folder ('deploy-out/'): a folder to make
+            out.mkdir(parents=True)
+        except OSError as exc:
+            raise UsageError(f"--out {out}: cannot make the folder: {exc.strerror or exc}",
+                             "give a folder you can write in") from exc
     if len(names) > 1 and not out.is_dir():
-        raise UsageError(f"--out {out} is not a directory", "give an existing directory for several files")
+        raise UsageError(f"--out {out} is a file, not a folder", "give a folder for several files")
     targets = [out / DEPLOY_FILES[n].file if out.is_dir() else out for n in names]
     existing = [str(t) for t in targets if t.exists()]
     if existing and not args.force:  # check all first: write everything or nothing

@@ -113,6 +113,23 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     return config
 
 
+def _print_config(config: ServeConfig) -> int:
+    """The effective configuration as JSON on stdout, even when it cannot start (that is when it
+    is most wanted); then what would stop the daemon at start: the first problem as the error
+    (exit 2), any others each on an ``also:`` line before it."""
+    import sys
+
+    from edgekit.serve.preflight import preflight_problems
+
+    problems = preflight_problems(config)
+    print(json.dumps(config.to_dict(), indent=2), flush=True)
+    for exc in problems[1:]:
+        print(f"edgekit serve: also: {exc.message}" + (f" (fix: {exc.hint})" if exc.hint else ""), file=sys.stderr)
+    if problems:
+        raise problems[0]
+    return 0
+
+
 def _model_spec(args: argparse.Namespace) -> tuple[str | None, str | None]:
     """The model path and variant from ``BUNDLE[:VARIANT]`` (or the old ``--bundle PATH``) and
     ``--variant``; two different paths or variants are a usage error."""
@@ -160,11 +177,7 @@ def main(args: argparse.Namespace) -> int:
         return _write_example_config(args.write_example_config, args.force)
     config = build_config(args)
     if getattr(args, "print_config", False):
-        from edgekit.serve.preflight import preflight
-
-        preflight(config)  # what would stop the daemon at start stops the check too
-        print(json.dumps(config.to_dict(), indent=2))
-        return 0
+        return _print_config(config)
     if not config.model.path:
         raise UsageError("no model to serve", "give --bundle DIR (or --model FILE) or set [model] path in --config")
     from edgekit.camera import redact_uri

@@ -26,19 +26,38 @@ def preflight(config: ServeConfig, model: bool = True, camera: bool = True) -> N
 
     ``model``/``camera`` False skip those checks (a caller that opens them its own way).
     """
+    for check in _checks(config, model, camera):
+        check()
+
+
+def preflight_problems(config: ServeConfig) -> list[EdgekitError]:
+    """Every problem that would stop the daemon at start, each check run (``--print-config``
+    shows them all, under the configuration, rather than stopping at the first)."""
+    problems = []
+    for check in _checks(config, True, True):
+        try:
+            check()
+        except EdgekitError as exc:
+            problems.append(exc)
+    return problems
+
+
+def _checks(config: ServeConfig, model: bool, camera: bool) -> list:
     where = "" if config.source == "defaults" else f"{config.source}: "
+    checks = []
     if model:
-        check_model(config.model.path, where)
+        checks.append(lambda: check_model(config.model.path, where))
     if camera:
-        check_camera(config.camera.uri, config.camera.options, where)
+        checks.append(lambda: check_camera(config.camera.uri, config.camera.options, where))
     if config.http.listen:
-        check_listen(config.http.listen, where)
+        checks.append(lambda: check_listen(config.http.listen, where))
     if config.mqtt.host and config.mqtt.password_file:
-        check_readable(config.mqtt.password_file, "[mqtt] password_file", where)
+        checks.append(lambda: check_readable(config.mqtt.password_file, "[mqtt] password_file", where))
     if config.mqtt.host and config.mqtt.tls:
-        check_tls(config.mqtt, where)
-    if config.output.jsonl not in ("", "-"):
-        check_output(config.output.jsonl, where)
+        checks.append(lambda: check_tls(config.mqtt, where))
+    if config.output.jsonl not in ("", "-", "auto"):  # auto: stdout, or the unit's StateDirectory
+        checks.append(lambda: check_output(config.output.jsonl, where))
+    return checks
 
 
 def check_model(path: str, where: str) -> None:
