@@ -159,8 +159,11 @@ def greedy_nms(xywh: np.ndarray, scores: np.ndarray, classes: np.ndarray | None,
     """
     live = np.flatnonzero(scores > 0)
     order = live[np.argsort(-scores[live], kind="stable")]
-    x, y, w, h = np.asarray(xywh, np.float64)[order].T
-    boxes = np.stack([x, y, x + w, y + h, w * h])
+    picked = np.asarray(xywh, np.float64)[order]
+    boxes = np.empty((5, len(order)))
+    boxes[:4] = picked.T
+    boxes[2:4] += boxes[:2]  # x + w, y + h as Rect2d adds them
+    np.multiply(picked[:, 2], picked[:, 3], out=boxes[4])
     cls = None if classes is None else np.asarray(classes)[order]
     rule = Rule(ratio_limit(float(iou_threshold)), bool((boxes[4] <= DBL_EPSILON).any()),
                 not np.float32(1.0) <= np.float32(iou_threshold))
@@ -185,6 +188,8 @@ def _walk(boxes: np.ndarray, cls: np.ndarray | None, rule: Rule, limit: int) -> 
             stop, alive = start + alive[WITHIN], alive[:WITHIN]
         alive = alive[_greedy_within(chunk[:, alive], None if cls is None else chunk_cls[alive], rule)]
         chosen.append(start + alive)
+        if stop >= n:
+            break
         kept = np.concatenate([kept, chunk[:, alive]], axis=1)
         if cls is not None:
             kept_cls = np.concatenate([kept_cls, chunk_cls[alive]])
