@@ -59,6 +59,7 @@ IDLE_TIMEOUT_S = 10.0  # a connection must have sent a whole request within this
 MAX_CONNECTIONS = 512  # connections open at once; the oldest one still sending is closed beyond this
 MAX_PER_PEER = 32  # connections open at once from one address (not loopback): a scraper needs 1
 PRIORITY_PATHS = ("/healthz",)
+COUNTS = ("accepted", "answered", "refused", "evicted", "timed_out", "too_large")
 READ_CHUNK = 65536
 
 
@@ -108,7 +109,8 @@ class BoundedHTTPServer:
         self.max_per_peer, self.cap_loopback = max_per_peer, cap_loopback
         self.max_head_bytes, self.max_body_bytes = max_head_bytes, max_body_bytes
         self.priority_paths = tuple(priority_paths)
-        self.counts: Counter[str] = Counter()
+        # every key from the start: another thread may copy it while this one counts
+        self.counts: Counter[str] = Counter(dict.fromkeys(COUNTS, 0))
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edgekit-http-worker")
         self._selector = selectors.DefaultSelector()
         self._reading: OrderedDict[socket.socket, _Conn] = OrderedDict()  # oldest first
