@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 DIST   := dist
 TARGETS ?= edgetpu,rpi,cpu,jetson
 
-.PHONY: install demo test lint model models data detector bench clean mutate pi-check
+.PHONY: install demo test lint model models data detector bench clean mutate pi-check docs-check
 
 # onnx2tf (ONNX -> TensorFlow for the TFLite targets) hard-pins an older TensorFlow/numpy stack:
 # it goes in beside ours without its pins, with the few packages it really imports (DESIGN.md 3).
@@ -45,6 +45,11 @@ lint: $(STAMP)
 # with x86-64 on the bundles `make demo` built (docs/pi.md). Cached under ~/.cache/edgekit/pi-check.
 pi-check: $(STAMP)
 	$(BIN)/python -m scripts.pi_check --dist $(DIST)
+
+# Every command in README.md and docs/*.md, run as written from the repository root after `make demo`
+# (those that need hardware, root or the network are listed with the reason; scripts/docs_check.py).
+docs-check: $(STAMP)
+	$(BIN)/python -m scripts.docs_check
 
 # Mutation testing of the core modules, each against its own fast tests (docs/mutation.md; ~15 min on 2 cores).
 mutate: $(STAMP)
