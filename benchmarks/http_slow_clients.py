@@ -1,11 +1,12 @@
 """Slow clients against `edgekit serve`'s HTTP endpoint: can they starve /healthz and /metrics?
 
 A real daemon (synthetic camera, a real ONNX model, the real endpoint) runs in a child
-process, so the clients here do not share its interpreter lock. This process then keeps
-``--slow`` slow clients open (each connects, sends half a request line, then one byte a
-second, and reconnects when the server cuts it off: the pressure never lets up) and, once
-they are in, fires rounds of ``--scrapes`` concurrent scrapes (half /metrics, half /healthz,
-each on a fresh connection) for ``--seconds``, while a probe asks /healthz every 50 ms.
+process, so the clients do not share its interpreter lock. Other processes (at niceness 10:
+on a fleet they would be other machines) keep ``--slow`` slow clients open (each connects,
+sends half a request line, then one byte a second, and reconnects when the server cuts it
+off: the pressure never lets up) and, once they are in, fire rounds of ``--scrapes``
+concurrent scrapes (half /metrics, half /healthz, each on a fresh connection, from 4
+processes) every 1.5 s for ``--seconds``, while a probe (niceness 0) asks /healthz every 50 ms.
 
     python benchmarks/http_slow_clients.py
     python benchmarks/http_slow_clients.py --slow 300 --scrapes 200 --seconds 15 --json slow.json
@@ -237,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
 def report(figures: dict) -> None:
     """The figures as a few lines."""
     h, m, tally = figures["healthz_all"], figures["metrics"], figures["slow_clients"]
-    print(f"{figures['slow']} slow clients ({tally['open_median']:.0f} open at the median moment; {tally['cut']} cut off "
-          f"by the server's deadline and reconnected, {tally['connections']} connections)")
+    print(f"{figures['slow']} slow clients ({tally['open_median']:.0f} open at the median moment; "
+          f"{tally['cut']} cut off by the server's deadline and reconnected, {tally['connections']} connections)")
     print(f"/healthz: p50 {h.get('p50_ms')} ms, p99 {h.get('p99_ms')} ms, max {h.get('max_ms')} ms over {h['n']} "
           f"(inside the bursts: p99 {figures['healthz_in_bursts'].get('p99_ms')} ms; "
           f"probe every 50 ms: p99 {figures['healthz_probe'].get('p99_ms')} ms)")

@@ -106,6 +106,7 @@ def test_a_trickling_client_is_cut_off_by_the_whole_request_deadline():
         assert sent < 400, "the trickling client was never cut off"
         wait_until(lambda: server.counts["timed_out"] == 1)
         assert b" 200 " in exchange(server.server_address)  # and the server still answers
+        wait_until(lambda: server.open_connections == 0)  # nothing kept of either
 
 
 def test_the_per_peer_cap_refuses_the_next_connection_with_503():

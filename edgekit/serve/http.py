@@ -184,6 +184,8 @@ class HttpEndpoint:
         host, port: where to listen; port 0 picks a free port (see :attr:`address`).
         metrics: the registry to expose.
         health: returns ``(ready, details)``; ``/healthz`` answers 200 when ready, else 503.
+            It runs on the server's I/O thread (so a probe never waits behind scrapes): it must
+            return at once, never wait for a lock or the network.
         stats: returns the stats dict for ``/stats``.
         reload: called by ``POST /reload`` from a loopback address; None turns the route off.
         server_options: keyword arguments of :class:`BoundedHTTPServer` (workers, deadlines, caps).

@@ -125,6 +125,11 @@ class BoundedHTTPServer:
         self._stopped = threading.Event()
         self._stopped.set()
 
+    @property
+    def open_connections(self) -> int:
+        """Connections open now (reading, being answered or written)."""
+        return len(self._reading) + len(self._others)
+
     # ------------------------------------------------------------------ the selector loop
     def serve_forever(self, poll_interval: float = 0.05) -> None:
         """Accept, read requests, dispatch whole ones, write answers; until :meth:`shutdown`."""
