@@ -1,6 +1,6 @@
 """Honest latency numbers: a stage clock, per-stage recorders (the pipeline's sink), summaries, FPS.
 
-Conventions (DESIGN.md section 4): time comes from ``time.perf_counter_ns``; warm-up
+Conventions (docs/design.md, measurement conventions): time comes from ``time.perf_counter_ns``; warm-up
 samples are set aside, not mixed in; a summary reports count, min, mean, std, p50, p90,
 p95, p99 and max; FPS is ``(n - 1) / (t_last - t_first)`` because n timestamps span n - 1
 intervals (dividing by n overstates it). Every clock is injectable so tests can drive it by hand.

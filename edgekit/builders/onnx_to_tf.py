@@ -1,6 +1,6 @@
 """ONNX -> TensorFlow SavedModel through onnx2tf, for the TFLite targets (edgetpu, rpi, cpu).
 
-Route (DESIGN.md section 3): onnx2tf is the ecosystem's ONNX -> TensorFlow converter
+Route: onnx2tf is the ecosystem's ONNX -> TensorFlow converter
 (Ultralytics' Edge TPU export uses it). It hard-pins an older stack (TF 2.19, numpy 1.26),
 so it is installed ``--no-deps`` beside TF 2.21 with onnx-graphsurgeon, sng4onnx, psutil and
 tf-keras (``make install`` does this), and run in a child process of this interpreter
