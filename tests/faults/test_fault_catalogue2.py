@@ -500,7 +500,7 @@ def test_huge_manifest_is_refused_before_it_is_read(tmp_path, capsys, cpu_bundle
     b, m = _copy(cpu_bundle, tmp_path)
     m["padding"] = "x" * (17 << 20)  # valid JSON, read whole into memory before
     (b / "edgekit.json").write_text(json.dumps(m))
-    assert_refused(_run(capsys, b), "17 MiB")
+    assert_refused(_run(capsys, b), "over 16 MiB")
 
 
 def test_truncated_video_is_one_line_without_ffmpeg_chatter(tmp_path, capfd, cpu_bundle):
@@ -687,13 +687,13 @@ def test_edgetpu_named_model_without_the_edgetpu_op(tmp_path, capsys, cpu_bundle
 
 
 def test_labels_flag_naming_an_endless_file(capsys, cpu_bundle):
-    """--labels /dev/zero read until memory ran out (read_text has no bound)."""
-    assert_refused(_run(capsys, cpu_bundle, "--labels", "/dev/zero"), "larger than 16 MiB")
+    """--labels /dev/zero read until memory ran out (read_text has no bound); now refused unread."""
+    assert_refused(_run(capsys, cpu_bundle, "--labels", "/dev/zero"), "is a character device, not a regular file")
 
 
 def test_serve_config_naming_an_endless_file(capsys):
-    """--config /dev/zero read until memory ran out."""
-    assert_refused(edgekit(capsys, "serve", "--config", "/dev/zero", "--print-config"), "over 1 MiB")
+    """--config /dev/zero read until memory ran out; now refused unread."""
+    assert_refused(edgekit(capsys, "serve", "--config", "/dev/zero", "--print-config"), "is a character device")
 
 
 def test_file_uri_without_a_path(capsys, cpu_bundle):
