@@ -286,7 +286,7 @@ def run_bench(
     try:
         results = [
             VariantResult(m.name, str(m.path), m.variant, m.precision, m.target, m.runtime.describe(),
-                          init_ms=getattr(m.runtime, "init_ms", None), model=model_of(m))
+                          init_ms=getattr(m.runtime, "init_ms", None), model=model_of(m), default=is_default(m))
             for m in opened
         ]
         for m in opened:  # a bare model's shape, layout and colour are assumptions: say them
@@ -337,19 +337,29 @@ def _eta(t0_ns: int, done: int, total: int) -> str:
     return f"ETA {int(left // 60)}m{int(left % 60):02d}s"
 
 
-def model_of(m: OpenModel) -> str:
-    """What model ``m`` is a form of: a bundle's source model (so its targets and variants are
-    compared with each other), else the file's name."""
+def _manifest(m: OpenModel) -> dict[str, Any]:
+    """A bundle's manifest (hashes were checked when it was opened); {} for a bare model file."""
     if m.variant is None:
-        return m.path.name
+        return {}
     from edgekit.bundle import load_bundle
 
     try:
-        provenance = load_bundle(m.path, check_hashes=False, allow_rejected=True).manifest.get("provenance")
+        return load_bundle(m.path, check_hashes=False, allow_rejected=True).manifest
     except EdgekitError:
-        provenance = None
+        return {}
+
+
+def model_of(m: OpenModel) -> str:
+    """What model ``m`` is a form of: a bundle's source model (so its targets and variants are
+    compared with each other), else the file's name."""
+    provenance = _manifest(m).get("provenance")
     source = provenance.get("source_model") if isinstance(provenance, dict) else None
     return source if isinstance(source, str) and source else m.path.name
+
+
+def is_default(m: OpenModel) -> bool:
+    """Whether ``m`` is its bundle's default variant (what ``run``/``serve`` pick without one)."""
+    return m.variant is not None and _manifest(m).get("default_model") == m.variant
 
 
 def _remove_trace(trace: Path) -> None:

@@ -48,6 +48,8 @@ class VariantResult:
     first_inference_ms: float | None = None
     runs: list[RunResult] = field(default_factory=list)
     profile: dict[str, Any] | None = None
+    default: bool = False
+    """The bundle's default variant (marked ``*`` in the table)."""
     model: str = ""
     """The model this variant is a form of (a bundle's source model, else the file): ratios are
     taken within it, and the plot gives it a panel of its own."""
@@ -125,14 +127,17 @@ class BenchReport:
                 lines.append(f"model {v.model or v.name}:")
             s = v.pooled()
             n = f"{len(v.runs)} x {round(s.count / max(1, len(v.runs)))}"
+            name = v.name[:23] + " *" if v.default else v.name[:25]
             lines.append(
-                f"{v.name[:25]:<26}{short_runtime(v.runtime)[:33]:<34}{n:>11}{s.p50_ms:>9.3f}{s.p90_ms:>9.3f}"
+                f"{name:<26}{short_runtime(v.runtime)[:33]:<34}{n:>11}{s.p50_ms:>9.3f}{s.p90_ms:>9.3f}"
                 f"{s.p99_ms:>9.3f}{s.mean_ms:>9.3f}{s.cv:>6.2f}{v.pooled('end_to_end').p50_ms:>9.3f}"
                 f"{v.fps():>9.1f}{self.ratio(v):>7.2f}x{self.ratio(v, 'p90_ms'):>7.2f}x  {'yes' if v.valid else 'NO'}"
             )
         lines.append(
             "latency in ms (inference stage, warm-up excluded, repeats pooled); "
             "ratios = latency / the first variant's of the same model (below 1 = faster)"
+            + ("; * = the bundle's default variant (the build's choice)" if any(v.default for v in self.variants)
+               else "")
         )
         return "\n".join(lines)
 
@@ -154,6 +159,7 @@ class BenchReport:
                 {
                     "name": v.name,
                     "model": v.model or v.name,
+                    "default": v.default,
                     "ratio_to": self.reference(v).name,
                     "path": v.path,
                     "variant": v.variant,

@@ -112,3 +112,17 @@ def test_the_plot_has_one_row_of_panels_per_model(tmp_path):
     assert a_panel.get_xlim()[1] < 5 < 40 < b_panel.get_xlim()[1]  # each model on its own scale
     labels = [t.get_text() for t in a_panel.get_yticklabels()]
     assert labels[0].startswith("a-cpu:fp32\n") and labels[1].startswith("a-cpu:int8\n")
+
+
+def test_the_bundles_default_variant_is_marked(tmp_path):
+    bundle = write_bundle(tmp_path / "demo-cpu", {"fp32": tflite_models.model_path("small_float"),
+                                                  "int8": tflite_models.model_path("small_int8")},
+                          default_model="int8")
+    cfg = BenchConfig(min_duration_s=0.01, min_count=3, repeats=1, warmup=1, frames=2,
+                      runtime_options={"num_threads": 1})
+    report = run_bench([str(bundle)], cfg, "all")
+    assert [(v.name, v.default) for v in report.variants] == [("demo-cpu:fp32", False), ("demo-cpu:int8", True)]
+    rows = report.table().splitlines()
+    assert rows[3].startswith("demo-cpu:int8 *") and rows[2].startswith("demo-cpu:fp32 ")
+    assert "* = the bundle's default variant" in rows[-1]
+    assert [v["default"] for v in report.to_dict(samples=False)["variants"]] == [False, True]
