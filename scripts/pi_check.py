@@ -27,7 +27,18 @@ from pathlib import Path
 import numpy as np
 
 from scripts import pi_userland as ul
-from scripts.pi_rules import FAIL, INFO, OK, Row, compare_bundle, compare_outputs, failed, format_table, human_size
+from scripts.pi_rules import (
+    FAIL,
+    INFO,
+    OK,
+    Row,
+    compare_bundle,
+    compare_outputs,
+    detection_difference,
+    failed,
+    format_table,
+    human_size,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE = REPO / "scripts" / "pi_probe.py"
@@ -44,6 +55,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="emulated core: cortex-a72 (Pi 4, default) or cortex-a76 (Pi 5)")
     p.add_argument("--classify-images", type=int, default=200, help="eval/fashion images per classifier variant")
     p.add_argument("--detect-images", type=int, default=20, help="eval/detect images per detector variant")
+    p.add_argument("--cli-frames", type=int, default=10, help="eval/detect images of the edgekit run CLI check")
     p.add_argument("--serve-frames", type=int, default=300, help="frames edgekit serve processes")
     return p.parse_args(argv)
 
@@ -156,6 +168,26 @@ def doctor_rows(python: list[str], path: list[Path], work: Path) -> list[Row]:
                        f"{detail}; edgetpu: {targets.get('edgetpu', {}).get('run_note')}")]
 
 
+def cli_row(ctx: dict, work: Path, count: int) -> Row:
+    """``edgekit run BUNDLE --camera folder:eval/detect --json`` itself (the CLI, the folder source, the JPEG
+    decoder of the aarch64 OpenCV wheel) on both machines, full install: the same detections frame by frame."""
+    spec = f"{ctx['dist'] / 'detector-cpu'}:int8"
+    cmd = ["-c", CLI, "run", spec, "--camera", f"folder:{REPO / 'eval' / 'detect'}", "--max-frames", str(count),
+           "--json"]
+    frames_of = {}
+    for arch, (python, path) in ctx["cli"].items():
+        done = run([*python, *cmd], path, work, timeout=1800)
+        lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"frame"')]
+        if done.returncode != 0 or len(lines) != count:
+            return Row("full", "edgekit run (CLI)", FAIL, f"{arch}: {len(lines)} frames; {last_line(done)}")
+        frames_of[arch] = lines
+    pairs = [detection_difference(a, b) for a, b in zip(frames_of["x86_64"], frames_of["aarch64"])]
+    same, px = sum(ok for ok, _ in pairs), max(p for _, p in pairs)
+    return Row("full", "edgekit run (CLI)", OK if same == count else FAIL,
+               f"detector-cpu:int8 on {count} eval/detect JPEGs: {same}/{count} frames same labels, boxes max "
+               f"{px:.2f} px")
+
+
 def _get(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 (our own 127.0.0.1 endpoint)
@@ -234,6 +266,7 @@ def check_install(name: str, ctx: dict, work: Path) -> list[Row]:
         path = [layer, site]
         python = ul.python_command(arch, ctx["root"], ctx["qemu"], ctx["cpu"])
         ctx.setdefault("paths", {})[name] = (python, path)  # the aarch64 one stays: doctor and serve use it
+        ctx.setdefault("cli", {})[arch] = (python, path)  # the full install's, last
         sizes[arch] = f"{human_size(ul.tree_size(*path))}{' (cached)' if cached else ''}"
         for task, specs in ctx["specs"].items():
             results[arch, task] = probe(python, path, work, ctx["frames"][task], specs, f"{arch}-{name}-{task}")
@@ -250,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     try:
         specs = variants(args.dist.resolve())
-        ctx = {"qemu": ul.qemu(), "root": ul.userland(args.cpu), "cpu": args.cpu, "specs": specs}
+        ctx = {"qemu": ul.qemu(), "root": ul.userland(args.cpu), "cpu": args.cpu, "specs": specs,
+               "dist": args.dist.resolve()}
         ul.cache_dir().mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="work-", dir=ul.cache_dir()) as tmp:
             work = Path(tmp)
@@ -262,8 +296,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{time.monotonic() - t0:5.0f} s] install '{name}': probing every variant on both machines",
                       flush=True)
                 rows += check_install(name, ctx, work)
-            print(f"[{time.monotonic() - t0:5.0f} s] doctor, targets, serve (emulated)", flush=True)
+            print(f"[{time.monotonic() - t0:5.0f} s] doctor, targets, run, serve (emulated)", flush=True)
             rows += doctor_rows(*ctx["paths"]["lean"], work)
+            rows.append(cli_row(ctx, work, args.cli_frames))
             rows.append(serve_row(*ctx["paths"]["full"], work, args.dist.resolve(), args.serve_frames))
     except ul.PiCheckError as exc:
         print(f"pi-check: {exc}", file=sys.stderr)
