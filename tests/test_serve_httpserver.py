@@ -228,3 +228,46 @@ def test_50_slow_clients_do_not_starve_healthz_or_scrapes(tmp_path):
     slowest = max(t for s, t in answers)
     assert slowest < 1.0, f"slowest answer {slowest:.2f} s"
     assert counts["timed_out"] >= 50, counts  # every slow client was cut off at least once
+
+
+def test_the_endpoint_answers_healthz_on_the_io_thread_while_stats_holds_every_worker(caplog):
+    from edgekit.serve.http import HttpEndpoint, ServeMetrics
+
+    release, ready = threading.Event(), [True]
+
+    def stats():  # a /stats that hangs: it holds the only worker
+        release.wait(30)
+        return {}
+
+    def health():
+        if ready[0] is None:
+            raise RuntimeError("a bug in the health callback")
+        return ready[0], {"status": "ok" if ready[0] else "unavailable"}
+
+    endpoint = HttpEndpoint("127.0.0.1", 0, ServeMetrics(dict), health, stats, workers=1)
+    endpoint.start()
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            hanging = pool.submit(exchange, endpoint.address, b"GET /stats HTTP/1.0\r\n\r\n")
+            wait_until(lambda: endpoint.connection_counts["accepted"] == 1)
+            try:
+                got = exchange(endpoint.address, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                head = exchange(endpoint.address, b"HEAD /healthz HTTP/1.0\r\n\r\n")
+                ready[0] = False
+                down = exchange(endpoint.address, b"GET /healthz?verbose HTTP/1.0\r\n\r\n")
+                ready[0] = None
+                bug = exchange(endpoint.address, b"GET /healthz HTTP/1.0\r\n\r\n")
+                assert not hanging.done()
+            finally:
+                release.set()
+            assert hanging.result().startswith(b"HTTP/1.0 200 ")
+        odd = exchange(endpoint.address, b"GET /healthz HTTP/9.9\r\n\r\n")  # not quick: the handler judges it
+    finally:
+        endpoint.close()
+    assert got.startswith(b"HTTP/1.0 200 OK\r\n") and got.endswith(b'{"status": "ok"}')
+    assert b"Content-Type: application/json\r\n" in got and b"Content-Length: 16\r\n" in got
+    assert head.startswith(b"HTTP/1.0 200 OK\r\n") and head.endswith(b"\r\n\r\n")  # HEAD: no body
+    assert down.startswith(b"HTTP/1.0 503 ") and down.endswith(b'{"status": "unavailable"}')
+    assert bug.startswith(b"HTTP/1.0 500 ")
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == ["http /healthz from 127.0.0.1 failed"]
+    assert b"Error code explanation: 505" in odd  # http.server answers an unknown version as HTTP/0.9

@@ -222,6 +222,7 @@ class HttpEndpoint:
         self._health, self._stats, self._reload = health, stats, reload
         self._exposition_lock = threading.Lock()
         self._exposition: tuple[float, bytes] = (float("-inf"), b"")  # (generation started, text)
+        server_options.setdefault("quick_answers", {"/healthz": self._healthz})
         self._server = BoundedHTTPServer((host, port), Handler, **server_options)
         self._thread: threading.Thread | None = None
 
@@ -243,9 +244,7 @@ class HttpEndpoint:
                 status, ctype = 200, CONTENT_TYPE_LATEST
                 payload = self._fresh_exposition(getattr(req, "received_at", time.monotonic()))
             elif path == "/healthz":
-                ready, details = self._health()
-                status, ctype = (200 if ready else 503), "application/json"
-                payload = strict_dumps(details).encode()
+                status, ctype, payload = self._healthz()
             elif path == "/stats":
                 status, ctype, payload = 200, "application/json", strict_dumps(self._stats(), default=str).encode()
             elif path == "/":
@@ -256,6 +255,11 @@ class HttpEndpoint:
             log.exception("http %s failed", path)
             status, ctype, payload = 500, "text/plain; charset=utf-8", f"error: {exc}\n".encode()
         _answer(req, status, ctype, payload, body)
+
+    def _healthz(self) -> tuple[int, str, bytes]:
+        """``/healthz``: 200 when ready, else 503, with the details as JSON."""
+        ready, details = self._health()
+        return (200 if ready else 503), "application/json", strict_dumps(details).encode()
 
     def _fresh_exposition(self, received_at: float) -> bytes:
         """The metrics text generated after ``received_at`` (a request's arrival): scrapes that

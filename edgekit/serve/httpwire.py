@@ -10,21 +10,26 @@ from __future__ import annotations
 import functools
 import io
 import ipaddress
+from email.utils import formatdate
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 
 MAX_HEAD_BYTES = 16 * 1024  # request line + headers; a Prometheus scrape sends about 300 bytes
 MAX_BODY_BYTES = 8 * 1024  # POST /reload takes no body
-_REASONS = {413: "Content Too Large", 414: "URI Too Long", 431: "Request Header Fields Too Large",
-            500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+def answer_bytes(status: int, content_type: str, payload: bytes, body: bool = True, extra: str = "") -> bytes:
+    """A whole HTTP/1.0 answer (the connection closes after it); ``body=False`` for HEAD."""
+    head = (f"HTTP/1.0 {status} {HTTPStatus(status).phrase}\r\nServer: edgekit\r\n"
+            f"Date: {formatdate(usegmt=True)}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(payload)}\r\nCache-Control: no-store\r\n{extra}Connection: close\r\n\r\n")
+    return head.encode("latin-1") + (payload if body else b"")
 
 
 def canned(status: int, text: str) -> bytes:
-    """A whole HTTP/1.0 answer with a plain-text body (the connection closes after it)."""
-    body = (text + "\n").encode()
-    extra = "Retry-After: 1\r\n" if status == 503 else ""
-    return (f"HTTP/1.0 {status} {_REASONS.get(status, 'Error')}\r\nServer: edgekit\r\n"
-            f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(body)}\r\n{extra}"
-            f"Connection: close\r\n\r\n").encode() + body
+    """A plain-text answer the server makes itself (a refusal, a request too large, a bug)."""
+    return answer_bytes(status, "text/plain; charset=utf-8", (text + "\n").encode(),
+                        extra="Retry-After: 1\r\n" if status == 503 else "")
 
 
 def request_length(buf: bytes | bytearray, max_head: int = MAX_HEAD_BYTES,
@@ -55,12 +60,13 @@ def request_length(buf: bytes | bytearray, max_head: int = MAX_HEAD_BYTES,
     return (200, end + body) if len(buf) >= end + body else (0, 0)
 
 
-def request_path(head: bytes) -> tuple[str, str]:
-    """``(method, path without the query)`` of a request head (empty strings when malformed)."""
+def request_line(head: bytes) -> tuple[str, str, str]:
+    """``(method, path without the query, version)`` of a request head; empty strings when it
+    is not three words."""
     words = head.split(b"\n", 1)[0].split()
-    if len(words) < 2:
-        return "", ""
-    return words[0].decode("latin-1"), words[1].split(b"?", 1)[0].decode("latin-1")
+    if len(words) != 3:
+        return "", "", ""
+    return words[0].decode("latin-1"), words[1].split(b"?", 1)[0].decode("latin-1"), words[2].decode("latin-1")
 
 
 def buffered(handler: type[BaseHTTPRequestHandler]) -> type[BaseHTTPRequestHandler]:
