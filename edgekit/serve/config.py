@@ -104,6 +104,8 @@ class MqttConfig:
     confirm_frames: int = 2  # "change": a new state must hold for this many results in a row
     queue_size: int = 1000  # QoS >= 1 results kept while disconnected, replayed on reconnect (0 = none)
     queue_policy: str = "drop_oldest"  # when the queue is full: "drop_oldest" or "drop_newest"
+    queue_file: str = ""  # keep that queue in this file across restarts, replayed first ("" = memory only)
+    commands: bool = False  # obey <topic>/set/<command> (detect ON/OFF, reload, threshold); see control.py
     discovery: bool = False  # Home Assistant MQTT discovery (sensors, binary sensors, availability)
     discovery_prefix: str = "homeassistant"
     labels_of_interest: tuple = ()  # a binary sensor (ON/OFF topic) for each of these labels
@@ -184,7 +186,7 @@ SECTIONS: dict[str, type] = {
     "events": EventsConfig,
 }
 _PATH_KEYS = {("model", "path"), ("model", "labels"), ("output", "jsonl"), ("mqtt", "password_file"),
-              ("mqtt", "ca_file"), ("mqtt", "cert_file"), ("mqtt", "key_file")}
+              ("mqtt", "ca_file"), ("mqtt", "cert_file"), ("mqtt", "key_file"), ("mqtt", "queue_file")}
 _CHOICES = {
     ("model", "delegate"): ("", "xnnpack", "none", "edgetpu"),
     ("model", "backend"): ("", *BACKENDS),
@@ -368,6 +370,9 @@ def _check_mqtt(where: str, m: MqttConfig, events: EventsConfig) -> None:
         raise UsageError(f"{where}: [mqtt] ca_file/cert_file/key_file are set but tls is false", "set tls = true")
     if m.key_file and not m.cert_file:
         raise UsageError(f"{where}: [mqtt] key_file without cert_file", "give the client certificate too")
+    if m.queue_file and (m.queue_size == 0 or not os.path.isdir(os.path.dirname(os.path.abspath(m.queue_file)))):
+        raise UsageError(f"{where}: [mqtt] queue_file {m.queue_file} needs queue_size > 0 and an existing directory",
+                         "e.g. queue_file = \"/var/lib/edgekit/mqtt-queue.jsonl\" (the unit's StateDirectory)")
     for key in ("password_file", "ca_file", "cert_file", "key_file"):
         path = getattr(m, key)
         if path and not os.access(path, os.R_OK):

@@ -34,6 +34,7 @@ from edgekit.metrics import PipelineMetrics
 from edgekit.pipeline import frame_problem  # noqa: F401 - re-exported: it lived here
 from edgekit.serve.capture import Capture, check_reduced_decode, open_source
 from edgekit.serve.config import ServeConfig, parse_address
+from edgekit.serve.control import Controls
 from edgekit.serve.object_feed import ObjectFeed
 from edgekit.serve.preflight import preflight
 from edgekit.serve.publish import JsonLinesSink, MqttPublisher, count_labels, mqtt_from_config, to_json
@@ -101,6 +102,7 @@ class Daemon:
         self._preflight = {"model": runtime_factory is None, "camera": camera_factory is None}
         self._swap: BundleSwap | None = None
         self._objects: ObjectFeed | None = None  # a detector's objects -> new/update/end events
+        self._controls: Controls | None = None  # [mqtt] commands: detect ON/OFF, reload, threshold
         self._started_ns: int | None = None
         self.sink: JsonLinesSink | None = None
         self.mqtt: MqttPublisher | None = None
@@ -139,6 +141,9 @@ class Daemon:
     def _start_mqtt(self) -> None:
         counted = count_labels(self.config, self._model.labels or [], self._objects is not None)
         self.mqtt = mqtt_from_config(self.config, model=self._model.identity.get("bundle", ""), count_labels=counted)
+        if self.config.mqtt.commands:  # off by default: who may send them is the broker's ACL
+            self.mqtt.commands = self._controls = Controls(self.config.topic, self.config.mqtt.min_score,
+                                                           self.request_reload)
         self.mqtt.start()
 
     def _start_http(self, host: str, port: int) -> None:
@@ -244,6 +249,8 @@ class Daemon:
                 if self._capture.ended.is_set():
                     break
                 continue
+            if self._controls is not None and not self._controls.gate(self.mqtt, self._objects):
+                continue  # detection is off: the camera is read, the frame dropped
             if self._process(frame):
                 done += 1
                 if max_frames is not None and done >= max_frames:
@@ -365,6 +372,8 @@ class Daemon:
         camera = self._capture.source_stats()
         if camera is not None:
             stats["camera"] = camera
+        if self._controls is not None:
+            stats["control"] = self._controls.stats()
         if self.mqtt is not None:
             stats["mqtt"] = self.mqtt.stats()
             stats["reconnects"]["mqtt"] = self.mqtt.reconnects

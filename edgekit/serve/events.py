@@ -97,6 +97,11 @@ class PublishPolicy:
         self.suppressed += 1
         return False, self.state
 
+    def reset(self, state: Hashable) -> None:
+        """Take ``state`` as the published state, forgetting a change being confirmed (detection
+        paused: the state is ``NOTHING``, or no labels for a detector)."""
+        self.state, self._pending, self._pending_count = state, None, 0
+
     def _confirmed(self, state: Hashable) -> bool:
         """Whether ``state`` differs from the published one for ``confirm_frames`` results in a row."""
         if state == self.state:

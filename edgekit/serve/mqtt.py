@@ -26,11 +26,13 @@ device that vanishes is marked by its last will (``offline``) alone.
 Never silent: where it connects is logged at INFO at start, and every failed attempt at
 WARNING with the broker's address and the reason (paho itself only says so at DEBUG).
 While disconnected, results of QoS >= 1 wait in a bounded queue (``queue_size``; when it is
-full ``queue_policy`` drops the oldest or the newest, counted) and are replayed in order on
+full ``queue_policy`` drops the oldest or the newest, counted; with ``queue_file`` also on disk,
+surviving a restart: :mod:`edgekit.serve.mqtt_queue`) and are replayed in order on
 reconnect, before any newer result; QoS 0 results are dropped and counted (the JSON-lines
 file has them all), except that the newest one is sent on (re)connect, with the current
 retained state: in ``change`` mode the next result may be hours away. The password is given
-to paho and kept nowhere else: it is in no log line and no stats.
+to paho and kept nowhere else: it is in no log line and no stats. With ``[mqtt] commands``
+it subscribes to ``<topic>/set/+`` and hands each message to :mod:`edgekit.serve.control`.
 """
 
 from __future__ import annotations
@@ -41,13 +43,13 @@ import ssl
 import sys
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 from edgekit.errors import BackendUnavailable
 from edgekit.serve.discovery import discovery_messages, label_topics, slug
-from edgekit.serve.events import PublishPolicy, state_text
+from edgekit.serve.events import NOTHING, PublishPolicy, state_text
+from edgekit.serve.mqtt_queue import MessageQueue
 from edgekit.serve.sensors import SensorFeed
 from edgekit.serve.sink import to_json
 
@@ -71,6 +73,7 @@ class MqttOptions:
     key_file: str = ""
     queue_size: int = 1000
     queue_policy: str = "drop_oldest"
+    queue_file: str = ""  # keep the queue in this file across restarts ("" = memory only)
     discovery: bool = False
     discovery_prefix: str = "homeassistant"
     labels_of_interest: tuple[str, ...] = ()
@@ -121,13 +124,14 @@ class MqttPublisher:
         self.last_error = ""
         self._closing = False
         self._lock = threading.Lock()  # orders publishes against the replay of the queue
-        self._queue: deque[tuple[str, str, int, bool]] = deque()
+        self.commands: Any = None  # a control.Controls: <topic>/set/+ is subscribed and answered
         self._missed: str | None = None  # the newest result dropped while disconnected (QoS 0)
         self._no_conn = mqtt.MQTT_ERR_NO_CONN
         self._client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id,
                                    clean_session=True)
         self._client.enable_logger(_QuietLogger(logging.getLogger("edgekit.serve.mqtt")))
         self._setup_client(password)
+        self._queue = MessageQueue(o.queue_size, o.queue_policy, o.queue_file)  # last: it locks a file
 
     def _setup_client(self, password: str | None) -> None:
         o, c = self.options, self._client
@@ -149,6 +153,8 @@ class MqttPublisher:
         c.on_connect = self._on_connect
         c.on_disconnect = self._on_disconnect
         c.on_connect_fail = self._on_connect_fail
+        c.on_publish = lambda client, userdata, mid, reason_code, properties: self._queue.acknowledged(mid)
+        c.on_message = self._on_message
 
     # ------------------------------------------------------------------ paho's network thread
     def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
@@ -160,6 +166,10 @@ class MqttPublisher:
         client.publish(self.availability_topic, "online", qos=1, retain=True)
         if self.options.discovery:
             self._announce(client)
+        if self.commands is not None:
+            client.subscribe(self.commands.subscription, qos=1)
+            for topic, payload in self.commands.states():
+                client.publish(topic, payload, qos=1, retain=True)
         with self._lock:
             waiting = len(self._queue)
             self._replay(client)
@@ -200,14 +210,20 @@ class MqttPublisher:
     def _replay(self, client) -> None:
         """Send what waited in the queue, oldest first (called with the lock held)."""
         while self._queue:
-            topic, payload, qos, retain = self._queue[0]
+            topic, payload, qos, retain = self._queue.peek()
             info = client.publish(topic, payload, qos=qos, retain=retain)
             if info.rc not in (0, self._no_conn):  # paho keeps QoS>=1 messages on NO_CONN
                 break
-            self._queue.popleft()
+            self._queue.sent(info.mid)  # on disk until the broker acknowledges it
             if topic == self._result_topic:
                 self.replayed += 1
                 self.published += 1
+
+    def _on_message(self, client, userdata, message) -> None:
+        if self.commands is None or not message.topic.startswith(f"{self.topic}/set/"):
+            return
+        for topic, payload in self.commands.handle(message.topic, bytes(message.payload), bool(message.retain)):
+            client.publish(topic, payload, qos=1, retain=True)
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
         was = self.connected.is_set()
@@ -262,13 +278,9 @@ class MqttPublisher:
                 self.dropped += result
                 self._missed = payload if result and topic == self._result_topic else self._missed
                 return "dropped"
-            if len(self._queue) >= self.options.queue_size:
-                self.dropped += 1  # the queue holds results and state messages alike
-                if self.options.queue_policy == "drop_newest":
-                    return "dropped"
-                self._queue.popleft()
-            self._queue.append((topic, payload, qos, retain))
-            return "queued"
+            dropped = self._queue.append((topic, payload, qos, retain))
+            self.dropped += dropped  # the queue holds results and state messages alike
+            return "dropped" if dropped and self.options.queue_policy == "drop_newest" else "queued"
 
     def publish_result(self, record: dict[str, Any] | str) -> bool:
         """Offer one result to the publish policy; True when it was sent or queued.
@@ -303,6 +315,26 @@ class MqttPublisher:
                 messages.append((label_topic, "ON" if label in now_on else "OFF"))
         return messages
 
+    def publish_idle(self) -> None:
+        """Detection paused: the state becomes ``none`` (label topics ``OFF``) and the sensors
+        say so, until results flow again."""
+        previous = self.policy.state
+        idle = frozenset() if isinstance(previous, frozenset) else NOTHING
+        self.policy.reset(idle)
+        if previous is not None and idle != previous:
+            for topic, payload in self._state_messages(idle, previous):
+                self._publish(topic, payload, 1, retain=True)
+        empty = {"detections": []} if isinstance(previous, frozenset) else {"top": []}
+        with self._lock:
+            sensors = self._sensors.offer(empty, state_text(idle), True)
+        self._publish(self._sensors.topic, sensors, 0, retain=True, queue=False)
+
+    def set_min_score(self, score: float) -> None:
+        """The score from which a label counts as seen (state, binary sensors, ``count``), from
+        the next result on (the ``threshold`` command)."""
+        with self._lock:
+            self.policy.min_score = self._sensors.min_score = score
+
     def publish_event(self, event: dict[str, Any]) -> bool:
         """Publish one event on ``<topic>/events`` (QoS 1, not retained, queued while disconnected
         like results); True when it was sent or queued."""
@@ -324,7 +356,7 @@ class MqttPublisher:
     def _retained_topics(self) -> list[str]:
         """The retained topics that describe what the device sees (cleared on a clean stop)."""
         return [f"{self.topic}/state", self._sensors.topic, *self._label_topics.values(),
-                *self._sensors.count_topics.values()]
+                *self._sensors.count_topics.values(), *(self.commands.topics() if self.commands else ())]
 
     def publish_stats(self, payload: str) -> bool:
         """Publish a stats JSON (QoS 0, never queued); False while disconnected."""
@@ -336,7 +368,8 @@ class MqttPublisher:
         return {"broker": self.address, "connected": int(self.connected.is_set()), "published": self.published,
                 "dropped": self.dropped, "queued": self.queued, "replayed": self.replayed,
                 "suppressed": p.suppressed, "state_changes": p.changes, "publish": p.mode,
-                "connect_failures": self.failures, "last_error": self.last_error}
+                "connect_failures": self.failures, "last_error": self.last_error,
+                **({"queue_write_errors": self._queue.write_errors} if self.options.queue_file else {})}
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Publish ``offline`` (retained), disconnect and stop the network thread, bounded by
@@ -351,7 +384,7 @@ class MqttPublisher:
                 info.wait_for_publish(timeout=max(0.1, timeout_s / 2))
             except (RuntimeError, ValueError) as exc:  # raised when the connection went away meanwhile
                 log.debug("MQTT offline message not confirmed: %s", exc)
-        if self._queue:
+        if self._queue and not self.options.queue_file:
             log.warning("MQTT %s: %d queued results not sent before shutdown", self.address, len(self._queue))
         self._client.disconnect()
         # loop_stop joins paho's thread, which may sit in a connect attempt: wait in a helper
@@ -359,3 +392,4 @@ class MqttPublisher:
         stopper = threading.Thread(target=self._client.loop_stop, name="mqtt-stop", daemon=True)
         stopper.start()
         stopper.join(max(0.1, deadline - time.monotonic()))
+        self._queue.close()  # with queue_file: what is still queued or unacknowledged waits on disk

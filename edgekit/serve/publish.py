@@ -38,7 +38,7 @@ def mqtt_from_config(config: Any, model: str = "", count_labels: tuple[str, ...]
     options = MqttOptions(
         qos=m.qos, keepalive_s=m.keepalive_s, reconnect_min_s=m.reconnect_min_s, reconnect_max_s=m.reconnect_max_s,
         username=m.username, tls=m.tls, ca_file=m.ca_file, cert_file=m.cert_file, key_file=m.key_file,
-        queue_size=m.queue_size, queue_policy=m.queue_policy, discovery=m.discovery,
+        queue_size=m.queue_size, queue_policy=m.queue_policy, queue_file=m.queue_file, discovery=m.discovery,
         discovery_prefix=m.discovery_prefix, labels_of_interest=tuple(m.labels_of_interest), model=model,
         device=config.device, count_labels=tuple(count_labels), device_class=m.device_class,
         sensor_interval_s=m.sensor_interval_s, min_score=m.min_score, snapshots=config.events.snapshots,
