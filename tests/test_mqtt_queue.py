@@ -25,7 +25,9 @@ def frames(queue: MessageQueue) -> list[int]:
     got = []
     mid = 0
     while len(queue):
-        got.append(json.loads(queue.peek()[1])["frame"])
+        topic, payload, _, _ = queue.peek()
+        if topic.endswith("/result"):  # a daemon's queue holds its state messages too
+            got.append(json.loads(payload)["frame"])
         mid += 1
         queue.sent(mid)
         queue.acknowledged(mid)
@@ -156,3 +158,56 @@ def test_answers_carry_the_state_and_a_flood_gets_none(caplog):
     assert sum(1 for a in answers if a) == 7 and controls.counts["ignored"] == 13  # a burst of 10, 3 used above
     now[0] += 1.0
     assert controls.handle("edgekit/cam-1/set/detect", b"ON") and controls.detect
+
+
+def test_queue_file_settings_are_checked(tmp_path):
+    from edgekit.serve.config import from_dict
+
+    with pytest.raises(UsageError, match="needs queue_size > 0"):
+        from_dict({"mqtt": {"queue_file": str(tmp_path / "q.jsonl"), "queue_size": 0}})
+    with pytest.raises(UsageError, match="an existing directory"):
+        from_dict({"mqtt": {"queue_file": str(tmp_path / "missing" / "q.jsonl")}})
+    with pytest.raises(UsageError, match=r"\[mqtt\] commands must be true/false"):
+        from_dict({"mqtt": {"commands": "yes"}})
+    config = from_dict({"mqtt": {"queue_file": "q.jsonl", "commands": True}}, base_dir=tmp_path)
+    assert config.mqtt.queue_file == str(tmp_path / "q.jsonl") and config.mqtt.commands
+    assert not from_dict({}).mqtt.commands and from_dict({}).mqtt.queue_file == ""  # both off by default
+
+
+def test_a_killed_daemon_leaves_its_queue_whole_on_disk(tmp_path):
+    """SIGKILL while the broker is unreachable: every record is in the file (written at once,
+    whatever the fsync), and the next start reads them back in order."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parent
+    queue_file = tmp_path / "q.jsonl"
+    script = (
+        f"import sys; sys.path.insert(0, {str(tests)!r})\n"
+        "from pathlib import Path\n"
+        "from test_daemon_mqtt_prometheus import make_config, new_daemon, free_port\n"
+        f"config = make_config(Path({str(tmp_path)!r}), free_port(), http={{'listen': ''}},\n"
+        f"                     mqtt={{'qos': 1, 'publish': 'every', 'queue_file': {str(queue_file)!r}}})\n"
+        "new_daemon(config).run()\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            if queue_file.exists() and queue_file.read_bytes().count(b"/result") >= 20:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        proc.kill()
+    written = [json.loads(line)["frame"] for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    queue = MessageQueue(1000, path=str(queue_file))
+    replayed = frames(queue)
+    assert len(replayed) >= 20 and replayed == sorted(replayed) and set(replayed) <= set(written)
+    assert replayed == written[-len(replayed):] or replayed == written[-len(replayed) - 1:-1]  # at most the last
+    queue.close()
