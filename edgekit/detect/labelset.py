@@ -142,9 +142,13 @@ marks no object a detector could find (annotation noise, or normalised YOLO numb
 
 def check_degenerate(anns: Sequence[dict], where: str) -> int:
     """How many boxes of ``anns`` are degenerate: under :data:`MIN_BOX_SIDE` pixels, or the exact
-    repeat of another box of the same class on the same image. A few are counted (and warned
+    repeat of another box of the same class on the same image (a set whose every object is
+    iscrowd is refused: nothing in it is scored). A few are counted (and warned
     about by the caller); when they are most of the set, its mAP would measure them and not the
     model (20,000 such boxes passed the gate): UsageError with the counts."""
+    if anns and all(a.get("iscrowd") for a in anns):
+        raise UsageError(f"{where}: all {len(anns)} objects are iscrowd, which COCO's mAP ignores: the mAP is "
+                         "undefined on this set", "give an eval set with objects that are not iscrowd")
     tiny = sum(1 for a in anns if min(a["bbox"][2], a["bbox"][3]) < MIN_BOX_SIDE)
     seen: set[tuple] = set()
     repeats = 0

@@ -255,6 +255,7 @@ BENCH = ["bench", str(DETECTOR_ONNX), "--task", "detect", "--eval"]
     (_with_bomb, ("bomb.png", "20000x20000")),
     (_nested, ("nested deeper than 100 levels",)),
     (_degenerate, ("20000 of its", "under 1 pixel")),
+    (_all_crowd, ("iscrowd", "undefined")),  # COCOeval scores nothing: its -1 read as mAP 0, a ratio of nan
 ])
 @pytest.mark.parametrize("verb", ["build", "bench"])
 def test_a_coco_eval_set_that_would_explode_is_refused(capsys, tmp_path, verb, edit, needles):
@@ -272,10 +273,23 @@ def test_a_task_option_nested_past_the_parser_is_one_line(capsys, tmp_path):
     _refused(capsys, tmp_path, _build(tmp_path, DETECTOR_ONNX, "-T", f"outputs={deep}"), "-T outputs", "nested")
 
 
-def test_an_eval_set_whose_map_is_undefined_is_refused_not_zero(capsys, tmp_path):
-    """Every object iscrowd: COCOeval scores nothing (its -1 read as mAP 0 and a ratio of nan)."""
-    evalset = _coco_copy(tmp_path, _all_crowd)
-    _refused(capsys, tmp_path, [*BENCH, str(evalset)], "undefined", "iscrowd", allowed=(evalset,))
+def test_an_undefined_map_found_only_when_scoring_is_refused_too(tmp_path):
+    """The images holding the only non-crowd objects were not scored: coco_map says the mAP is
+    undefined (CalibrationError) instead of reading COCOeval's -1 as 0."""
+    from edgekit.detect.boxes import Detections
+    from edgekit.detect.dataset import load_detection_set
+    from edgekit.detect.evaluate import coco_map
+    from edgekit.errors import CalibrationError
+
+    def crowd_but_one(data, dest):
+        for a in data["annotations"]:
+            a["iscrowd"] = 0 if a["image_id"] == data["images"][0]["id"] else 1
+        return data
+
+    dataset = load_detection_set(_coco_copy(tmp_path, crowd_but_one))
+    scored = {im.id: Detections((), (im.width, im.height)) for im in dataset.images[1:]}
+    with pytest.raises(CalibrationError, match="undefined"):
+        coco_map(dataset, scored)
 
 
 def test_a_bomb_among_the_calibration_images_is_named(capsys, tmp_path):
