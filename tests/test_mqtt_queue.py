@@ -208,6 +208,7 @@ def test_a_killed_daemon_leaves_its_queue_whole_on_disk(tmp_path):
     written = [json.loads(line)["frame"] for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     queue = MessageQueue(1000, path=str(queue_file))
     replayed = frames(queue)
+    print(f"\nSIGKILL during an outage: {len(replayed)} of {len(written)} results written were in the queue file")
     assert len(replayed) >= 20 and replayed == sorted(replayed) and set(replayed) <= set(written)
     assert replayed == written[-len(replayed):] or replayed == written[-len(replayed) - 1:-1]  # at most the last
     queue.close()
