@@ -212,3 +212,26 @@ def test_a_killed_daemon_leaves_its_queue_whole_on_disk(tmp_path):
     assert len(replayed) >= 20 and replayed == sorted(replayed) and set(replayed) <= set(written)
     assert replayed == written[-len(replayed):] or replayed == written[-len(replayed) - 1:-1]  # at most the last
     queue.close()
+
+
+def test_discovery_offers_the_commands_to_home_assistant():
+    from edgekit.serve.discovery import discovery_messages
+
+    plain = dict(discovery_messages("edgekit/gate", "gate", []))
+    assert not [t for t in plain if "/switch/" in t or "/button/" in t or "/number/" in t]  # commands off
+    messages = {t: json.loads(p) for t, p in discovery_messages("edgekit/gate", "gate", [], commands=True)}
+    switch = messages["homeassistant/switch/gate/detect/config"]
+    assert switch["command_topic"] == "edgekit/gate/set/detect"
+    assert switch["state_topic"] == "edgekit/gate/set/detect/state" and "value_json.state" in switch["value_template"]
+    assert (switch["payload_on"], switch["state_off"]) == ("ON", "OFF")
+    button = messages["homeassistant/button/gate/reload/config"]
+    assert button["command_topic"] == "edgekit/gate/set/reload" and button["payload_press"] == "PRESS"
+    number = messages["homeassistant/number/gate/threshold/config"]
+    assert (number["min"], number["max"], number["command_topic"]) == (0, 1, "edgekit/gate/set/threshold")
+    assert parse_command("threshold", b"%.2f" % 0.15000000000000002) == 0.15  # what round(2) sends is accepted
+    known = {"name", "command_topic", "state_topic", "value_template", "payload_on", "payload_off", "state_on",
+             "state_off", "payload_press", "command_template", "min", "max", "step", "mode", "icon", "unique_id",
+             "default_entity_id", "availability_topic", "payload_available", "payload_not_available", "device"}
+    for entity in (switch, button, number):  # the field names of Home Assistant's MQTT switch, button, number
+        assert set(entity) <= known, set(entity) - known
+        assert entity["availability_topic"] == "edgekit/gate/availability"

@@ -15,7 +15,10 @@ announces:
 - with ``[events] snapshots``, one ``camera`` per counted label showing ``<topic>/snapshot/<slug>``
   (the best frame of the latest object of that label);
 - one ``binary_sensor`` per label of interest, on its own retained ``ON``/``OFF`` topic
-  ``<topic>/label/<slug>``, with a ``device_class`` (``occupancy`` by default).
+  ``<topic>/label/<slug>``, with a ``device_class`` (``occupancy`` by default);
+- with ``[mqtt] commands`` (:mod:`edgekit.serve.control`), a ``switch`` *detection* (``set/detect``),
+  a ``button`` *reload* (``set/reload``) and a ``number`` *threshold* (``set/threshold``), each
+  reading the state of its command's retained answer.
 
 All share the device's availability topic (``online``/``offline``, the last will), so every
 entity shows *unavailable* while the device is away. Labels come from a bundle, which is
@@ -65,7 +68,8 @@ def _sensor(name: str, key: str, topic: str, expire_after: int, **extra: object)
 def discovery_messages(topic: str, device: str, labels_of_interest: tuple[str, ...] | list[str],
                        prefix: str = "homeassistant", model: str = "", version: str = "",
                        count_labels: tuple[str, ...] | list[str] = (), device_class: str = "occupancy",
-                       sensor_interval_s: float = 10.0, snapshots: bool = False) -> list[tuple[str, str]]:
+                       sensor_interval_s: float = 10.0, snapshots: bool = False,
+                       commands: bool = False) -> list[tuple[str, str]]:
     """``(config topic, retained JSON payload)`` for every entity of this device."""
     node = slug(device)
     base = {
@@ -97,9 +101,28 @@ def discovery_messages(topic: str, device: str, labels_of_interest: tuple[str, .
         entities.append(("binary_sensor", f"label_{object_id}",
                          {"name": label, "state_topic": state_topic, "payload_on": "ON", "payload_off": "OFF",
                           **extra}))
+    if commands:
+        entities += _command_entities(topic)
     messages = []
     for component, object_id, extra in entities:
         config = {**base, **extra, "unique_id": f"edgekit_{node}_{object_id}",
                   "default_entity_id": f"{component}.{node}_{object_id}"}
         messages.append((f"{prefix}/{component}/{node}/{object_id}/config", json.dumps(config)))
     return messages
+
+
+def _command_entities(topic: str) -> list[tuple[str, str, dict[str, object]]]:
+    """A switch, a button and a number for the commands of :mod:`edgekit.serve.control`."""
+    state = _JSON_GUARD.format("state")
+    return [
+        ("switch", "detect", {"name": "Detection", "command_topic": f"{topic}/set/detect", "icon": "mdi:cctv",
+                              "state_topic": f"{topic}/set/detect/state", "value_template": state,
+                              "payload_on": "ON", "payload_off": "OFF", "state_on": "ON", "state_off": "OFF"}),
+        ("button", "reload", {"name": "Reload model", "command_topic": f"{topic}/set/reload",
+                              "payload_press": "PRESS", "icon": "mdi:reload"}),
+        # the command template rounds: a slider's 0.1 + 0.05 must not arrive as 0.15000000000000002
+        ("number", "threshold", {"name": "Score threshold", "command_topic": f"{topic}/set/threshold",
+                                 "command_template": "{{ value | round(2) }}", "state_topic":
+                                 f"{topic}/set/threshold/state", "value_template": state,
+                                 "min": 0, "max": 1, "step": 0.05, "mode": "slider", "icon": "mdi:tune"}),
+    ]

@@ -192,7 +192,8 @@ class MqttPublisher:
         device = o.device or self.topic.rsplit("/", 1)[-1]
         for config_topic, payload in discovery_messages(self.topic, device, o.labels_of_interest,
                                                         o.discovery_prefix, o.model, __version__, o.count_labels,
-                                                        o.device_class, o.sensor_interval_s, o.snapshots):
+                                                        o.device_class, o.sensor_interval_s, o.snapshots,
+                                                        self.commands is not None):
             client.publish(config_topic, payload, qos=1, retain=True)
 
     def _republish_state(self, client) -> None:
