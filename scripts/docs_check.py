@@ -146,22 +146,51 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=180.0, help="seconds per command (builds and benches: more)")
     args = ap.parse_args(argv)
     failed = ran = 0
-    for c in commands():
-        if args.only and args.only not in c.text:
-            continue
-        where = f"{c.file}:{c.line}"
-        why = c.skip_reason()
-        if why or args.list:
-            print(f"{'skip' if why else 'run '}  {where:<22} {c.text[:90]}" + (f"\n      ({why})" if why else ""))
-            continue
-        t0 = time.monotonic()
-        ok, said = run(c, args.timeout)
-        ran, failed = ran + 1, failed + (not ok)
-        print(f"{'ok  ' if ok else 'FAIL'}  {where:<22} {time.monotonic() - t0:6.1f} s  {shlex.split(c.text)[0]} "
-              f"{c.text[len(shlex.split(c.text)[0]):][:80]}\n      {said}", flush=True)
+    before = _untracked()
+    try:
+        for c in commands():
+            ran, failed = _one(c, args, ran, failed)
+    finally:
+        _remove_new(before)  # serve.toml, deploy-out/, out.json ...: what the commands wrote outside dist/
     if not args.list:
         print(f"docs-check: {ran - failed} of {ran} commands ran as written" + (f"; {failed} FAILED" if failed else ""))
     return 1 if failed else 0
+
+
+def _one(c: Command, args: argparse.Namespace, ran: int, failed: int) -> tuple[int, int]:
+    """List, skip or run one command; the running counts."""
+    if args.only and args.only not in c.text:
+        return ran, failed
+    where = f"{c.file}:{c.line}"
+    why = c.skip_reason()
+    if why or args.list:
+        print(f"{'skip' if why else 'run '}  {where:<22} {c.text[:90]}" + (f"\n      ({why})" if why else ""))
+        return ran, failed
+    t0 = time.monotonic()
+    ok, said = run(c, args.timeout)
+    print(f"{'ok  ' if ok else 'FAIL'}  {where:<22} {time.monotonic() - t0:6.1f} s  {c.text[:90]}\n      {said}",
+          flush=True)
+    return ran + 1, failed + (not ok)
+
+
+def _untracked() -> set[str]:
+    import shutil
+
+    git = shutil.which("git") or "/usr/bin/git"
+    listed = subprocess.run([git, "ls-files", "--others", "--exclude-standard", "--directory"], cwd=ROOT,
+                            capture_output=True, text=True, check=False)
+    return set(listed.stdout.splitlines())
+
+
+def _remove_new(before: set[str]) -> None:
+    import shutil
+
+    for name in sorted(_untracked() - before):
+        path = ROOT / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

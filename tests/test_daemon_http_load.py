@@ -211,7 +211,7 @@ def test_print_config_refuses_what_would_fail_to_start(case, tmp_path, model_fil
 @pytest.mark.slow
 def test_output_under_a_file_is_one_line_not_a_traceback(tmp_path, model_file):
     (tmp_path / "afile").write_text("x")
-    proc = cli("serve", "--bundle", str(model_file), "--camera", "synthetic", "--http", "off",
+    proc = cli("serve", str(model_file), "--camera", "synthetic", "--http", "off",
                "--output", "afile/x.jsonl", cwd=tmp_path)
     assert proc.returncode == 2
     assert "afile is a file, not a directory" in proc.stderr and "Traceback" not in proc.stderr

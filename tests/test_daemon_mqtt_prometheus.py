@@ -342,8 +342,8 @@ def test_default_model_path_opens_a_real_bundle_with_its_labels(tmp_path, tiny_t
 # ------------------------------------------------------------------------------------ real process
 def start_serve(tmp_path: Path, model: Path, broker_port: int, device: str) -> tuple[subprocess.Popen, int]:
     """``python -m edgekit.cli serve`` with a real model; returns the process and its HTTP port."""
-    cmd = [sys.executable, "-m", "edgekit.cli", "serve", "--model", str(model),
-           "--camera", "synthetic:320x240@30", "--mqtt", f"127.0.0.1:{broker_port}", "--device-name", device,
+    cmd = [sys.executable, "-m", "edgekit.cli", "serve", str(model),
+           "--camera", "synthetic:320x240@30", "--mqtt", f"127.0.0.1:{broker_port}", "--node-name", device,
            "--http", "127.0.0.1:0", "--output", str(tmp_path / f"{device}.jsonl")]
     stderr = (tmp_path / f"{device}.err").open("w+")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr,

@@ -290,7 +290,7 @@ def test_sighup_to_edgekit_serve_swaps_and_sigterm_still_exits_0(tmp_path, bundl
     link.symlink_to(bundles["v1"])
     out = tmp_path / "results.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "edgekit.cli", "serve", "--bundle", str(link), "--camera", "synthetic:64x48@30",
+        [sys.executable, "-m", "edgekit.cli", "serve", str(link), "--camera", "synthetic:64x48@30",
          "--output", str(out), "--http", "off"],
         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )

@@ -220,7 +220,7 @@ def detect_config(spec: InputSpec | None, num_classes: int | None, options: dict
         outs = o.pop("outputs")
         if not (isinstance(outs, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 64
                                                          for i in outs)):
-            raise UsageError(f"detect outputs must be a list of output indices, not {outs!r}")
+            raise UsageError(f"detect outputs must be a list of output indices, not {repr(outs)[:80]}")
         kw["outputs"] = tuple(outs)
     if o.get("ssd_anchors") is not None:
         kw["ssd_anchors"] = check_ssd_anchors(o.pop("ssd_anchors"))

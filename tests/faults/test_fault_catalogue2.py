@@ -148,7 +148,7 @@ def test_bench_refuses_non_finite_flags(capsys, cpu_bundle, flags, needle):
     (("--max-frames", "-1"), "--max-frames"),
 ])
 def test_serve_refuses_bad_limits(capsys, cpu_bundle, flags, needle):
-    result = edgekit(capsys, "serve", "--bundle", str(cpu_bundle), "--camera", "synthetic:64x64", "--http", "off",
+    result = edgekit(capsys, "serve", str(cpu_bundle), "--camera", "synthetic:64x64", "--http", "off",
                      "--output", "", *flags)
     assert_refused(result, needle)
 
@@ -263,7 +263,7 @@ def test_serve_port_in_use_leaves_no_results_file(tmp_path, capsys, cpu_bundle):
         taken.listen()
         port = taken.getsockname()[1]
         before = snapshot(tmp_path)
-        result = edgekit(capsys, "serve", "--bundle", str(cpu_bundle), "--camera", "synthetic:64x64",
+        result = edgekit(capsys, "serve", str(cpu_bundle), "--camera", "synthetic:64x64",
                          "--http", f"127.0.0.1:{port}", "--output", str(out), "--max-frames", "2", "--quiet")
     assert_refused(result, "listen")
     assert_nothing_left(before, tmp_path)
@@ -522,7 +522,7 @@ def test_truncated_video_is_one_line_without_ffmpeg_chatter(tmp_path, capfd, cpu
 
 
 def test_serve_backend_that_cannot_run_the_model_is_refused(capsys, cpu_bundle):
-    result = edgekit(capsys, "serve", "--bundle", str(cpu_bundle), "--camera", "synthetic:64x64", "--http", "off",
+    result = edgekit(capsys, "serve", str(cpu_bundle), "--camera", "synthetic:64x64", "--http", "off",
                      "--output", "", "--backend", "tensorrt", "--max-frames", "2", "--quiet")
     assert_refused(result, "backend tensorrt")
 
@@ -730,7 +730,7 @@ def test_reader_leaving_keeps_the_recording(tmp_path, cpu_bundle):
     assert clip.is_file() and "saved" in err
 
 
-@pytest.mark.parametrize("argv", [("serve", "--bundle", "{bundle}", "--print-config"),
+@pytest.mark.parametrize("argv", [("serve", "{bundle}", "--print-config"),
                                   ("serve", "--write-example-config", "-"), ("doctor",), ("targets",)])
 def test_any_verb_printing_to_a_full_disk(tmp_path, cpu_bundle, full_disk, argv):  # noqa: F811
     """Every verb's stdout is guarded in the CLI (these were OSError tracebacks)."""

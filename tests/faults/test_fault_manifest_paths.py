@@ -250,7 +250,7 @@ def test_serve_refuses_a_bundle_whose_outputs_point_past_the_model_at_start(caps
     b, m = _detector(tmp_path, outputs=[5, 6])
     _save(b, m)
     before = snapshot(tmp_path)
-    result = edgekit(capsys, "serve", "--bundle", str(b), "--camera", "synthetic:64x64", "--max-frames", "3",
+    result = edgekit(capsys, "serve", str(b), "--camera", "synthetic:64x64", "--max-frames", "3",
                      "--http", "off", "--output", str(tmp_path / "results.jsonl"))
     assert_refused(result, "detect outputs [5, 6]")
     assert_nothing_left(before, tmp_path)

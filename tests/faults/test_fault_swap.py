@@ -187,7 +187,7 @@ def test_a_fifo_in_a_watched_bundle_never_freezes_edgekit_serve(tmp_path, bundle
     out, log = tmp_path / "results.jsonl", tmp_path / "serve.log"
     with open(log, "w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "edgekit.cli", "serve", "--bundle", str(link), "--watch", "--camera",
+            [sys.executable, "-m", "edgekit.cli", "serve", str(link), "--watch", "--camera",
              "synthetic:64x48@30", "--output", str(out), "--http", "off", "--log-level", "info"],
             stderr=err, stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=tmp_path)
     try:
