@@ -145,7 +145,7 @@ def test_bad_commands_are_refused_saying_why(name, payload, why):
 
 def test_answers_carry_the_state_and_a_flood_gets_none(caplog):
     now = [0.0]
-    controls = Controls("edgekit/cam-1", 0.5, reload=lambda why: {"available": False}, clock=lambda: now[0])
+    controls = Controls("edgekit/cam-1", 0.5, reload=None, clock=lambda: now[0])
     [(topic, body)] = controls.handle("edgekit/cam-1/set/threshold", b"2")
     answer = json.loads(body)
     assert topic == "edgekit/cam-1/set/threshold/state" and answer["ok"] is False and answer["state"] == "0.5"

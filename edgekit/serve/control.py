@@ -103,11 +103,11 @@ class Controls:
     Args:
         topic: the device's topic prefix.
         threshold: the starting threshold (``[mqtt] min_score``).
-        reload: the daemon's ``request_reload(why) -> dict`` (``available: False`` when the model
-            was not opened from ``[model] path``).
+        reload: the daemon's ``request_reload(why)``; None when the model was not opened from
+            ``[model] path`` (a reload is then refused).
     """
 
-    def __init__(self, topic: str, threshold: float, reload: Callable[[str], dict[str, Any]],
+    def __init__(self, topic: str, threshold: float, reload: Callable[[str], Any] | None,
                  clock: Callable[[], float] = time.monotonic):
         self.topic = topic
         self.subscription = f"{topic}/set/+"
@@ -173,8 +173,9 @@ class Controls:
     def _obey(self, name: str, value: Any) -> str:
         """Apply a parsed command; returns why it could not be ('' when it was)."""
         if name == "reload":
-            if self._reload("MQTT set/reload").get("available") is False:
+            if self._reload is None:
                 return "reload is not available: the model was not opened from [model] path"
+            self._reload("MQTT set/reload")
             self.reload_state = "requested"
             return ""
         with self._lock:

@@ -142,8 +142,8 @@ class Daemon:
         counted = count_labels(self.config, self._model.labels or [], self._objects is not None)
         self.mqtt = mqtt_from_config(self.config, model=self._model.identity.get("bundle", ""), count_labels=counted)
         if self.config.mqtt.commands:  # off by default: who may send them is the broker's ACL
-            self.mqtt.commands = self._controls = Controls(self.config.topic, self.config.mqtt.min_score,
-                                                           self.request_reload)
+            reload = self.request_reload if self._swap is not None else None
+            self.mqtt.commands = self._controls = Controls(self.config.topic, self.config.mqtt.min_score, reload)
         self.mqtt.start()
 
     def _start_http(self, host: str, port: int) -> None:
