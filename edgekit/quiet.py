@@ -19,9 +19,10 @@ import contextlib
 import functools
 import logging
 import os
+import re
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from edgekit.errors import BackendUnavailable
@@ -58,9 +59,24 @@ def import_cv2(needed_for: str = "this") -> Any:
     return cv2
 
 
+def tflite_level(line: str) -> int:
+    """LiteRT's own lines: ``INFO:`` at DEBUG, anything else at WARNING (a real error is seen)."""
+    return logging.DEBUG if line.startswith("INFO:") else logging.WARNING
+
+
+_NATIVE_ERROR = re.compile(r"^(E\d{4}|F\d{4}|ERROR|Error|error:|Traceback|Fatal|Check failed)|(Error|Exception):")
+
+
+def converter_level(line: str) -> int:
+    """TensorFlow converter chatter (``fully_quantize: 0, inference_type: 6 ...``, MLIR and absl
+    notes) at DEBUG; lines that look like an error or a failed check at WARNING."""
+    return logging.WARNING if _NATIVE_ERROR.search(line) else logging.DEBUG
+
+
 @contextlib.contextmanager
-def native_stderr_to_log(logger: logging.Logger) -> Iterator[None]:
-    """Catch what native code writes to fd 2 inside the block and log it instead.
+def native_stderr_to_log(logger: logging.Logger, level_of: Callable[[str], int] = tflite_level) -> Iterator[None]:
+    """Catch what native code writes to fd 2 inside the block and log it instead, each line at
+    the level ``level_of`` gives it.
 
     Keep the block short: for its duration every write to fd 2 in the process is caught, and
     re-logged line by line when it ends. Python's ``sys.stderr`` is flushed first so nothing
@@ -77,12 +93,17 @@ def native_stderr_to_log(logger: logging.Logger) -> Iterator[None]:
     held = _stderr_handlers()
     for handler in held:  # RLocks: this thread may still log (that line is caught, as before)
         handler.acquire()
+    previous, python_side = sys.stderr, _python_stderr(saved)
     try:
         with tempfile.TemporaryFile() as caught:
             os.dup2(caught.fileno(), 2)
+            sys.stderr = python_side or previous  # our own prints (a progress bar) still reach the screen
             try:
                 yield
             finally:
+                sys.stderr = previous
+                if python_side is not None:
+                    python_side.flush()
                 os.dup2(saved, 2)
                 os.close(saved)
                 caught.seek(0)
@@ -92,7 +113,19 @@ def native_stderr_to_log(logger: logging.Logger) -> Iterator[None]:
             handler.release()
     for line in text.splitlines():
         if line.strip():
-            logger.log(logging.DEBUG if line.startswith("INFO:") else logging.WARNING, "%s", line)
+            logger.log(level_of(line), "%s", line)
+
+
+def _python_stderr(saved_fd: int) -> Any:
+    """A text stream on the real stderr (``saved_fd``) for Python's own writes while fd 2 is
+    caught; None when ``sys.stderr`` is not fd 2 anyway (a test's capture, a log file)."""
+    try:
+        if sys.stderr.fileno() != 2:
+            return None
+    except (AttributeError, OSError, ValueError):
+        return None
+    return open(saved_fd, "w", buffering=1, encoding=getattr(sys.stderr, "encoding", None) or "utf-8",  # noqa: SIM115
+                errors="backslashreplace", closefd=False)
 
 
 def _stderr_handlers() -> list[logging.Handler]:

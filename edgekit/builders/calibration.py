@@ -227,7 +227,11 @@ def _count_undersized(img: np.ndarray, crop: object, counts: dict[str, int]) -> 
     if min(h, w) < TINY_SIDE:
         counts["tiny"] = counts.get("tiny", 0) + 1
     if isinstance(crop, (list, tuple)) and (h < crop[0] or w < crop[1]):
-        counts["under_crop"] = counts.get("under_crop", 0) + 1
+        # the crop's own shape, only smaller (the demo's 28x28 items for a 200x200 window): already a
+        # crop, used whole as the crop would be; another shape is cut differently from a camera frame
+        same_shape = abs(h * crop[1] - w * crop[0]) <= 0.02 * h * crop[1]
+        key = "crop_shaped" if same_shape else "under_crop"
+        counts[key] = counts.get(key, 0) + 1
 
 
 def _warn_undersized(drawn: ImageSet, crop: object, log: BuildLog) -> None:
@@ -236,6 +240,9 @@ def _warn_undersized(drawn: ImageSet, crop: object, log: BuildLog) -> None:
     if drawn.undersized.get("tiny"):
         log.warn(f"{drawn.undersized['tiny']} of {n} calibration images are under {TINY_SIDE} pixels on a side: "
                  "int8 ranges from them will not match camera frames; calibrate on full-size frames")
+    if drawn.undersized.get("crop_shaped"):
+        log.info(f"{drawn.undersized['crop_shaped']} of {n} calibration images have the crop's shape, smaller than "
+                 f"its {crop[0]}x{crop[1]} pixels: each is taken as an already cropped window, used whole")
     if drawn.undersized.get("under_crop"):
         log.warn(f"{drawn.undersized['under_crop']} of {n} calibration images are smaller than the crop "
                  f"{crop[0]}x{crop[1]} (height x width), so it never fills: "

@@ -100,8 +100,9 @@ def _check_converted(model, source_name: str) -> None:
                              "build the TFLite targets (edgetpu, rpi, cpu), or replace that layer")
 
 
-def to_fp16(src: Path, dest: Path) -> None:
-    """FP16 weights and compute, float32 inputs/outputs.
+def to_fp16(src: Path, dest: Path) -> int:
+    """FP16 weights and compute, float32 inputs/outputs; returns how many float32 weight values
+    were outside float16's range and clamped (the build log says so; the gate measures the effect).
 
     Ops onnxconverter-common keeps in float32 (its ``DEFAULT_OP_BLOCK_LIST``: Resize, whose
     scales/roi must stay float32, Min, Max, TopK, NonMaxSuppression ...) are wrapped in Casts.
@@ -131,11 +132,9 @@ def to_fp16(src: Path, dest: Path) -> None:
         raise ModelError(f"onnxconverter-common could not convert {src.name} to float16: "
                          f"{type(exc).__name__}: {str(exc).splitlines()[0][:240] if str(exc) else ''}",
                          "build the fp32 variant only (--variants fp32)") from exc
-    truncated = sum("will be truncated to" in str(w.message) for w in caught)
-    if truncated:  # it warns once per value (dozens of lines for YOLOv8n); the gate measures the effect
-        warnings.warn(f"{truncated} float32 weight value(s) of {src.name} are outside float16's range and were "
-                      "clamped (onnxconverter-common)", stacklevel=2)
     onnx.save(model, str(dest))
+    # it warns once per value (dozens of Python warnings for YOLOv8n): counted into one build-log line
+    return sum("will be truncated to" in str(w.message) for w in caught)
 
 
 def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
@@ -150,7 +149,10 @@ def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
     if "fp16" in variants:
         fp16 = out_dir / f"{ctx.name}_fp16.onnx"
         with ctx.log.step(f"[{target.name}] convert to FP16 ONNX") as s16:
-            to_fp16(fp32, fp16)
+            clamped = to_fp16(fp32, fp16)
+        if clamped:
+            ctx.log.warn(f"[{target.name}] fp16: {clamped} float32 weight value(s) are outside float16's range and "
+                         "were clamped (the gate below measures the effect)")
         files["fp16"] = (fp16, s16["seconds"])
     models = tuple(_verified(ctx, variant, path, seconds, names) for variant, (path, seconds) in files.items())
     default = options.get("default", "fp16")

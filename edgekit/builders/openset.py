@@ -60,7 +60,8 @@ def manifest_entry(labels: list[str], background: int | None, per_variant: dict[
             if isinstance(r.get("eval"), dict) and "openset" in r["eval"]}
     if not fits:
         return {"background_class": labels[background], "can_tell_nothing_there": True,
-                "note": "no --eval: no thresholds fitted (python -m robot.thresholds fits them after the build)"}
+                "note": "no --eval: no thresholds fitted (build again with --eval DIR: a folder per class, "
+                        "the background one included)"}
     top = fits.get(default) or next(iter(fits.values()))
     models = {v: {k: x for k, x in f.items() if k != "energy_note"} for v, f in fits.items()}
     return {"background_class": labels[background], "can_tell_nothing_there": True,

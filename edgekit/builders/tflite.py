@@ -18,8 +18,9 @@ import numpy as np
 
 from edgekit.builders.contract import BuilderOutput, BuiltModel, task_extra
 from edgekit.builders.log import progress
-from edgekit.builders.tflite_quantize import converter_error
+from edgekit.builders.tflite_quantize import NATIVE_LOG, converter_error
 from edgekit.errors import ModelError
+from edgekit.quiet import converter_level, native_stderr_to_log
 
 if TYPE_CHECKING:
     from edgekit.builders.context import BuildContext
@@ -34,14 +35,14 @@ def convert(saved_model: Path, variant: str, representative: Iterable[np.ndarray
             io_dtype: str = "uint8") -> bytes:
     """Convert a static-shape SavedModel to a TFLite flatbuffer of the given variant.
 
-    ``representative``: the int8 calibration tensors, one image each (no batch axis); an
-    array, or a sized re-iterable such as :class:`~edgekit.builders.calibration.TensorStream`
-    that decodes them lazily. TensorFlow's calibrator keeps running min/max statistics, so
-    feeding it one image at a time keeps its memory flat in the number of images.
+    ``representative``: the int8 calibration tensors, one image each (no batch axis); an array,
+    or a sized re-iterable such as :class:`~edgekit.builders.calibration.TensorStream` that decodes
+    them lazily. TensorFlow's calibrator keeps running min/max statistics: one image at a time.
     """
     conv = converter(saved_model, variant, representative, io_dtype)
     try:
-        return conv.convert()
+        with native_stderr_to_log(NATIVE_LOG, converter_level):  # MLIR's and absl's notes: DEBUG
+            return conv.convert()
     except Exception as exc:  # the converter raises ConverterError and friends
         raise ModelError(f"TFLite conversion ({variant}) failed: {converter_error(str(exc)) or type(exc).__name__}",
                          "the model uses ops TFLite cannot convert; see build.log with --debug") from exc

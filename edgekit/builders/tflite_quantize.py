@@ -7,12 +7,17 @@ graph rewritten for the accelerator (:mod:`edgekit.builders.tflite_rewrite`). Bu
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
 import numpy as np
 
 from edgekit.builders.tflite_edit import FLOAT32, _constant, _indices, _schema, float32_weights, read
 from edgekit.errors import ModelError
+from edgekit.quiet import converter_level, native_stderr_to_log
+
+NATIVE_LOG = logging.getLogger("edgekit.builders.native")
+"""TensorFlow's converter and quantiser write to fd 2 from C++; their lines go here (DEBUG: -vv)."""
 
 
 def quantize_int8(blob: bytes, representative: Iterable[np.ndarray], io_dtype: str = "uint8",
@@ -42,8 +47,9 @@ def quantize_int8(blob: bytes, representative: Iterable[np.ndarray], io_dtype: s
     try:
         prepared = calibrator.add_intermediate_tensors(float32_weights(blob))
         calibrated = calibrator.Calibrator(prepared).calibrate(feed)
-        quantized = mlir_quantize(calibrated, input_data_type=io, output_data_type=io,
-                                  denylisted_nodes=list(denylisted_nodes) if denylisted_nodes else None)
+        with native_stderr_to_log(NATIVE_LOG, converter_level):  # "fully_quantize: 0, inference_type: 6 ..."
+            quantized = mlir_quantize(calibrated, input_data_type=io, output_data_type=io,
+                                      denylisted_nodes=list(denylisted_nodes) if denylisted_nodes else None)
     except (RuntimeError, ValueError) as exc:
         raise ModelError(f"TFLite int8 quantisation failed: {converter_error(str(exc)) or type(exc).__name__}",
                          "see build.log (--debug); the fp32 and fp16 variants do not need it") from exc
