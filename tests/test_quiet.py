@@ -75,3 +75,32 @@ def test_calibration_images_already_shaped_like_the_crop_are_not_called_undersiz
     _count_undersized(np.zeros((90, 160), np.uint8), (200, 200), counts)  # a small frame: cut differently
     _count_undersized(np.zeros((360, 640), np.uint8), (200, 200), counts)  # a camera frame
     assert counts == {"crop_shaped": 1, "under_crop": 1}
+
+
+def test_crop_shaped_images_beside_camera_frames_are_an_info_line_alone_a_warning():
+    from edgekit.builders.calibration import _warn_undersized
+
+    class Drawn:  # what _warn_undersized reads of an ImageSet: its size and its counts
+        def __init__(self, counts, n):
+            self.undersized, self.n = dict(counts), n
+
+        def __len__(self):
+            return self.n
+
+    class Log:
+        def __init__(self):
+            self.kinds = []
+
+        def info(self, msg):
+            self.kinds.append("info")
+
+        def warn(self, msg):
+            self.kinds.append("warn")
+
+    def said(counts, n):
+        log = Log()
+        _warn_undersized(Drawn(counts, n), (200, 200), log)
+        return log.kinds
+
+    assert said({"crop_shaped": 400}, 464) == ["info"]  # make demo: items beside 64 camera frames
+    assert said({"crop_shaped": 400}, 400) == ["warn"]  # nothing fills the crop: say so

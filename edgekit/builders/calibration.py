@@ -240,9 +240,13 @@ def _warn_undersized(drawn: ImageSet, crop: object, log: BuildLog) -> None:
     if drawn.undersized.get("tiny"):
         log.warn(f"{drawn.undersized['tiny']} of {n} calibration images are under {TINY_SIDE} pixels on a side: "
                  "int8 ranges from them will not match camera frames; calibrate on full-size frames")
-    if drawn.undersized.get("crop_shaped"):
-        log.info(f"{drawn.undersized['crop_shaped']} of {n} calibration images have the crop's shape, smaller than "
-                 f"its {crop[0]}x{crop[1]} pixels: each is taken as an already cropped window, used whole")
+    shaped = drawn.undersized.get("crop_shaped", 0)
+    filling = n - shaped - drawn.undersized.get("under_crop", 0)
+    if shaped and filling > 0:  # beside camera frames that fill the crop, small crop-shaped images are crops
+        log.info(f"{shaped} of {n} calibration images have the crop's shape, smaller than its {crop[0]}x{crop[1]} "
+                 f"pixels, beside {filling} camera-sized ones: each is taken as an already cropped window, used whole")
+    elif shaped:  # nothing fills the crop: whole scenes would be seen wider than the camera's crop shows them
+        drawn.undersized["under_crop"] = drawn.undersized.get("under_crop", 0) + shaped
     if drawn.undersized.get("under_crop"):
         log.warn(f"{drawn.undersized['under_crop']} of {n} calibration images are smaller than the crop "
                  f"{crop[0]}x{crop[1]} (height x width), so it never fills: "
