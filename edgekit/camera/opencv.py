@@ -98,7 +98,10 @@ class OpenCVSource(LatestFrameSource):
             cap = source
         else:
             try:
-                cap = cv2.VideoCapture(source, cv2.CAP_ANY if api is None else api, list(params or []))
+                # a stream FFmpeg cannot reach prints "[tcp @ 0x...] Connection refused" on fd 2 beside our
+                # one error line: caught and logged instead (a device number opens through V4L2, quietly)
+                with _ffmpeg_quiet(source):
+                    cap = cv2.VideoCapture(source, cv2.CAP_ANY if api is None else api, list(params or []))
             except cv2.error as exc:  # its text is a multi-line overload report: one line of it
                 text = str(exc)
                 why = "a params= value is not a 32-bit integer" if "'params'" in text else text.strip().splitlines()[0]
@@ -114,6 +117,18 @@ class OpenCVSource(LatestFrameSource):
             raise
         super().__init__(read, name=label, release=cap.release, timeout_s=timeout_s, open_timeout_s=open_timeout_s)
         self._info.update(info)
+
+
+def _ffmpeg_quiet(source: Any) -> Any:
+    """FFmpeg's own lines to the ``edgekit.camera`` log while a URL or file opens; nothing otherwise."""
+    import contextlib
+    import logging
+
+    from edgekit.quiet import native_stderr_to_log
+
+    if isinstance(source, str) and "://" in source:  # at DEBUG: our error line says it; -vv shows FFmpeg's words
+        return native_stderr_to_log(logging.getLogger("edgekit.camera"), lambda _line: logging.DEBUG)
+    return contextlib.nullcontext()
 
 
 def _configure_capture(cap: Any, *, fourcc, size, fps, buffer_size) -> dict[str, Any]:

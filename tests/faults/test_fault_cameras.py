@@ -94,3 +94,15 @@ def test_plain_file_that_is_not_a_video(tmp_path, capsys, cpu_bundle):
 def test_stream_nobody_serves(capsys, cpu_bundle):
     """A refused TCP connection on loopback: an error within the open timeout, not a hang."""
     assert_refused(_run(capsys, cpu_bundle, "rtsp://127.0.0.1:9/none", "open_timeout_s=2"), "")
+
+
+def test_ffmpegs_own_words_stay_off_the_screen_beside_our_error_line(cpu_bundle):
+    """FFmpeg wrote '[tcp @ 0x...] Connection refused' straight to fd 2 next to edgekit's one line."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "edgekit.cli", "run", str(cpu_bundle), "--camera",
+                          "rtsp://127.0.0.1:9/none", "-O", "open_timeout_s=2"], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 2 and "cannot open" in run.stderr
+    assert "tcp @" not in run.stderr and "Traceback" not in run.stderr
