@@ -21,9 +21,9 @@ from typing import Any, TextIO
 from edgekit.errors import CameraError, UsageError
 from edgekit.metrics import RUN_WINDOW, LatencyRecorder
 from edgekit.pipeline import Pipeline
+from robot.demo import DemoReport, Speaker, finish_run, open_robot
 from robot.openset import Debouncer
 from robot.report import print_report
-from robot.signs import DemoReport, _finish, _open_robot, _Speaker
 
 NOTHING = -1  # the debouncer's "class" of a frame without a box: never said
 
@@ -91,7 +91,7 @@ def run_boxes(
     debouncer = debouncer or Debouncer(agree=3, min_confidence=0.5)
     pipeline = Pipeline(runtime, labels, warmup=warmup, window=RUN_WINDOW, task="detect", task_options=task_options)
     report = DemoReport()
-    speaker, face = _Speaker({"speech": say}, log), _Face(show, face_every_s)
+    speaker, face = Speaker({"speech": say}, log), _Face(show, face_every_s)
     try:
         for frame, result in pipeline.steps(source, max_frames, duration_s):
             face.offer(frame.array, result.result)
@@ -125,7 +125,7 @@ def main_boxes(args: argparse.Namespace, runtime: Any, labels: Sequence[str] | N
         raise UsageError("--agree must be >= 1, --min-confidence within 0..1, --rearm and --face-every >= 0")
     with ExitStack() as stack:
         runtime, labels, name, options = _open_detector(args, runtime, labels, stack)
-        source, serial, until = _open_robot(args, stack, getattr(runtime, "input_spec", None))
+        source, serial, until = open_robot(args, stack, getattr(runtime, "input_spec", None))
         describe = runtime.describe() if hasattr(runtime, "describe") else {}
         print(f"robot.signs: Vector {serial}{' (fake)' if args.fake else ''}; detector {name} "
               f"[{describe.get('backend', '?')} {describe.get('version', '')}]; {len(labels)} labels; "
@@ -141,7 +141,7 @@ def main_boxes(args: argparse.Namespace, runtime: Any, labels: Sequence[str] | N
                            face_every_s=args.face_every, log=None if args.quiet else out)
         print_report(report, out)
         print(f"face: {report.metrics['face_shown']} frames with boxes shown", file=out)
-        return _finish(args, report, None, None, labels, out)
+        return finish_run(args, report, None, None, labels, out)
 
 
 def _open_detector(args: argparse.Namespace, runtime: Any, labels: Sequence[str] | None,

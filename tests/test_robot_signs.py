@@ -258,7 +258,7 @@ def test_real_tflite_bundle_through_the_cli_never_imports_tensorflow(sign_bundle
 
 def test_acceptance_scores_latency_misses_repeats_and_false_announcements(tmp_path):
     from robot.acceptance import frame_truth, score_run
-    from robot.signs import Announcement
+    from robot.demo import Announcement
 
     for i in range(6):
         cv2.imwrite(str(tmp_path / f"{i}.png"), np.zeros((8, 8), np.uint8))
@@ -289,13 +289,13 @@ def test_speaker_waits_once_in_all_and_names_each_undelivered_action():
     import concurrent.futures
     import time
 
-    from robot.signs import _Speaker
+    from robot.demo import Speaker
 
     never, broken, fine = (concurrent.futures.Future() for _ in range(3))
     broken.set_exception(RuntimeError())  # an exception without a message
     fine.set_result(None)
     futures = iter([never, broken, fine])
-    speaker = _Speaker({"speech": lambda text: next(futures), "face": None}, None)
+    speaker = Speaker({"speech": lambda text: next(futures), "face": None}, None)
     top = type("Top", (), {"label": "a", "index": 0, "score": 0.9})
     said = [speaker.announce(top, i) for i in range(3)]
     t0 = time.perf_counter()
