@@ -46,6 +46,9 @@ def load_idx(images_gz: Path, labels_gz: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def load_fashion(split: str = "train", root: Path = FASHION_DIR):
     """Fashion-MNIST ``train`` (60,000) or ``t10k`` (10,000) as (frames array, labels, classes)."""
+    if not (root / f"{split}-images-idx3-ubyte.gz").is_file():
+        raise CalibrationError(f"Fashion-MNIST is not under {root}",
+                               "sudo apt-get install dataset-fashion-mnist (Debian's package installs it there)")
     images, labels = load_idx(root / f"{split}-images-idx3-ubyte.gz", root / f"{split}-labels-idx1-ubyte.gz")
     return images, labels, list(FASHION_CLASSES)
 

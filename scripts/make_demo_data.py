@@ -117,4 +117,12 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    from edgekit.errors import EdgekitError
+
+    try:
+        main()
+    except EdgekitError as exc:  # no dataset: one line and the apt line, before anything is removed
+        print(f"make data: error: {exc.message}" + (f"\n  fix: {exc.hint}" if exc.hint else ""), file=sys.stderr)
+        sys.exit(2)
