@@ -22,7 +22,7 @@ import os
 import sys
 import traceback
 
-from edgekit.errors import EdgekitError
+from edgekit.errors import EdgekitError, print_error
 
 VERBS = {
     "build": ("edgekit.commands.build", "convert a model into verified bundles for one or more targets"),
@@ -182,10 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     except EdgekitError as exc:
         if args.debug:
             traceback.print_exc()
-        print(f"edgekit {args.verb}: error: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"  fix: {exc.hint}", file=sys.stderr)
-        return exc.exit_code
+        return print_error(f"edgekit {args.verb}", exc)
     except BrokenPipeError:
         # `edgekit inspect --json | head`: the reader left; that is not an error worth a traceback.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

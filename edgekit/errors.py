@@ -3,6 +3,9 @@ these into one line and a non-zero exit code."""
 
 from __future__ import annotations
 
+import sys
+from typing import TextIO
+
 
 class EdgekitError(Exception):
     """Base class: a message saying what is wrong and a hint saying what to do."""
@@ -67,3 +70,35 @@ class CameraError(EdgekitError):
 
 class CompilerError(EdgekitError):
     """edgetpu_compiler failed, timed out or mapped nothing to the Edge TPU."""
+
+
+def print_error(prog: str, exc: EdgekitError, file: TextIO | None = None) -> int:
+    """Print ``exc`` the way every edgekit command line does and return its exit code.
+
+    Two lines at most, on ``file`` (default: stderr)::
+
+        edgekit build: error: no such model file: m.keras
+          fix: give the path of a .keras, SavedModel, .onnx or .tflite model
+
+    Used by ``edgekit`` itself and by the robot demo's scripts, so that an error reads the same
+    whichever of them printed it.
+    """
+    out = sys.stderr if file is None else file
+    print(f"{prog}: error: {exc.message}", file=out)
+    if exc.hint:
+        print(f"  fix: {exc.hint}", file=out)
+    return exc.exit_code
+
+
+def first_line(text: object, limit: int | None = 240) -> str:
+    """The first non-blank line of ``text`` (an exception or a string), at most ``limit`` characters.
+
+    For quoting another library's error inside one of ours: its message may run to many lines
+    (a C++ stack, a parser's context) and edgekit's errors are one line. An exception whose
+    message is empty gives its type name, so the quote never reads as nothing.
+    """
+    lines = str(text).strip().splitlines()
+    line = lines[0].strip() if lines else ""
+    if not line and isinstance(text, BaseException):
+        line = type(text).__name__
+    return line if limit is None else line[:limit]

@@ -33,7 +33,7 @@ from typing import Any, Protocol, TextIO
 import cv2
 import numpy as np
 
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.errors import EdgekitError, UsageError, print_error
 from edgekit.image import convert_colour, crop_center
 
 SEED_LABELS = [*string.ascii_lowercase, "background"]
@@ -257,10 +257,7 @@ def main(argv: Sequence[str] | None = None, keys: KeySource | None = None, log: 
             saved = collect(source, keys, args.out, labels, args.crop, args.colour, args.rotate_augment,
                             log=log, key_timeout_s=timeout)
     except EdgekitError as exc:
-        print(f"robot.collect: error: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"  fix: {exc.hint}", file=sys.stderr)
-        return exc.exit_code
+        return print_error("robot.collect", exc)
     except KeyboardInterrupt:
         return 130
     total = sum(saved.values())

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from edgekit.errors import CameraError, EdgekitError, UsageError
+from edgekit.errors import CameraError, EdgekitError, UsageError, print_error
 from edgekit.metrics import RUN_WINDOW
 from edgekit.options import add_runtime_options, runtime_options
 from edgekit.pipeline import Pipeline
@@ -166,10 +166,7 @@ def main(argv: Sequence[str] | None = None, runtime: Any = None, labels: Sequenc
     try:
         return _run(args, runtime, labels, out)
     except EdgekitError as exc:
-        print(f"robot.signs: error: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"  fix: {exc.hint}", file=sys.stderr)
-        return exc.exit_code
+        return print_error("robot.signs", exc)
     except KeyboardInterrupt:
         print("robot.signs: interrupted", file=sys.stderr)
         return 130

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.errors import EdgekitError, UsageError, print_error
 from edgekit.openset import fit_margin, margins
 from robot.openset import build_thresholds, thresholds_path, write_thresholds
 
@@ -134,9 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = {"bundle": model.name, **fit(scores, truth, bg, args.min_confidence, args.max_false_rate)}
         out = write_thresholds(args.out or thresholds_path(args.bundle), result)
     except EdgekitError as exc:
-        print(f"robot.thresholds: error: {exc.message}" + (f"\n  fix: {exc.hint}" if exc.hint else ""),
-              file=sys.stderr)
-        return exc.exit_code
+        return print_error("robot.thresholds", exc)
     print(f"min margin {result['min_margin']:.3f} (score >= {args.min_confidence}): plain scenes counted "
           f"{result['background_false_rate_without_margin']:.1%} -> {result['background_false_rate']:.1%} "
           f"of {result['scenes']}; items kept {result['item_recall_without_margin']:.1%} -> "

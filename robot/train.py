@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.errors import EdgekitError
+from edgekit.errors import EdgekitError, print_error
 from edgekit.image import InputSpec, Preprocessor
 
 # The seed robot pipeline: gray, a centred 200x200 window of Vector's 640x360 frame.
@@ -172,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = train(args)
     except EdgekitError as exc:
-        print(f"robot.train: error: {exc}", file=sys.stderr)
-        return 2
+        return print_error("robot.train", exc)
     print(json.dumps(summary))
     return 0
 
