@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 DIST   := dist
 TARGETS ?= edgetpu,rpi,cpu,jetson
 
-.PHONY: install demo test lint model models data detector bench clean mutate pi-check docs-check
+.PHONY: install demo test test-fast lint model models data detector bench clean mutate pi-check docs-check
 
 # onnx2tf (ONNX -> TensorFlow for the TFLite targets) hard-pins an older TensorFlow/numpy stack:
 # it goes in beside ours without its pins, with the few packages it really imports (edgekit/builders/onnx_to_tf.py says why).
@@ -37,6 +37,11 @@ demo: $(STAMP)
 test: $(STAMP) $(O2T)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+# The same without the tests marked slow (wall-clock figures, long soaks, full builds of every target).
+test-fast: $(STAMP) $(O2T)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
