@@ -76,6 +76,8 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
     verification = dict(best[0].verification, recovery=rows)
     if "quantization" in first[0].verification:  # the per-layer report of the first attempt says where it lost
         verification.setdefault("quantization", first[0].verification["quantization"])
+    if "calibration_stability" in first[0].verification:  # builders/calib_stability.py: of the first attempt
+        verification["calibration_stability"] = dict(first[0].verification["calibration_stability"], of="as built")
     return replace(best[0], precision=precision, verification=verification), best[1]
 
 

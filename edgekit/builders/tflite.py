@@ -119,10 +119,16 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
             blob = convert(saved, variant)
     finish = _finisher(ctx, target, saved, out_dir / f"{ctx.name}_{variant}.tflite", variant, io_dtype, quant_report)
     model, coverage = finish(blob, rewrites, step["seconds"])
-    if variant == "int8" and _missed(model.verification) and ctx.request.recover:
-        from edgekit.builders.recovery import recover
+    if variant == "int8" and ctx.request.recover:  # builders/calib_stability.py, then builders/recovery.py
+        from edgekit.builders import calib_stability, recovery, tflite_quantize
 
-        model, coverage = recover(ctx, target, out_dir / model.file, (model, coverage), finish, step["seconds"])
+        plain = saved is not None and not rewrites  # the converter made it, not the quantiser: again so
+        model = calib_stability.check(ctx, target, out_dir / model.file, model, finish,
+                                      lambda rep: convert(saved, "int8", rep, io_dtype) if plain
+                                      else tflite_quantize.quantize_int8(ctx.int8_float[0], rep, io_dtype))
+        if _missed(model.verification):
+            model, coverage = recovery.recover(ctx, target, out_dir / model.file, (model, coverage), finish,
+                                               step["seconds"])
     return model, coverage
 
 
@@ -349,23 +355,14 @@ def _edgetpu(ctx: BuildContext, out_dir: Path, models: list[BuiltModel], options
     return BuilderOutput((*models, compiled), "int8_edgetpu", edgetpu=report)
 
 
-WEAK_AGREEMENT = 0.9
-"""An ungated int8 model (no --eval) agreeing with the original on fewer held-back images than
-this gets the quantisation report and its hints anyway: a YOLO-style output of pixel boxes
-beside [0, 1] scores agreed on 12 % of the detections and the build said nothing."""
-
-
 def _weak_ungated(ctx: BuildContext, target: Target, verification: dict) -> bool:
     """True, with a warning, when an int8 model that no gate judged agrees poorly with the original."""
-    holdout = verification.get("holdout")
-    if "eval" in verification or not isinstance(holdout, dict) or holdout.get("agreement") is None:
-        return False
-    agreement = float(holdout["agreement"])
-    if agreement >= WEAK_AGREEMENT:
-        return False
-    ctx.log.warn(f"[{target.name}] int8 agrees with the original on only {agreement:.0%} of the held-back "
-                 "images (not gated: give --eval to gate it); the per-layer report below says where it loses")
-    return True
+    from edgekit.builders.verify import weak_ungated_warning
+
+    warning = weak_ungated_warning(verification)
+    if warning:
+        ctx.log.warn(f"[{target.name}] {warning}")
+    return warning is not None
 
 
 def _quant_report(ctx: BuildContext, target: Target, saved: Path, io_dtype: str, missed: bool,

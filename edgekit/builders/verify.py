@@ -254,3 +254,22 @@ def weak_original_warning(chunks: Iterable[np.ndarray], labels: np.ndarray, spec
             f"the gate compares converted with original, so it cannot see a wrong preprocessing: check {used} "
             "against the model's training (--colour, --mean, --std; ImageNet-trained PyTorch models take "
             "--mean 123.675,116.28,103.53 --std 58.395,57.12,57.375) and that the eval folders match its label order")
+
+
+WEAK_AGREEMENT = 0.9
+"""An ungated int8 model (no --eval) agreeing with the original on fewer held-back images than
+this gets the quantisation report and its hints anyway: a YOLO-style output of pixel boxes
+beside [0, 1] scores agreed on 12 % of the detections and the build said nothing."""
+
+
+def weak_ungated_warning(verification: dict) -> str | None:
+    """A warning when an int8 model that no gate judged (no eval set) agrees with the original on
+    under WEAK_AGREEMENT of the held-back images; None otherwise."""
+    holdout = verification.get("holdout")
+    if "eval" in verification or not isinstance(holdout, dict) or holdout.get("agreement") is None:
+        return None
+    agreement = float(holdout["agreement"])
+    if agreement >= WEAK_AGREEMENT:
+        return None
+    return (f"int8 agrees with the original on only {agreement:.0%} of the held-back images (not gated: give "
+            "--eval to gate it); the per-layer report below says where it loses")

@@ -1,0 +1,194 @@
+"""Does an int8 result depend on which images calibrated it? A second sample says.
+
+TensorFlow's calibrator takes each activation's range from the min and max it meets on the
+calibration images, so a range reached by only a few images is cut short in a sample without
+them (seen: PaddleOCR's orientation classifier at 0.894-0.967 of float top-1 depending on the
+images). After an int8 model is built and verified, when the gate's figure is under the
+threshold or within half a margin above it (margin = 1 - threshold: what the gate lets a model
+lose), the model is quantised once more, the same way, from another sample of as many images
+(``--seed`` + 1 over the same non-held-back calibration images, disjoint from the first where
+there are enough) and verified like the first. When the two figures differ by more than the
+margin, or one passes and the other misses, the build warns in one line naming both, and
+recommends the next doubling of the calibration count (not tried: the check costs one int8
+conversion and verification per target at most, and none when the figure is far from the gate).
+The model kept is always the first: another seed is a second opinion, not a search over seeds.
+``--no-recover`` (``recover=False``) builds int8 once: no check either.
+The record: ``verification.models.int8.calibration_stability``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from edgekit.builders.context import BuildContext
+    from edgekit.builders.contract import BuiltModel
+    from edgekit.target import Target
+
+NEAR = 0.5
+"""A figure less than this many margins above the threshold (or under it) is checked."""
+MIN_MARGIN = 0.005
+"""The margin when the threshold leaves none (e.g. --min-accuracy-ratio 1.0)."""
+HOPELESS = 0.5
+"""A figure under this is a broken calibration or conversion (as builders/recovery.py judges it)."""
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The figure the gate judged a model by, and its threshold."""
+
+    name: str  # "top-1 ratio", "mAP ratio", "worst cosine"
+    flag: str  # the option that sets the threshold
+    threshold: float
+    figure: float
+
+    @property
+    def margin(self) -> float:
+        """What the gate lets a model lose: 1 - threshold (MIN_MARGIN for a threshold of 1 or more)."""
+        return 1.0 - self.threshold if self.threshold < 1 else MIN_MARGIN
+
+
+def gate_of(task: str, min_ratio: float, min_cosine: float, verification: dict) -> Gate | None:
+    """The gate's figure of one model's verification (the lowest over the data sets it judged:
+    a ratio, or for ``raw`` the worst output's cosine); None when no gate judged it."""
+    figures = []
+    for res in verification.values():
+        if isinstance(res, dict) and "passed" in res:
+            value = res.get("cosine") if task == "raw" else res.get("ratio")
+            figures.append(float(value) if value is not None else 0.0)  # a ratio of nothing: 0 (it failed)
+    if not figures:
+        return None
+    if task == "raw":
+        return Gate("worst cosine", "--min-cosine", min_cosine, min(figures))
+    flag = "--min-map-ratio" if task == "detect" else "--min-accuracy-ratio"
+    return Gate("mAP ratio" if task == "detect" else "top-1 ratio", flag, min_ratio, min(figures))
+
+
+def skip_reason(gate: Gate | None, pool: int) -> str | None:
+    """Why the check does not run (None: it runs)."""
+    if gate is None:
+        return "no gate judged the model (give --eval)"
+    if gate.figure >= gate.threshold + NEAR * gate.margin:
+        return (f"{gate.name} {gate.figure:g} is at least {NEAR:g} margin ({gate.margin:g}) above the gate "
+                f"{gate.threshold:g}: another sample would have to lose more than the gate allows to fail it")
+    if gate.figure < HOPELESS:
+        return f"{gate.name} {gate.figure:g} is under {HOPELESS}: a broken calibration or conversion, not a sample"
+    if pool < 2:
+        return "only one calibration image: there is no other sample"
+    return None
+
+
+def other_sample(pool: int, used: int, seed: int) -> tuple[np.ndarray, str]:
+    """Indices (into the pool of non-held-back calibration images, whose first ``used`` the
+    converter saw) of a second sample of ``used`` images drawn with ``seed``, and its kind:
+    ``disjoint`` when the pool has ``used`` other images, else ``overlapping``, else (the
+    converter saw them all) a ``bootstrap`` resample with replacement."""
+    rng = np.random.default_rng(seed)
+    if pool - used >= used:
+        return np.sort(used + rng.choice(pool - used, used, replace=False)), "disjoint"
+    if pool > used:
+        return np.sort(rng.choice(pool, used, replace=False)), "overlapping"
+    return np.sort(rng.choice(pool, pool, replace=True)), "bootstrap"
+
+
+def recommendation(used: int, pool: int, drawn: int, found: int, holdout_fraction: float) -> str:
+    """The flags that double the images the int8 converter calibrates on (``used`` of the
+    ``pool`` of non-held-back images; ``drawn`` images drawn of ``found`` listed)."""
+    want = 2 * used
+    if pool >= want:
+        return f"--calib-steps {want}"
+    need = math.ceil(want / (1 - holdout_fraction))  # --holdout: that share of the drawn images is held back
+    if found >= need:
+        return f"--calib-count {need} --calib-steps {want}"
+    short = (f"add calibration images: {want} calibrating needs {need} drawn (a share is held back), "
+             f"the folders hold {found}")
+    if found > drawn:  # meanwhile, every image there is
+        return f"{short}; meanwhile --calib-count {found} --calib-steps {math.floor(found * (1 - holdout_fraction))}"
+    return short
+
+
+def check(ctx: BuildContext, target: Target, path: Path, model: BuiltModel, finish,
+          quantize: Callable[[Any], bytes]) -> BuiltModel:
+    """``model`` (the int8 just verified, its file at ``path``) with ``calibration_stability`` in
+    its verification, after quantising it again from another sample when its figure is near the
+    gate (module doc). ``quantize(representative) -> bytes`` makes the int8 graph the first
+    attempt's way; ``finish(blob, rewrites, seconds, report=False)`` writes ``path`` and verifies
+    it (``path`` gets the first model's bytes back). Logs one line; warns when the two disagree."""
+    request = ctx.request
+    gate = gate_of(ctx.task, ctx.min_ratio, request.min_cosine, model.verification)
+    pool, used = len(ctx.calib), len(ctx.converter_calib)
+    reason = skip_reason(gate, pool)
+    if reason is not None:
+        ctx.log.info(f"[{target.name}] int8 calibration check: not run ({reason})")
+        return _with(model, {"checked": False, "reason": reason})
+    idx, kind = other_sample(pool, used, request.seed + 1)
+    kept_bytes = path.read_bytes()
+    with ctx.log.step(f"[{target.name}] int8 calibration check: quantise again from seed {request.seed + 1}'s "
+                      f"sample ({len(idx)} images, {kind})") as step, _warnings_as_info(ctx.log):
+        blob = quantize(ctx.calib.subset(idx).stream(ctx._nhwc, ctx.chunk))
+        second, _ = finish(blob, list(ctx.int8_float[1]) if ctx.int8_float else [], 0.0, report=False)
+    path.write_bytes(kept_bytes)  # the bundle keeps the first model
+    other = gate_of(ctx.task, ctx.min_ratio, request.min_cosine, second.verification)
+    record = _record(gate, other, second.verification, model.verification, (request.seed, request.seed + 1),
+                     (used, len(idx)), kind)
+    record["seconds"] = round(step["seconds"], 2)  # the conversion and verification this check added
+    if not record["stable"]:
+        record["recommendation"] = recommendation(used, pool, len(ctx.calib_all), ctx.calib_all.found,
+                                                  request.holdout_fraction)
+        ctx.log.warn(f"[{target.name}] {unstable_line(record, gate)}")
+    else:
+        ctx.log.info(f"[{target.name}] int8 calibration check: {gate.name} {record['figures'][0]} with seed "
+                     f"{request.seed}, {record['figures'][1]} with seed {request.seed + 1}'s sample: stable "
+                     f"(spread {record['spread']}, margin {gate.margin:g}; {record['seconds']:.1f} s)")
+    return _with(model, record)
+
+
+def _record(gate: Gate, other: Gate | None, second: dict, first: dict, seeds: tuple[int, int],
+            images: tuple[int, int], kind: str) -> dict[str, Any]:
+    """The manifest's ``calibration_stability`` of a check that ran."""
+    figures = [round(gate.figure, 6), round(other.figure if other is not None else 0.0, 6)]
+    passed = [not _missed(first), not _missed(second)]
+    spread = round(abs(figures[0] - figures[1]), 6)
+    return {"checked": True, "figure_name": gate.name, "threshold": gate.threshold, "margin": round(gate.margin, 6),
+            "seeds": list(seeds), "images": list(images), "sample": kind, "figures": figures, "passed": passed,
+            "spread": spread, "stable": spread <= gate.margin and passed[0] == passed[1], "recommendation": None}
+
+
+def unstable_line(record: dict, gate: Gate) -> str:
+    """The one warning line of a check whose two samples disagree."""
+    (a, b), (sa, sb), (na, nb) = record["figures"], record["seeds"], record["images"]
+    other = {"disjoint": f"{nb} other images", "overlapping": f"{nb} images, partly the same",
+             "bootstrap": f"{nb} images resampled from the same {na}"}[record["sample"]]
+    why = (f"they differ by {record['spread']}, more than the gate's margin {gate.margin:g}"
+           if record["spread"] > gate.margin else f"they differ by {record['spread']}, within the gate's margin")
+    if record["passed"][0] != record["passed"][1]:
+        why += f", and only seed {sa if record['passed'][0] else sb}'s passes {gate.flag} {gate.threshold:g}"
+    return (f"int8 depends on its calibration sample: {gate.name} {a} calibrated on --seed {sa}'s {na} images, "
+            f"{b} on seed {sb}'s {other}; {why}: calibrate on more images ({record['recommendation']}; "
+            "not tried here) and compare two --seed builds")
+
+
+def _missed(verification: dict) -> bool:
+    return any(isinstance(r, dict) and r.get("passed") is False for r in verification.values())
+
+
+def _with(model: BuiltModel, record: dict) -> BuiltModel:
+    return replace(model, verification=dict(model.verification, calibration_stability=record))
+
+
+@contextmanager
+def _warnings_as_info(log) -> Iterator[None]:
+    """The second model is not kept: what its conversion and verification would warn about
+    (a detector's fidelity, XNNPACK) goes to the log as an info line, not a warning."""
+    log.warn = lambda msg: log.info(f"(calibration check, model not kept) {msg}")
+    try:
+        yield
+    finally:
+        del log.warn  # the class's own again
