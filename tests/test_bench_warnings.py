@@ -126,3 +126,18 @@ def test_the_bundles_default_variant_is_marked(tmp_path):
     assert rows[3].startswith("demo-cpu:int8 *") and rows[2].startswith("demo-cpu:fp32 ")
     assert "* = the bundle's default variant" in rows[-1]
     assert [v["default"] for v in report.to_dict(samples=False)["variants"]] == [False, True]
+
+
+def test_quiet_bench_prints_no_warnings_but_the_json_keeps_them(tmp_path, capsys):
+    import json
+
+    from edgekit.cli import main
+
+    bundle = write_bundle(tmp_path / "demo-cpu", {"fp32": tflite_models.model_path("small_float")})
+    argv = ["bench", str(bundle), "--synthetic", "--min-duration", "0", "--min-count", "3", "--repeats", "1",
+            "--frames", "2", "--max-cv", "0", "--threads", "1"]
+    assert main([*argv, "-q", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert "warning:" not in err and any("noisy" in w for w in json.loads(out)["warnings"])
+    assert main(argv) == 0
+    assert "warning: noisy" in capsys.readouterr().err

@@ -243,7 +243,7 @@ def _print_report(report, args: argparse.Namespace) -> None:
     if args.profile:
         for v in report.variants:
             print(format_profile(v), file=out)
-    for w in report.warnings:
+    for w in [] if args.quiet else report.warnings:  # -q: errors only (the JSON report keeps them)
         print(f"warning: {w}", file=sys.stderr)
     if args.json_file:
         print(f"json: {report.write_json(args.json_file)}", file=out)
