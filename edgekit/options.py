@@ -218,3 +218,13 @@ def config_values(options: dict[str, Any]) -> dict[str, Any]:
     """:func:`runtime_options` renamed to the keys of serve's ``[model]`` table (``num_threads`` -> ``threads``)."""
     to_key = {keyword: dest for dest, keyword in RUNTIME_FLAGS.items()}
     return {to_key[k]: v for k, v in options.items()}
+
+
+def target_completer(prefix: str = "", **_: Any) -> list[str]:
+    """Shell completion (argcomplete) for ``--target``: the shipped targets, after any
+    comma-separated ones already typed (``cpu,ed`` -> ``cpu,edgetpu``)."""
+    from edgekit.target import available_targets
+
+    done, _, last = prefix.rpartition(",")
+    head = f"{done}," if done else ""
+    return [head + name for name in available_targets() if name.startswith(last)]

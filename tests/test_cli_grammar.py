@@ -74,3 +74,15 @@ def test_a_wrong_flag_prints_the_verbs_usage_not_the_top_level(capsys):
     err = capsys.readouterr().err
     assert exit_.value.code == 2
     assert err.startswith("usage: edgekit run ") and "edgekit run: error: unrecognized arguments: --frobnicate" in err
+
+
+def test_shell_completion_offers_target_names_and_deploy_kinds():
+    from edgekit.options import target_completer
+    from edgekit.target import available_targets
+
+    for verb in ("build", "inspect"):
+        target = next(a for a in verb_parser(verb)._actions if "--target" in a.option_strings)
+        assert target.completer(prefix="") == available_targets()
+    assert target_completer(prefix="cpu,ed") == ["cpu,edgetpu"]
+    names = next(a for a in verb_parser("deploy")._actions if a.dest == "names")
+    assert set(names.completer(prefix="")) == {"config", "systemd", "prometheus", "alerts", "all"}

@@ -6,14 +6,15 @@ import argparse
 import json
 from pathlib import Path
 
-from edgekit.options import key_value
+from edgekit.options import key_value, target_completer
 from edgekit.preprocessing import pad_value, preprocess_flags
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     """Add build's arguments to ``p``."""
     p.add_argument("--model", required=True, help=".keras, .h5, SavedModel dir, or .onnx (jetson)")
-    p.add_argument("--target", required=True, help="edgetpu, rpi, cpu, jetson (comma-separated for several)")
+    p.add_argument("--target", required=True,
+                   help="edgetpu, rpi, cpu, jetson (comma-separated for several)").completer = target_completer
     p.add_argument("--calib", action="append", required=True, metavar="DIR_OR_VIDEO",
                    help="calibration images; repeat to mix in real camera frames (folder or video)")
     p.add_argument("--eval", dest="eval_dir", metavar="DIR",

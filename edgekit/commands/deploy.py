@@ -23,8 +23,8 @@ from edgekit.errors import UsageError
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add ``edgekit deploy``'s arguments."""
-    parser.add_argument("names", nargs="*", metavar="NAME",
-                        help=f"which files: {', '.join(DEPLOY_FILES)} or all (none: list them)")
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"which files: {', '.join(DEPLOY_FILES)} or all "
+                        "(none: list them)").completer = lambda **_: [*DEPLOY_FILES, "all"]
     parser.add_argument("--out", "-o", metavar="DIR_OR_FILE",
                         help="a directory (files keep their names), a file path (one NAME), or '-' for stdout")
     parser.add_argument("--force", action="store_true", help="replace files that exist")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.errors import BundleError, ModelError, UsageError
+from edgekit.options import target_completer
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +29,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target",
         help="edgetpu, rpi, cpu or a target .toml (default: the bundle's target, else edgetpu)",
-    )
+    ).completer = target_completer
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     parser.add_argument("--variant", metavar="VARIANT",
                         help="which model of a bundle (default: its default model); same as BUNDLE:VARIANT")
