@@ -130,12 +130,14 @@ def test_broker_restart_of_5_s_loses_nothing_at_qos_1(tmp_path, qos, caplog):
     print(f"\nQoS {qos}: broker down {outage:.1f} s at 15 fps: {len(written)} results, {lost} lost at the "
           f"subscriber, daemon counted {mqtt['dropped']} dropped, {mqtt['replayed']} replayed")
     assert any("MQTT" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+    assert mqtt["published"] + mqtt["dropped"] == len(written)  # each result counted once, either way
     if qos == 1:
         assert lost == 0 and mqtt["dropped"] == 0 and mqtt["replayed"] > 0
     else:
-        # every dropped result is lost but the newest of each outage, which is sent on (re)connect:
-        # results made before the first connection are an outage too
-        assert lost >= mqtt["dropped"] - daemon.mqtt.connects and mqtt["dropped"] > 0 and mqtt["replayed"] == 0
+        # every result counted as dropped is lost; the newest of each outage is not dropped but sent
+        # on (re)connect, counted as published. Lost beyond the dropped: ones handed to paho in the
+        # moment before it learnt that the broker had gone (QoS 0 is at most once).
+        assert mqtt["dropped"] <= lost and mqtt["dropped"] > 0 and mqtt["replayed"] == 0
 
 
 @pytest.mark.slow
@@ -359,7 +361,7 @@ def test_the_newest_result_missed_while_disconnected_is_sent_on_connect(tmp_path
     pub = MqttPublisher("127.0.0.1", broker.port, topic="edgekit/hall", options=MqttOptions(qos=0),
                         policy=PublishPolicy(mode="change", confirm_frames=1))
     try:
-        for label in ("dog", "cat"):  # not connected yet: both dropped, only the newest is worth sending
+        for label in ("dog", "cat"):  # not connected yet: "dog" is dropped, the newest is held and sent
             pub.publish_result({"top": [{"label": label, "score": 0.9}]})
         pub.start()
         wait_until(pub.connected.is_set, 15, what="connected")
@@ -370,4 +372,4 @@ def test_the_newest_result_missed_while_disconnected_is_sent_on_connect(tmp_path
         sub.close()
         broker.stop()
     assert [json.loads(p)["state"] for p, _ in sub.on("/result")] == ["cat"] and results
-    assert pub.dropped == 2
+    assert (pub.dropped, pub.published) == (1, 1)  # the newest counts as sent, not as dropped

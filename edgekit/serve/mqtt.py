@@ -23,16 +23,14 @@ A clean stop publishes ``offline`` and then clears the retained state, label, co
 topics (an empty retained message), so nobody reads the last label of a device that is gone; a
 device that vanishes is marked by its last will (``offline``) alone.
 
-Never silent: where it connects is logged at INFO at start, and every failed attempt at
-WARNING with the broker's address and the reason (paho itself only says so at DEBUG).
-While disconnected, results of QoS >= 1 wait in a bounded queue (``queue_size``; when it is
-full ``queue_policy`` drops the oldest or the newest, counted; with ``queue_file`` also on disk,
-surviving a restart: :mod:`edgekit.serve.mqtt_queue`) and are replayed in order on
-reconnect, before any newer result; QoS 0 results are dropped and counted (the JSON-lines
-file has them all), except that the newest one is sent on (re)connect, with the current
-retained state: in ``change`` mode the next result may be hours away. The password is given
-to paho and kept nowhere else: it is in no log line and no stats. With ``[mqtt] commands``
-it subscribes to ``<topic>/set/+`` and hands each message to :mod:`edgekit.serve.control`.
+Never silent: where it connects is logged at INFO, each failed attempt at WARNING with the
+reason. While disconnected, QoS >= 1 results wait in a bounded queue (``queue_size``,
+``queue_policy``, ``queue_file``: :mod:`edgekit.serve.mqtt_queue`), replayed in order on
+reconnect after what paho still held (:mod:`edgekit.serve.mqtt_paho`) and before anything newer.
+QoS 0 results are dropped and counted, except the newest: it is sent on reconnect with the
+retained state (``change`` mode may not publish for hours), counted as published. The password
+is in no log line and no stats. With ``[mqtt] commands`` it subscribes to ``<topic>/set/+``
+(:mod:`edgekit.serve.control`).
 """
 
 from __future__ import annotations
@@ -43,56 +41,19 @@ import ssl
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from edgekit.errors import BackendUnavailable
 from edgekit.serve.discovery import discovery_messages, label_topics, slug
 from edgekit.serve.events import NOTHING, PublishPolicy, state_text
+from edgekit.serve.mqtt_options import QUEUE_POLICIES, MqttOptions
+from edgekit.serve.mqtt_paho import InFlight, QuietLogger
 from edgekit.serve.mqtt_queue import MessageQueue
 from edgekit.serve.sensors import SensorFeed
 from edgekit.serve.sink import to_json
 
+__all__ = ["QUEUE_POLICIES", "MqttOptions", "MqttPublisher"]
 log = logging.getLogger("edgekit.serve")
-
-QUEUE_POLICIES = ("drop_oldest", "drop_newest")
-
-
-@dataclass(frozen=True)
-class MqttOptions:
-    """What the publisher needs beyond the broker address (defaults as in ``[mqtt]``)."""
-
-    qos: int = 0
-    keepalive_s: int = 30
-    reconnect_min_s: float = 1.0
-    reconnect_max_s: float = 30.0
-    username: str = ""
-    tls: bool = False
-    ca_file: str = ""  # "" = the system's CA certificates
-    cert_file: str = ""  # client certificate (mutual TLS)
-    key_file: str = ""
-    queue_size: int = 1000
-    queue_policy: str = "drop_oldest"
-    queue_file: str = ""  # keep the queue in this file across restarts ("" = memory only)
-    discovery: bool = False
-    discovery_prefix: str = "homeassistant"
-    labels_of_interest: tuple[str, ...] = ()
-    model: str = ""  # for the Home Assistant device card
-    count_labels: tuple[str, ...] = ()  # a detector's labels with a count topic and sensor
-    device_class: str = "occupancy"  # of the binary sensors ("" = none)
-    sensor_interval_s: float = 10.0  # <topic>/sensors at least this often while results flow
-    min_score: float = 0.5  # a box counts in the sensors' "count" from this score
-    snapshots: bool = False  # a Home Assistant camera per counted label shows <topic>/snapshot/<slug>
-    device: str = ""  # the device's name there ("" = the last level of the topic)
-
-
-class _QuietLogger(logging.LoggerAdapter):
-    """Every paho log record at DEBUG: paho reports routine events (a disconnect on shutdown,
-    each retry) at ERROR; our callbacks log what matters, with the broker address."""
-
-    def log(self, level, msg, *args, **kwargs):  # paho calls .log(level, ...)
-        super().log(logging.DEBUG, msg, *args, **kwargs)
-
 
 class MqttPublisher:
     """Publish results, state, stats and availability; ``publish_*`` are thread-safe."""
@@ -125,11 +86,13 @@ class MqttPublisher:
         self._closing = False
         self._lock = threading.Lock()  # orders publishes against the replay of the queue
         self.commands: Any = None  # a control.Controls: <topic>/set/+ is subscribed and answered
-        self._missed: str | None = None  # the newest result dropped while disconnected (QoS 0)
+        self._missed: str | None = None  # the newest result not sent while disconnected: sent on connect
+        self._inflight = InFlight()  # paho's unacknowledged QoS >= 1 messages: older than a replay
+        self._generation = 0  # connections lost: a replay waiting on an old one is not done
         self._no_conn = mqtt.MQTT_ERR_NO_CONN
         self._client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id,
                                    clean_session=True)
-        self._client.enable_logger(_QuietLogger(logging.getLogger("edgekit.serve.mqtt")))
+        self._client.enable_logger(QuietLogger(logging.getLogger("edgekit.serve.mqtt")))
         self._setup_client(password)
         self._queue = MessageQueue(o.queue_size, o.queue_policy, o.queue_file)  # last: it locks a file
 
@@ -153,7 +116,7 @@ class MqttPublisher:
         c.on_connect = self._on_connect
         c.on_disconnect = self._on_disconnect
         c.on_connect_fail = self._on_connect_fail
-        c.on_publish = lambda client, userdata, mid, reason_code, properties: self._queue.acknowledged(mid)
+        c.on_publish = self._on_publish
         c.on_message = self._on_message
 
     # ------------------------------------------------------------------ paho's network thread
@@ -163,27 +126,55 @@ class MqttPublisher:
             self.last_error = f"broker refused the connection: {reason_code}"
             log.warning("MQTT %s: %s; retrying", self.address, self.last_error)
             return
-        client.publish(self.availability_topic, "online", qos=1, retain=True)
+        older = self._inflight.pending()  # paho sends these again once this callback returns
+        self._send(self.availability_topic, "online", 1, retain=True)
         if self.options.discovery:
-            self._announce(client)
+            self._announce()
         if self.commands is not None:
             client.subscribe(self.commands.subscription, qos=1)
             for topic, payload in self.commands.states():
-                client.publish(topic, payload, qos=1, retain=True)
+                self._send(topic, payload, 1, retain=True)
+        if not older:
+            self._ready(self._generation)
+            return
+        # Replaying here would put the queue's newer results before paho's older ones.
+        threading.Thread(target=self._ready_after, args=(older, self._generation), daemon=True).start()
+
+    def _ready_after(self, older: frozenset[int], generation: int) -> None:
+        """Replay once the broker has acknowledged what paho held from before this connection."""
+        if not self._inflight.wait(older):
+            log.warning("MQTT %s: older messages not acknowledged; replaying the queue anyway", self.address)
+        self._ready(generation)
+
+    def _ready(self, generation: int) -> None:
+        """Replay the queue, then the current state and the newest unsent result: connected."""
         with self._lock:
-            waiting = len(self._queue)
-            self._replay(client)
-            self._republish_state(client)
-            if self._missed is not None:  # "change" mode may not publish again for hours
-                client.publish(self._result_topic, self._missed, qos=self.qos)
-                self._missed = None
+            if generation != self._generation or self._closing:  # lost again: the next connection replays
+                return
+            waiting = self.queued
+            self._replay()
+            self._republish_state()
+            # The newest unsent result: "change" mode may not publish again for hours.
+            info = self._send(self._result_topic, self._missed, self.qos) if self._missed is not None else None
+            if info is not None and (info.rc == 0 or (self.qos and info.rc == self._no_conn)):
+                self._missed, self.published = None, self.published + 1  # else held for the next connect
             self.connects += 1
             self.last_error = ""  # /stats must not keep saying "cannot reach the broker"
             self.connected.set()
         log.info("MQTT connected to %s (connection %d)%s", self.address, self.connects,
                  f"; replayed {waiting} queued results" if waiting else "")
 
-    def _announce(self, client) -> None:
+    def _on_publish(self, client, userdata, mid, reason_code, properties) -> None:
+        self._inflight.acknowledged(mid)
+        self._queue.acknowledged(mid)
+
+    def _send(self, topic: str, payload: Any, qos: int, retain: bool = False) -> Any:
+        """``client.publish``, noting a QoS >= 1 message until the broker acknowledges it."""
+        info = self._client.publish(topic, payload, qos=qos, retain=retain)
+        self._inflight.track(info, qos, self._no_conn)
+        return info
+
+    def _announce(self) -> None:
         """Home Assistant discovery configs (on every connect: a broker without persistence
         forgets retained messages when it restarts)."""
         from edgekit._version import __version__
@@ -194,25 +185,25 @@ class MqttPublisher:
                                                         o.discovery_prefix, o.model, __version__, o.count_labels,
                                                         o.device_class, o.sensor_interval_s, o.snapshots,
                                                         self.commands is not None):
-            client.publish(config_topic, payload, qos=1, retain=True)
+            self._send(config_topic, payload, 1, retain=True)
 
-    def _republish_state(self, client) -> None:
+    def _republish_state(self) -> None:
         """The current retained state, after the replay (called with the lock held): at QoS 0 a
         change made while disconnected was dropped, and a broker without persistence forgets
         retained messages when it restarts; either way the state topic would be stale."""
         if self.policy.state is not None:
             for topic, payload in self._state_messages(self.policy.state):
-                client.publish(topic, payload, qos=1, retain=True)
+                self._send(topic, payload, 1, retain=True)
         for topic, payload in self._sensors.count_messages():
-            client.publish(topic, payload, qos=1, retain=True)
+            self._send(topic, payload, 1, retain=True)
         if self._sensors.payload is not None:
-            client.publish(self._sensors.topic, self._sensors.payload, qos=0, retain=True)
+            self._send(self._sensors.topic, self._sensors.payload, 0, retain=True)
 
-    def _replay(self, client) -> None:
+    def _replay(self) -> None:
         """Send what waited in the queue, oldest first (called with the lock held)."""
         while self._queue:
             topic, payload, qos, retain = self._queue.peek()
-            info = client.publish(topic, payload, qos=qos, retain=retain)
+            info = self._send(topic, payload, qos, retain)
             if info.rc not in (0, self._no_conn):  # paho keeps QoS>=1 messages on NO_CONN
                 break
             self._queue.sent(info.mid)  # on disk until the broker acknowledges it
@@ -224,11 +215,13 @@ class MqttPublisher:
         if self.commands is None or not message.topic.startswith(f"{self.topic}/set/"):
             return
         for topic, payload in self.commands.handle(message.topic, bytes(message.payload), bool(message.retain)):
-            client.publish(topic, payload, qos=1, retain=True)
+            self._send(topic, payload, 1, retain=True)
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
-        was = self.connected.is_set()
-        self.connected.clear()
+        with self._lock:
+            was = self.connected.is_set()
+            self.connected.clear()
+            self._generation += 1
         if was:
             self.disconnects += 1
             if not self._closing:
@@ -252,8 +245,8 @@ class MqttPublisher:
 
     @property
     def queued(self) -> int:
-        """Results waiting for the broker."""
-        return len(self._queue)
+        """Results waiting for the broker (not the state, count and event messages queued beside them)."""
+        return self._queue.count(self._result_topic)
 
     def start(self) -> None:
         """Start connecting in the background; returns at once even if the broker is down."""
@@ -270,18 +263,27 @@ class MqttPublisher:
         """Send, queue or drop one message: returns ``"sent"``, ``"queued"`` or ``"dropped"``."""
         with self._lock:
             if self.connected.is_set() and not self._queue:
-                info = self._client.publish(topic, payload, qos=qos, retain=retain)
+                info = self._send(topic, payload, qos, retain)
                 if info.rc == 0 or (qos and info.rc == self._no_conn):  # NO_CONN: paho keeps and resends it
                     self.published += result
-                    self._missed = None if result else self._missed
+                    if result:
+                        self._forget_missed()
                     return "sent"
             if not queue or qos == 0 or self.options.queue_size == 0:
-                self.dropped += result
-                self._missed = payload if result and topic == self._result_topic else self._missed
+                if result:  # counted as dropped once a newer one replaces it, as sent if it is sent
+                    self._forget_missed()
+                    self._missed = payload
                 return "dropped"
-            dropped = self._queue.append((topic, payload, qos, retain))
-            self.dropped += dropped  # the queue holds results and state messages alike
-            return "dropped" if dropped and self.options.queue_policy == "drop_newest" else "queued"
+            results = self._queue.count(self._result_topic) + result
+            full = self._queue.append((topic, payload, qos, retain))
+            self.dropped += results - self._queue.count(self._result_topic)  # results only, not state
+            return "dropped" if full and self.options.queue_policy == "drop_newest" else "queued"
+
+    def _forget_missed(self) -> None:
+        """The newest unsent result will not be sent now (a newer one replaces it): dropped."""
+        if self._missed is not None:
+            self.dropped += 1
+            self._missed = None
 
     def publish_result(self, record: dict[str, Any] | str) -> bool:
         """Offer one result to the publish policy; True when it was sent or queued.
@@ -377,10 +379,12 @@ class MqttPublisher:
         about ``timeout_s`` even when the broker is unreachable (a SIGTERM never waits on it)."""
         self._closing = True
         deadline = time.monotonic() + timeout_s
+        with self._lock:
+            self._forget_missed()  # never sent: the counts add up to the results offered
         if self.connected.is_set():
-            info = self._client.publish(self.availability_topic, "offline", qos=1, retain=True)
+            info = self._send(self.availability_topic, "offline", 1, retain=True)
             for topic in self._retained_topics():  # after offline: Home Assistant shows unavailable, not empty
-                info = self._client.publish(topic, b"", qos=1, retain=True)
+                info = self._send(topic, b"", 1, retain=True)
             try:
                 info.wait_for_publish(timeout=max(0.1, timeout_s / 2))
             except (RuntimeError, ValueError) as exc:  # raised when the connection went away meanwhile

@@ -44,7 +44,7 @@ import logging
 import os
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from typing import Any
 
 from edgekit.errors import UsageError
@@ -72,6 +72,7 @@ class MessageQueue:
         self.size, self.policy, self.path = size, policy, path
         self._lock = threading.Lock()
         self._items: deque[tuple[int, Item, int]] = deque()  # (seq, item, bytes in the file)
+        self._topics: Counter[str] = Counter()  # of what waits in _items
         self._unsettled: OrderedDict[int, tuple[Item, int]] = OrderedDict()  # replayed, not yet acknowledged
         self._mids: dict[int, int] = {}  # paho message id -> seq
         self._seq = self._done = 0
@@ -87,6 +88,11 @@ class MessageQueue:
     def __len__(self) -> int:
         return len(self._items)
 
+    def count(self, topic: str) -> int:
+        """How many waiting messages are for ``topic`` (results, say, beside state messages)."""
+        with self._lock:
+            return self._topics[topic]
+
     # ------------------------------------------------------------------ queue
     def peek(self) -> Item:
         """The oldest waiting message (the queue must not be empty)."""
@@ -99,7 +105,8 @@ class MessageQueue:
             if len(self._items) >= self.size:
                 if self.policy == "drop_newest" or not self._items:
                     return 1
-                seq, _, nbytes = self._items.popleft()
+                seq, old, nbytes = self._items.popleft()
+                self._topics[old[0]] -= 1
                 self._live_bytes -= nbytes
                 self._settle_front()
                 dropped = 1
@@ -108,6 +115,7 @@ class MessageQueue:
             self._seq += 1
             nbytes = self._write_record(self._seq, item)
             self._items.append((self._seq, item, nbytes))
+            self._topics[item[0]] += 1
             self._live_bytes += nbytes
             return dropped
 
@@ -116,6 +124,7 @@ class MessageQueue:
         the file keeps it until :meth:`acknowledged` (memory only: it is forgotten now)."""
         with self._lock:
             seq, item, nbytes = self._items.popleft()
+            self._topics[item[0]] -= 1
             if self._fd is None:
                 return
             self._unsettled[seq] = (item, nbytes)
@@ -162,6 +171,7 @@ class MessageQueue:
         for item in items:
             self._seq += 1
             self._items.append((self._seq, item, 0))
+            self._topics[item[0]] += 1
         try:
             self._rewrite()  # a clean file: what was skipped or settled is gone
         except OSError as exc:
