@@ -230,7 +230,7 @@ def test_a_fifo_manifest_or_labels_flag_is_refused_at_once(capsys, tmp_path):
     os.mkfifo(b / MANIFEST)
     assert_refused(within(20, _run, capsys, b), "not an edgekit bundle")
     os.mkfifo(tmp_path / "labels.fifo")
-    result = within(20, _run, capsys, ROOT / "models" / "demo.onnx", "--labels", str(tmp_path / "labels.fifo"))
+    result = within(20, _run, capsys, ROOT / "models" / "detector.onnx", "--labels", str(tmp_path / "labels.fifo"))
     assert_refused(result, "FIFO")
 
 
