@@ -105,3 +105,17 @@ def test_table_is_aligned_and_failures_are_counted():
     assert lines[2].index("ok") == lines[3].index("FAIL") == lines[4].index("info")
     assert failed(rows) == [rows[1]]
     assert human_size(3 * 2**20 + 2**19) == "3.5 MiB"
+
+
+def test_the_emulated_python_gets_a_pis_cpuinfo_and_no_host_site_packages(tmp_path):
+    import os
+
+    from scripts import pi_userland as ul
+
+    ul._write_cpuinfo(tmp_path, "cortex-a76")
+    text = (tmp_path / "proc" / "cpuinfo").read_text()
+    assert text.count("CPU part\t: 0xd0b") == (os.cpu_count() or 1) and "Raspberry Pi 5" in text
+    cmd = ul.python_command("aarch64", tmp_path, "/usr/bin/qemu-aarch64-static", "cortex-a72")
+    assert cmd == ["/usr/bin/qemu-aarch64-static", "-cpu", "cortex-a72", "-L", str(tmp_path),
+                   str(tmp_path / "usr/bin/python3.11"), "-S", "-P"]
+    assert ul.python_command("x86_64", None, None, "cortex-a72")[1:] == ["-S", "-P"]
