@@ -4,6 +4,7 @@ flags override the file."""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,9 @@ def test_int_is_accepted_where_a_number_is_expected(tmp_path):
         ("model = 3\n", "[model] must be a table"),
         ("[http]\nlisten = '127.0.0.1:port'\n", "bad port"),
         ("[log]\nlevel = 'loud'\n", "'debug', 'info'"),
+        ("[model]\ncheck_deadline_s = 0.5\n", "check_deadline_s = 0.5 is below the minimum 1"),
+        ("[model]\ncheck_deadline_s = 1e9\n", "check_deadline_s = 1000000000.0 is more than a year"),
+        ("[model]\ncheck_deadline_s = 'soon'\n", "check_deadline_s must be a number"),
     ],
 )
 def test_bad_files_name_file_table_and_key(tmp_path, text, expected):
@@ -93,6 +97,25 @@ def test_missing_and_undecodable_files(tmp_path):
     bad.write_bytes(b"[model]\npath = '\xe9'\n")
     with pytest.raises(UsageError, match="cannot read config file"):
         load_config(bad)
+
+
+def test_a_fifo_given_as_the_config_is_refused_at_once(tmp_path):
+    """Through the library API too (the CLI checks its path itself): open() on a FIFO with no
+    writer blocks for ever; the file is opened without blocking and refused as not a file."""
+    fifo = tmp_path / "serve.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError) as info:
+        load_config(fifo)
+    assert str(info.value) == (f"cannot read config file {fifo}: {fifo} is a FIFO (named pipe), not a regular "
+                               "file (give the TOML file itself)")
+
+
+def test_the_hot_swap_check_deadline_is_read_from_the_model_table(tmp_path):
+    from edgekit.serve.watch import CHECK_DEADLINE_S
+
+    assert load_config(None).model.check_deadline_s == CHECK_DEADLINE_S  # one default, in two places
+    config = load_config(write(tmp_path, "[model]\ncheck_deadline_s = 900\n"))
+    assert config.model.check_deadline_s == 900.0
 
 
 def test_flags_override_the_file(tmp_path):

@@ -25,6 +25,7 @@ from typing import Any
 from edgekit.errors import UsageError
 from edgekit.runtime import BACKENDS
 from edgekit.runtime.backends import MAX_THREADS
+from edgekit.safe_open import NotARegularFile, read_regular
 from edgekit.serve.address import camera_uri_relative_to, parse_address
 from edgekit.serve.discovery import BINARY_DEVICE_CLASSES
 
@@ -55,6 +56,7 @@ class ModelConfig:
     probation_frames: int = 30  # a swapped-in bundle that fails within this many frames is rolled back
     min_agreement: float = 0.0  # top-1 agreement with the running model on the warm-up frames (0 = no check)
     allow_task_change: bool = False  # hot-swap: accept a bundle with another task or other labels
+    check_deadline_s: float = 300.0  # hot-swap: one check's limit before it is refused (watch.CHECK_DEADLINE_S)
 
 
 @dataclass(frozen=True)
@@ -205,6 +207,7 @@ _MINIMUM = {  # (table, key) -> smallest allowed value
     ("model", "warmup_frames"): 1,
     ("model", "probation_frames"): 0,
     ("model", "min_agreement"): 0.0,
+    ("model", "check_deadline_s"): 1.0,
     ("http", "latency_min_s"): 1e-6,
     ("camera", "reconnect_min_s"): 0.01,
     ("camera", "reconnect_max_s"): 0.01,
@@ -320,8 +323,8 @@ def load_config(path: str | Path | None) -> ServeConfig:
         return ServeConfig()
     path = Path(path)
     try:
-        with open(path, "rb") as f:  # bounded: --config /dev/zero read until memory ran out
-            data = f.read(MAX_CONFIG_BYTES + 1)
+        # bounded (--config /dev/zero read until memory ran out) and never blocking (a FIFO refused)
+        data = read_regular(path, MAX_CONFIG_BYTES)
         if len(data) > MAX_CONFIG_BYTES:
             raise UsageError(f"config file {path} is over {MAX_CONFIG_BYTES >> 20} MiB: not a serve configuration",
                              "give the TOML file (edgekit serve --write-example-config PATH writes one)")
@@ -330,7 +333,8 @@ def load_config(path: str | Path | None) -> ServeConfig:
         raise UsageError(f"config file {path} does not exist",
                          "write a documented one: edgekit serve --write-example-config PATH") from exc
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read config file {path}: {exc}", "check its permissions and encoding") from exc
+        fix = "give the TOML file itself" if isinstance(exc, NotARegularFile) else "check its permissions and encoding"
+        raise UsageError(f"cannot read config file {path}: {exc}", fix) from exc
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
