@@ -35,6 +35,7 @@ from edgekit.runtime.fake import FakeRuntime
 from edgekit.serve.config import ServeConfig, override
 from edgekit.serve.daemon import Daemon, RateMeter, sd_notify
 from edgekit.serve.publish import JsonLinesSink
+from tests.helpers.waiting import wait_until
 
 SPEC = InputSpec(shape=(1, 16, 16, 3))
 LABELS = ["cat", "dog", "bird"]
@@ -72,16 +73,6 @@ def make_config(tmp_path, **tables) -> ServeConfig:
     for table, values in base.items():
         config = override(config, table, **values)
     return config
-
-
-def wait_until(predicate, timeout=5.0, interval=0.01):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout} s")
 
 
 @contextmanager

@@ -11,7 +11,8 @@ from edgekit.errors import UsageError
 from edgekit.serve.config import from_dict
 from edgekit.serve.daemon import Daemon, open_source
 from edgekit.serve.publish import JsonLinesSink
-from tests.test_daemon import http_get, make_config, real_runtime, running, wait_until
+from tests.helpers.waiting import wait_until
+from tests.test_daemon import http_get, make_config, real_runtime, running
 
 
 def test_camera_credentials_never_leave_the_process(tmp_path):

@@ -20,7 +20,8 @@ import pytest
 
 from edgekit.errors import UsageError
 from edgekit.serve.daemon import Daemon
-from tests.test_daemon import LABELS, fake_runtime, http_get, make_config, real_runtime, running, wait_until
+from tests.helpers.waiting import wait_until
+from tests.test_daemon import LABELS, fake_runtime, http_get, make_config, real_runtime, running
 
 
 def raw_get(address: tuple[str, int], path: str = "/metrics", timeout: float = 10.0) -> tuple[int, float]:

@@ -30,6 +30,7 @@ from edgekit.camera import open_camera
 from edgekit.image import InputSpec
 from edgekit.serve.config import ServeConfig, override
 from edgekit.serve.daemon import Daemon
+from tests.helpers.waiting import wait_until
 
 paho = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt not installed (pip install 'edgekit-vision[serve]')")
 
@@ -48,16 +49,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_until(predicate, timeout=10.0, interval=0.02, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"{what} not met within {timeout} s")
 
 
 def port_open(port: int) -> bool:

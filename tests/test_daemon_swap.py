@@ -25,7 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from edgekit.bundle import MANIFEST, BundleWriter, sha256_file
 from edgekit.serve.config import ServeConfig, override
 from edgekit.serve.daemon import Daemon
-from tests.test_daemon import http_get, read_lines, running, wait_until
+from tests.helpers.waiting import wait_until
+from tests.test_daemon import http_get, read_lines, running
 from tests.test_runtime import SPEC, write_bundle
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from edgekit.serve.config import ServeConfig, override
 from edgekit.serve.daemon import Daemon
+from tests.helpers.waiting import wait_until
 from tests.test_daemon import running
 from tests.test_daemon_mqtt_prometheus import (
     MOSQUITTO,
@@ -26,7 +27,6 @@ from tests.test_daemon_mqtt_prometheus import (
     free_port,
     query_prometheus,
     start_prometheus,
-    wait_until,
 )
 from tests.test_runtime import write_bundle
 

@@ -22,12 +22,12 @@ from test_daemon_mqtt_prometheus import (  # noqa: F401
     make_config,
     new_daemon,
     running,
-    wait_until,
 )
 
 from edgekit.camera import open_camera
 from edgekit.serve.daemon import Daemon
 from edgekit.serve.mqtt_queue import read_queue_file
+from tests.helpers.waiting import wait_until
 
 paho = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt not installed (pip install 'edgekit-vision[serve]')")
 pytestmark = pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto not installed (apt-get install mosquitto)")

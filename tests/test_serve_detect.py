@@ -12,10 +12,11 @@ import cv2
 import numpy as np
 import pytest
 from detector_model import FRAME_H, FRAME_W, detector_bundle, expected_box, scene
-from test_daemon_mqtt_prometheus import Subscriber, broker, make_config, running, wait_until  # noqa: F401
+from test_daemon_mqtt_prometheus import Subscriber, broker, make_config, running  # noqa: F401
 
 from edgekit.camera import open_camera
 from edgekit.serve.daemon import Daemon
+from tests.helpers.waiting import wait_until
 
 pytest.importorskip("prometheus_client", reason="pip install 'edgekit-vision[serve]'")
 

@@ -12,10 +12,11 @@ import os
 import cv2
 import pytest
 from detector_model import FRAME_W, detector_bundle, expected_box, scene
-from test_daemon_mqtt_prometheus import Subscriber, broker, make_config, wait_until  # noqa: F401
+from test_daemon_mqtt_prometheus import Subscriber, broker, make_config  # noqa: F401
 
 from edgekit.camera import open_camera
 from edgekit.serve.daemon import Daemon
+from tests.helpers.waiting import wait_until
 
 pytest.importorskip("paho.mqtt.client", reason="pip install 'edgekit-vision[serve]'")
 EMPTY_BEFORE, CAT_FRAMES, EMPTY_AFTER = 6, 15, 12

@@ -20,7 +20,8 @@ import pytest
 from edgekit.serve.daemon import Daemon
 from edgekit.serve.httpserver import BoundedHTTPServer
 from edgekit.serve.httpwire import request_length
-from tests.test_daemon import LABELS, make_config, real_runtime, running, wait_until
+from tests.helpers.waiting import wait_until
+from tests.test_daemon import LABELS, make_config, real_runtime, running
 
 BIG = b"x" * (32 << 20)  # more than any socket buffer takes: the client must read it
 

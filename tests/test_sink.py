@@ -139,7 +139,9 @@ def test_stdout_and_off(capsys):
 
 
 def test_daemon_on_a_full_disk_reports_output_down_and_loses_only_what_it_counts(tiny_disk):
-    from test_daemon_mqtt_prometheus import make_config, new_daemon, running, wait_until
+    from test_daemon_mqtt_prometheus import make_config, new_daemon, running
+
+    from tests.helpers.waiting import wait_until
 
     target = tiny_disk / "results.jsonl"
     config = make_config(tiny_disk, None, output={"jsonl": str(target), "backups": 0},

@@ -26,7 +26,8 @@ from edgekit.bundle import MANIFEST, BundleWriter, load_bundle
 from edgekit.errors import BundleError
 from edgekit.serve.daemon import Daemon
 from tests.detector_model import detector_bundle
-from tests.test_daemon import running, wait_until
+from tests.helpers.waiting import wait_until
+from tests.test_daemon import running
 from tests.test_daemon_swap import copy_bundle, flip, manifest_sha, swap_config
 from tests.test_runtime import write_bundle
 
