@@ -168,3 +168,20 @@ def test_no_builders_module_imports_up_the_layers():
                 if name == "edgekit" or name.startswith(("edgekit.commands", "edgekit.cli")):
                     bad.append(f"{path.name}:{node.lineno} {name}")
     assert bad == []
+
+
+@pytest.mark.parametrize(("given", "size"), [("224", (224, 224)), ("224x160", (224, 160)), (" 96 X 128 ", (96, 128)),
+                                            ((224, 160), (224, 160)), ([96], (96, 96)), (None, None)])
+def test_input_size_is_height_by_width(given, size):
+    from edgekit.builders.contract import parse_input_size
+
+    assert parse_input_size(given) == size
+
+
+@pytest.mark.parametrize("given", ["axb", "0x3", "224x", "-1", "x", "20000x20000", (1, 2, 3)])
+def test_an_input_size_that_is_not_hxw_is_one_usage_error(given):
+    from edgekit.builders.contract import parse_input_size
+
+    with pytest.raises(UsageError, match="is not HxW") as caught:
+        parse_input_size(given)
+    assert caught.value.hint == "give the height and width, e.g. --input-size 224x224"

@@ -25,9 +25,9 @@ from edgekit.builders.edgetpu_compiler import (
     compile_for_edgetpu,
     compile_model,
     find_compiler,
+    parse_bytes,
     parse_compiler_output,
     parse_operation_table,
-    parse_size,
     tpu_op_threshold,
 )
 from edgekit.errors import CompilerError, UsageError
@@ -254,7 +254,7 @@ def test_parse_summary_without_table_on_stdout_uses_the_log():
     r = parse_compiler_output(V15_STDOUT, V15_LOG)
     assert r["compiler_version"] == "15.0.340273435"
     assert (r["total_ops"], r["tpu_ops"], r["cpu_ops"]) == (13, 11, 2)
-    assert r["on_chip_memory_used_bytes"] == parse_size("6.91MiB")
+    assert r["on_chip_memory_used_bytes"] == parse_bytes("6.91MiB")
     assert r["on_chip_memory_remaining_bytes"] == 2304
     assert r["off_chip_memory_used_bytes"] == int(round(9.70 * 1024**2))
     # the compiler's paths are reduced to file names: a manifest names no host path
@@ -271,7 +271,7 @@ def test_parse_all_mapped_without_counts_or_table():
 
 
 def test_parse_size_and_table_edges():
-    assert parse_size("0.00B") == 0 and parse_size("41.75KiB") == 42752 and parse_size("n/a") is None
+    assert parse_bytes("0.00B") == 0 and parse_bytes("41.75KiB") == 42752 and parse_bytes("n/a") is None
     rows = parse_operation_table(V15_LOG + "Compilation child process completed within timeout period.\n")
     assert rows[-1]["op"] == "DEQUANTIZE"
 
@@ -327,7 +327,7 @@ def test_real_short_table_when_every_op_maps(replay, int8_file, tmp_path):
     assert [(row["op"], row["count"]) for row in r["operations"]] == [
         ("CONV_2D", 4), ("MAX_POOL_2D", 2), ("QUANTIZE", 2), ("MEAN", 1), ("FULLY_CONNECTED", 1), ("SOFTMAX", 1)]
     assert all(row["on_tpu"] for row in r["operations"]) and r["compile_ms"] == 655
-    assert r["off_chip_memory_used_bytes"] == 0 and r["on_chip_memory_remaining_bytes"] == parse_size("5.88MiB")
+    assert r["off_chip_memory_used_bytes"] == 0 and r["on_chip_memory_remaining_bytes"] == parse_bytes("5.88MiB")
 
 
 def test_real_partial_mapping_reads_counts_and_the_log(replay, int8_file, tmp_path):
@@ -350,7 +350,7 @@ def test_search_delegate_output_reports_the_last_attempt_only():
     assert ("RESHAPE", 6) not in {(row["op"], row["count"]) for row in rows}  # the first attempt's row
     r = parse_compiler_output(text)
     assert (r["total_ops"], r["tpu_ops"], r["cpu_ops"]) == (52, 48, 4)  # the last summary, like the table
-    assert r["compile_ms"] == 1512 and r["output_size_bytes"] == parse_size("4.58MiB")
+    assert r["compile_ms"] == 1512 and r["output_size_bytes"] == parse_bytes("4.58MiB")
 
 
 @pytest.mark.parametrize(("name", "exit_code", "words"), [

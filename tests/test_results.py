@@ -292,6 +292,16 @@ def test_softmax_normalises_each_row_of_a_batch_on_its_own():
     np.testing.assert_allclose(p[0], p[1], rtol=1e-6)  # softmax ignores a constant shift
 
 
+def test_softmax_along_another_axis_in_float32_work_precision():
+    # the detect head's [C, N] score maps: classes along axis 0, computed in float32 (thousands of boxes)
+    x = np.array([[0.0, 5.0], [1.0, 5.0], [2.0, 5.0]], np.float32)
+    p = softmax(x, axis=0, work=np.float32)
+    assert p.dtype == np.float32
+    np.testing.assert_allclose(p.sum(axis=0), [1.0, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(p[:, 0], softmax(x[:, 0]), rtol=1e-6)
+    np.testing.assert_allclose(p[:, 1], [1 / 3] * 3, rtol=1e-6)
+
+
 def test_probability_check_boundaries():
     assert looks_like_probabilities(np.array([1.0]))  # one class
     assert looks_like_probabilities(np.array([0.0, 1.0]))  # a confident, exact 0/1 output

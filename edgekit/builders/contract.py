@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.camera.base import parse_size
+from edgekit.errors import CameraError, EdgekitError, UsageError
 from edgekit.image import InputSpec
 
 # Request fields a target's [build] table may also set; a value given in the request wins.
@@ -40,20 +41,22 @@ def check_bundle_name(name: str, what: str = "--name") -> str:
     return name
 
 
-def parse_size(value: str | tuple | list | None) -> tuple[int, int] | None:
+def parse_input_size(value: str | tuple | list | None) -> tuple[int, int] | None:
     """``"224x224"``, ``"224"`` or ``(224, 224)`` -> ``(224, 224)`` (height, width); None stays None."""
     if value is None:
         return None
-    parts = value.lower().split("x") if isinstance(value, str) else list(value)
+    pair = value
+    if isinstance(value, str) and value.strip().isdigit():
+        pair = f"{value}x{value}"  # one number: a square input
+    elif isinstance(value, (tuple, list)) and len(value) == 1:
+        pair = (value[0], value[0])
     try:
-        dims = [int(p) for p in parts]
-    except (TypeError, ValueError):
-        dims = []
-    if len(dims) == 1:
-        dims *= 2
-    if len(dims) != 2 or min(dims) < 1:
-        raise UsageError(f"--input-size {value!r} is not HxW", "give the height and width, e.g. --input-size 224x224")
-    return dims[0], dims[1]
+        # The frame-size parser reads "AxB" as (A, B), which --input-size calls height x width.
+        height, width = parse_size(pair)
+    except CameraError as exc:
+        raise UsageError(f"--input-size {value!r} is not HxW",
+                         "give the height and width, e.g. --input-size 224x224") from exc
+    return height, width
 
 
 def _names(value: Iterable[str | Path] | str | None) -> tuple[str, ...]:
@@ -118,7 +121,7 @@ class BuildRequest:
             "preprocess": dict(self.preprocess or {}),
             "task_options": dict(self.task_options or {}),
             "variants": None if self.variants is None else _names(self.variants),
-            "input_size": parse_size(self.input_size),
+            "input_size": parse_input_size(self.input_size),
         }
         for key, value in norm.items():
             object.__setattr__(self, key, value)

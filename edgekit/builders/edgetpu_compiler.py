@@ -30,9 +30,9 @@ from typing import Any
 
 from edgekit.builders.edgetpu_report import (
     MAPPED,
+    parse_bytes,
     parse_compiler_output,
     parse_operation_table,
-    parse_size,
     report_warnings,
 )
 from edgekit.errors import CompilerError, UsageError
@@ -41,7 +41,7 @@ from edgekit.tflite.edgetpu_rules import ABSENT_REASON, COMPILER  # shared with 
 
 # The parsers live in edgetpu_report; they stay importable from here, where callers found them.
 __all__ = ["ABSENT_REASON", "MAPPED", "CompileResult", "compile_for_edgetpu", "compile_model", "find_compiler",
-           "parse_compiler_output", "parse_operation_table", "parse_size", "tpu_op_threshold", "tpu_share"]
+           "parse_bytes", "parse_compiler_output", "parse_operation_table", "tpu_op_threshold", "tpu_share"]
 
 _KILL_GRACE_S = 5
 

@@ -11,7 +11,7 @@ from typing import Any
 
 MAPPED = "Mapped to Edge TPU"
 
-_SIZE = re.compile(r"([\d.]+)\s*(B|KiB|MiB|GiB|KB|kB|MB|GB)\b")
+_BYTES = re.compile(r"([\d.]+)\s*(B|KiB|MiB|GiB|KB|kB|MB|GB)\b")
 # The compiler prints binary units (5.90MiB, 41.75KiB, 0.00B); decimal ones are read too.
 _UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "KB": 1000, "kB": 1000, "MB": 1000**2,
           "GB": 1000**3}
@@ -42,9 +42,9 @@ _MAPPED_STATUS = re.compile(r"^mapped to edge\s?tpu\b", re.I)
 _FALLBACK = re.compile(r"not all operations are supported by the Edge TPU", re.I)
 
 
-def parse_size(text: str) -> int | None:
+def parse_bytes(text: str) -> int | None:
     """``"5.90MiB"`` -> bytes (the compiler's unit style); None if unparseable."""
-    m = _SIZE.search(text)
+    m = _BYTES.search(text)
     return int(round(float(m.group(1)) * _UNITS[m.group(2)])) if m else None
 
 
@@ -119,7 +119,7 @@ def parse_compiler_output(stdout: str, log_text: str | None = None) -> dict[str,
         report[key] = _file_name(m.group(1)) if m else None
     for key, pattern in _SIZES.items():
         m = _last(pattern, stdout)
-        report[key] = parse_size(m.group(1)) if m else None
+        report[key] = parse_bytes(m.group(1)) if m else None
     for key, pattern in _COUNTS.items():
         m = _last(pattern, stdout)
         report[key] = int(m.group(1)) if m else None

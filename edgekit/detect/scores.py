@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.results import dequantize
+from edgekit.results import dequantize, softmax
 
 Quant = tuple[float, int] | None
 """``(scale, zero_point)`` of a quantised output, None for a float one."""
@@ -79,11 +79,6 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     return (1.0 / (1.0 + np.exp(-np.asarray(x, np.float32)))).astype(np.float32)
 
 
-def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    z = np.exp(x - x.max(axis=axis, keepdims=True))
-    return z / z.sum(axis=axis, keepdims=True)
-
-
 def _cap(idx: np.ndarray, values: np.ndarray, limit: int) -> np.ndarray:
     """At most ``limit`` of ``idx``, the highest ``values`` (``values`` aligned with ``idx``)."""
     if len(idx) <= limit:
@@ -117,7 +112,7 @@ def best_class(scores: np.ndarray, quant: Quant, config: Any, axis: int,
     ``auto``). At most ``config.max_candidates`` boxes are kept, the highest scores.
     """
     if how == "softmax":  # the whole row is needed for each box's probabilities
-        probs = _softmax(real(scores, quant), axis)
+        probs = softmax(real(scores, quant), axis, work=np.float32)
         top = probs.max(axis=axis)
         idx = np.flatnonzero(top > config.score_threshold)
         idx = _cap(idx, top[idx], config.max_candidates)
