@@ -106,23 +106,27 @@ def test_no_recover_builds_int8_once_without_the_check(rare, tmp_path):
 
 def test_the_gate_figure_and_when_it_is_near():
     ratio = gate_of("classify", 0.99, 0.98, {"eval": {"ratio": 0.993, "passed": True}, "holdout": {"cosine": 0.5}})
-    assert ratio == Gate("top-1 ratio", "--min-accuracy-ratio", 0.99, 0.993) and skip_reason(ratio, 100) is None
-    assert "above the gate" in skip_reason(Gate("top-1 ratio", "--min-accuracy-ratio", 0.99, 0.995), 100)
-    assert skip_reason(Gate("mAP ratio", "--min-map-ratio", 0.99, 0.7), 100) is None  # a miss is checked
-    assert "broken" in skip_reason(Gate("mAP ratio", "--min-map-ratio", 0.99, 0.3), 100)
+    some = (np.arange(3), "disjoint")
+    assert ratio == Gate("top-1 ratio", "--min-accuracy-ratio", 0.99, 0.993) and skip_reason(ratio, some) is None
+    assert "above the gate" in skip_reason(Gate("top-1 ratio", "--min-accuracy-ratio", 0.99, 0.995), some)
+    assert skip_reason(Gate("mAP ratio", "--min-map-ratio", 0.99, 0.7), some) is None  # a miss is checked
+    assert "broken" in skip_reason(Gate("mAP ratio", "--min-map-ratio", 0.99, 0.3), some)
     raw = gate_of("raw", 0.99, 0.98, {"eval": {"cosine": 0.995, "passed": True}, "holdout": {"cosine": 0.985,
                                                                                               "passed": True}})
-    assert raw.figure == 0.985 and raw.margin == pytest.approx(0.02) and skip_reason(raw, 100) is None
+    assert raw.figure == 0.985 and raw.margin == pytest.approx(0.02) and skip_reason(raw, some) is None
     assert gate_of("classify", 0.99, 0.98, {"holdout": {"agreement": 0.9}}) is None  # no --eval: no gate
     assert Gate("top-1 ratio", "--min-accuracy-ratio", 1.0, 1.0).margin == 0.005
 
 
 def test_the_second_sample_and_the_recommendation():
-    idx, kind = other_sample(400, 150, 1)
-    assert kind == "disjoint" and len(idx) == 150 and idx.min() >= 150 and len(set(idx)) == 150
-    idx, kind = other_sample(200, 150, 1)
-    assert kind == "overlapping" and len(set(idx)) == 150
-    assert other_sample(150, 150, 1)[1] == "bootstrap"
+    idx, kind = other_sample(100, 400, 150, 1, True)  # 100 held back, then 400, the first 150 calibrated
+    assert kind == "disjoint" and len(set(idx)) == 150 and idx.min() >= 250 and idx.max() < 500
+    idx, kind = other_sample(100, 200, 150, 1, True)
+    assert kind == "overlapping" and len(set(idx)) == 150 and idx.min() >= 100
+    idx, kind = other_sample(30, 120, 120, 1, True)  # the converter saw the whole pool: the held-back join in
+    assert kind == "with_held_back" and len(set(idx)) == 120 and set(range(30)) <= set(idx)
+    assert other_sample(30, 120, 120, 1, False) is None  # raw without --eval: the held-back images are the gate's
+    assert "no other sample" in skip_reason(Gate("worst cosine", "--min-cosine", 0.98, 0.985), None)
     assert recommendation(150, 400, 500, 2000, 0.2) == "--calib-steps 300"
     assert recommendation(150, 160, 200, 2000, 0.2) == "--calib-count 375 --calib-steps 300"
     assert recommendation(150, 160, 200, 300, 0.2).startswith("add calibration images: 300 calibrating needs 375")

@@ -7,7 +7,8 @@ images). After an int8 model is built and verified, when the gate's figure is un
 threshold or within half a margin above it (margin = 1 - threshold: what the gate lets a model
 lose), the model is quantised once more, the same way, from another sample of as many images
 (``--seed`` + 1 over the same non-held-back calibration images, disjoint from the first where
-there are enough) and verified like the first. When the two figures differ by more than the
+there are enough; the held-back ones join in when the converter saw all the others and an eval
+set is what the gate judges) and verified like the first. When the two figures differ by more than the
 margin, or one passes and the other misses, the build warns in one line naming both, and
 recommends the next doubling of the calibration count (not tried: the check costs one int8
 conversion and verification per target at most, and none when the figure is far from the gate).
@@ -71,31 +72,39 @@ def gate_of(task: str, min_ratio: float, min_cosine: float, verification: dict) 
     return Gate("mAP ratio" if task == "detect" else "top-1 ratio", flag, min_ratio, min(figures))
 
 
-def skip_reason(gate: Gate | None, pool: int) -> str | None:
-    """Why the check does not run (None: it runs)."""
+def skip_reason(gate: Gate | None, sample: tuple[np.ndarray, str] | None) -> str | None:
+    """Why the check does not run (None: it runs); ``sample``: :func:`other_sample`'s answer."""
     if gate is None:
         return "no gate judged the model (give --eval)"
     if gate.figure >= gate.threshold + NEAR * gate.margin:
-        return (f"{gate.name} {gate.figure:g} is at least {NEAR:g} margin ({gate.margin:g}) above the gate "
-                f"{gate.threshold:g}: another sample would have to lose more than the gate allows to fail it")
+        return (f"{gate.name} {gate.figure} is {gate.figure - gate.threshold:.4g} above the gate {gate.threshold:g}; "
+                f"checked under {gate.threshold + NEAR * gate.margin:.6g}, half a margin above it")
     if gate.figure < HOPELESS:
-        return f"{gate.name} {gate.figure:g} is under {HOPELESS}: a broken calibration or conversion, not a sample"
-    if pool < 2:
-        return "only one calibration image: there is no other sample"
+        return f"{gate.name} {gate.figure} is under {HOPELESS}: a broken calibration or conversion, not a sample"
+    if sample is None:
+        return ("the converter calibrated on every calibration image the gate does not judge: no other sample "
+                "of as many exists")
     return None
 
 
-def other_sample(pool: int, used: int, seed: int) -> tuple[np.ndarray, str]:
-    """Indices (into the pool of non-held-back calibration images, whose first ``used`` the
-    converter saw) of a second sample of ``used`` images drawn with ``seed``, and its kind:
-    ``disjoint`` when the pool has ``used`` other images, else ``overlapping``, else (the
-    converter saw them all) a ``bootstrap`` resample with replacement."""
+def other_sample(held: int, pool: int, used: int, seed: int, held_usable: bool) -> tuple[np.ndarray, str] | None:
+    """A second sample of ``used`` images drawn with ``seed``, as indices into the drawn images
+    (``held`` held back first, then the ``pool`` whose first ``used`` the converter saw), and its
+    kind: ``disjoint`` when the pool has ``used`` other images, else ``overlapping``, else, when
+    the held-back images are not what the gate judges (``held_usable``: an eval set judges),
+    ``with_held_back`` (all of them, the rest from the pool); else None. Never a resample with
+    replacement: fewer distinct images narrow the ranges, which would overstate the spread."""
     rng = np.random.default_rng(seed)
     if pool - used >= used:
-        return np.sort(used + rng.choice(pool - used, used, replace=False)), "disjoint"
+        return np.sort(held + used + rng.choice(pool - used, used, replace=False)), "disjoint"
     if pool > used:
-        return np.sort(rng.choice(pool, used, replace=False)), "overlapping"
-    return np.sort(rng.choice(pool, pool, replace=True)), "bootstrap"
+        return np.sort(held + rng.choice(pool, used, replace=False)), "overlapping"
+    if held_usable and held:  # every held-back image in, as many of the pool's out: the most different sample
+        if held >= used:
+            return np.sort(rng.choice(held, used, replace=False)), "with_held_back"
+        return np.concatenate([np.arange(held), np.sort(held + rng.choice(pool, used - held, replace=False))]), \
+            "with_held_back"
+    return None
 
 
 def recommendation(used: int, pool: int, drawn: int, found: int, holdout_fraction: float) -> str:
@@ -124,15 +133,18 @@ def check(ctx: BuildContext, target: Target, path: Path, model: BuiltModel, fini
     request = ctx.request
     gate = gate_of(ctx.task, ctx.min_ratio, request.min_cosine, model.verification)
     pool, used = len(ctx.calib), len(ctx.converter_calib)
-    reason = skip_reason(gate, pool)
+    # the held-back images may calibrate the second model when an eval set, not they, is what the gate judges
+    held_usable = ctx.evalset is not None and ctx.task != "raw"
+    sample = other_sample(len(ctx.holdout), pool, used, request.seed + 1, held_usable)
+    reason = skip_reason(gate, sample)
     if reason is not None:
         ctx.log.info(f"[{target.name}] int8 calibration check: not run ({reason})")
         return _with(model, {"checked": False, "reason": reason})
-    idx, kind = other_sample(pool, used, request.seed + 1)
+    idx, kind = sample
     kept_bytes = path.read_bytes()
     with ctx.log.step(f"[{target.name}] int8 calibration check: quantise again from seed {request.seed + 1}'s "
                       f"sample ({len(idx)} images, {kind})") as step, _warnings_as_info(ctx.log):
-        blob = quantize(ctx.calib.subset(idx).stream(ctx._nhwc, ctx.chunk))
+        blob = quantize(ctx.calib_all.subset(idx).stream(ctx._nhwc, ctx.chunk))
         second, _ = finish(blob, list(ctx.int8_float[1]) if ctx.int8_float else [], 0.0, report=False)
     path.write_bytes(kept_bytes)  # the bundle keeps the first model
     other = gate_of(ctx.task, ctx.min_ratio, request.min_cosine, second.verification)
@@ -165,7 +177,7 @@ def unstable_line(record: dict, gate: Gate) -> str:
     """The one warning line of a check whose two samples disagree."""
     (a, b), (sa, sb), (na, nb) = record["figures"], record["seeds"], record["images"]
     other = {"disjoint": f"{nb} other images", "overlapping": f"{nb} images, partly the same",
-             "bootstrap": f"{nb} images resampled from the same {na}"}[record["sample"]]
+             "with_held_back": f"{nb} images, held-back ones among them"}[record["sample"]]
     why = (f"they differ by {record['spread']}, more than the gate's margin {gate.margin:g}"
            if record["spread"] > gate.margin else f"they differ by {record['spread']}, within the gate's margin")
     if record["passed"][0] != record["passed"][1]:
