@@ -52,8 +52,8 @@ from edgekit.serve.mqtt_queue import MessageQueue
 from edgekit.serve.sensors import SensorFeed
 from edgekit.serve.sink import to_json
 
-__all__ = ["QUEUE_POLICIES", "MqttOptions", "MqttPublisher"]
 log = logging.getLogger("edgekit.serve")
+
 
 class MqttPublisher:
     """Publish results, state, stats and availability; ``publish_*`` are thread-safe."""
@@ -86,12 +86,11 @@ class MqttPublisher:
         self._closing = False
         self._lock = threading.Lock()  # orders publishes against the replay of the queue
         self.commands: Any = None  # a control.Controls: <topic>/set/+ is subscribed and answered
-        self._missed: str | None = None  # the newest result not sent while disconnected: sent on connect
+        self._missed: str | None = None  # the newest unsent result, sent on connect: "change" mode may wait hours
         self._inflight = InFlight()  # paho's unacknowledged QoS >= 1 messages: older than a replay
         self._generation = 0  # connections lost: a replay waiting on an old one is not done
         self._no_conn = mqtt.MQTT_ERR_NO_CONN
-        self._client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id,
-                                   clean_session=True)
+        self._client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id, clean_session=True)
         self._client.enable_logger(QuietLogger(logging.getLogger("edgekit.serve.mqtt")))
         self._setup_client(password)
         self._queue = MessageQueue(o.queue_size, o.queue_policy, o.queue_file)  # last: it locks a file
@@ -154,13 +153,14 @@ class MqttPublisher:
             waiting = self.queued
             self._replay()
             self._republish_state()
-            # The newest unsent result: "change" mode may not publish again for hours.
             info = self._send(self._result_topic, self._missed, self.qos) if self._missed is not None else None
             if info is not None and (info.rc == 0 or (self.qos and info.rc == self._no_conn)):
                 self._missed, self.published = None, self.published + 1  # else held for the next connect
             self.connects += 1
             self.last_error = ""  # /stats must not keep saying "cannot reach the broker"
             self.connected.set()
+            if generation != self._generation:  # lost meanwhile (paho's thread does not take self._lock)
+                self.connected.clear()
         log.info("MQTT connected to %s (connection %d)%s", self.address, self.connects,
                  f"; replayed {waiting} queued results" if waiting else "")
 
@@ -218,10 +218,10 @@ class MqttPublisher:
             self._send(topic, payload, 1, retain=True)
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
-        with self._lock:
-            was = self.connected.is_set()
-            self.connected.clear()
-            self._generation += 1
+        # Not under self._lock: paho may call this holding its message lock, which publishes wait for.
+        self._generation += 1  # before the clear: _ready sets connected, then compares generations
+        was = self.connected.is_set()
+        self.connected.clear()
         if was:
             self.disconnects += 1
             if not self._closing:
