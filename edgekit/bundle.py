@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import BundleError, ModelError
+from edgekit.errors import BundleError, ModelError, first_line
 from edgekit.image import InputSpec
 from edgekit.safe_open import open_regular, read_regular
 
@@ -67,7 +67,7 @@ def read_labels(path: str | Path) -> list[str]:
         if len(data) > MAX_LABELS_BYTES:
             raise ModelError(f"labels file {path} is larger than {MAX_LABELS_BYTES >> 20} MiB", _LABELS_FIX)
     except OSError as exc:
-        raise ModelError(f"cannot read labels file {path}: {exc}".splitlines()[0], _LABELS_FIX) from exc
+        raise ModelError(f"cannot read labels file {path}: {first_line(exc)}", _LABELS_FIX) from exc
     return check_labels(data, f"labels file {path}", _LABELS_FIX)
 
 
@@ -78,7 +78,7 @@ def check_labels(data: bytes | list[str], origin: str, fix: str = _LABELS_FIX) -
         try:
             data = data.decode("utf-8-sig").splitlines()
         except UnicodeDecodeError as exc:
-            raise ModelError(f"cannot read {origin}: {exc}".splitlines()[0][:300], fix) from exc
+            raise ModelError(f"cannot read {origin}: {first_line(exc, 300)}", fix) from exc
     labels = [line.strip() for line in data if line.strip()]
     for n, label in enumerate(labels, 1):
         if len(label) > MAX_LABEL_CHARS:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from edgekit.errors import ModelError
+from edgekit.errors import ModelError, first_line
 
 MAX_PROP_BYTES = 1 << 20  # one metadata value: COCO's 80 names are ~1.3 KB, ImageNet's 1000 ~30 KB
 MAX_PROPS = 256
@@ -94,7 +94,7 @@ def read_onnx_metadata(path: Path) -> tuple[dict[str, str], tuple[Any, ...] | No
                 elif length is not None:
                     f.seek(length, 1)
     except OSError as exc:
-        raise ModelError(f"cannot read {path.name}: {exc}".splitlines()[0][:300]) from exc
+        raise ModelError(f"cannot read {path.name}: {first_line(exc, 300)}") from exc
     except _Malformed as exc:
         raise ModelError(f"{path.name} is not a readable ONNX model ({exc})"[:300],
                          "copy or export the model again") from exc

@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import ModelError
+from edgekit.errors import ModelError, first_line
 
 TFLITE_IDENTIFIER = b"TFL3"
 METADATA_NAME = b"TFLITE_METADATA"
@@ -125,7 +125,7 @@ def read_tflite_metadata(path: str | Path) -> dict[str, Any]:
             meta = _metadata_buffer(buf)
             found = _describe(_root(meta, b"M001")) if meta is not None else {}
     except (OSError, ValueError) as exc:  # ValueError: an empty file cannot be mapped
-        raise ModelError(f"cannot read {path.name}: {exc}".splitlines()[0][:300],
+        raise ModelError(f"cannot read {path.name}: {first_line(exc, 300)}",
                          "give a complete .tflite file") from exc
     except (_Malformed, struct.error) as exc:
         raise ModelError(f"{path.name}: its TFLite metadata is malformed ({exc})"[:300],
@@ -206,7 +206,7 @@ def _zip_labels(path: Path, name: str) -> list[str]:
                 data = f.read(MAX_LABELS_BYTES + 1)  # the declared size may lie
     except (zipfile.BadZipFile, KeyError, OSError, EOFError, NotImplementedError, ValueError) as exc:
         raise ModelError(f"{path.name}: its metadata names the label file {name!r}, which cannot be read: "
-                         f"{exc}".splitlines()[0][:300], fix) from exc
+                         f"{first_line(exc, 300)}", fix) from exc
     if len(data) > MAX_LABELS_BYTES:
         raise ModelError(f"{path.name}: its label file {name} is larger than {MAX_LABELS_BYTES >> 20} MiB", fix)
     return check_labels(data, f"{path.name}'s label file {name}", fix)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.errors import BackendUnavailable, EdgekitError
+from edgekit.errors import BackendUnavailable, EdgekitError, first_line
 from edgekit.imagesize import HEAD_BYTES, ImageTooLarge, check_pixels  # noqa: F401 - re-exported
 from edgekit.imgops import area_shrink, area_shrink_matches_opencv, crop_problem, crop_window, letterbox_window, pad
 from edgekit.imgops import convert_colour as _np_convert_colour
@@ -282,7 +282,7 @@ class Preprocessor:
             return resize(img, s.height, s.width, s.resize, s.interpolation, s.pad_value)
         except Exception as exc:
             if self._cv2 is not None and isinstance(exc, self._cv2.error):
-                raise ValueError(f"unusable frame {frame.shape}: {exc}".splitlines()[0]) from exc
+                raise ValueError(f"unusable frame {frame.shape}: {first_line(exc)}") from exc
             raise
 
     def __call__(self, frame: np.ndarray) -> np.ndarray:

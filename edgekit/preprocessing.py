@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import UsageError
+from edgekit.errors import UsageError, first_line
 
 PREPROCESS_KEYS = ("colour", "crop", "resize", "interpolation", "mean", "std", "pad_value")
 RESIZE_MODES = ("stretch", "letterbox", "crop")
@@ -60,7 +60,7 @@ def read_sidecar_files(model_path: Path) -> tuple[list[str] | None, dict, Path |
     try:
         preprocess = json.loads(pre_file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise UsageError(f"cannot read {pre_file.name}: {exc}".splitlines()[0][:300],
+        raise UsageError(f"cannot read {pre_file.name}: {first_line(exc, 300)}",
                          "fix the JSON object in it, or delete it and give the --colour/--crop/--mean/--std flags"
                          ) from exc
     if not isinstance(preprocess, dict):

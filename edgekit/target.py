@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import TargetError
+from edgekit.errors import TargetError, first_line
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -116,7 +116,7 @@ def load_target(name_or_path: str) -> Target:
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as exc:
-        raise TargetError(f"target file {path} is not valid TOML: {exc}".splitlines()[0],
+        raise TargetError(f"target file {path} is not valid TOML: {first_line(exc)}",
                           "fix the file (edgekit/targets/cpu.toml is an example)") from exc
     except RecursionError as exc:  # tomllib recurses once per nested array or inline table
         raise TargetError(f"target file {path} nests arrays or tables too deeply to be a target file",

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgekit.builders.contract import BuilderOutput, BuiltModel, task_extra
-from edgekit.errors import ModelError
+from edgekit.errors import ModelError, first_line
 
 if TYPE_CHECKING:
     from edgekit.builders.context import BuildContext
@@ -56,7 +56,7 @@ def to_onnx(ctx: BuildContext, dest: Path, opset: int) -> list[str]:
         model_proto, _ = tf2onnx.convert.from_function(serve, input_signature=[spec], opset=opset,
                                                        custom_op_handlers={"Erfc": (_erfc, [])})
     except Exception as exc:
-        raise ModelError(f"tf2onnx conversion failed: {str(exc).splitlines()[0][:300]}") from exc
+        raise ModelError(f"tf2onnx conversion failed: {first_line(exc, 300)}") from exc
     _inline_captures(model_proto, serve.get_concrete_function())
     _check_converted(model_proto, ctx.source.path.name)
     dest.write_bytes(model_proto.SerializeToString())
@@ -129,8 +129,8 @@ def to_fp16(src: Path, dest: Path) -> int:
             warnings.simplefilter("always")
             model = float16.convert_float_to_float16(model, keep_io_types=True)
     except Exception as exc:  # the converter's own failure: one line, and the variant that still builds
-        raise ModelError(f"onnxconverter-common could not convert {src.name} to float16: "
-                         f"{type(exc).__name__}: {str(exc).splitlines()[0][:240] if str(exc) else ''}",
+        why = first_line(f"{type(exc).__name__}: {exc}")
+        raise ModelError(f"onnxconverter-common could not convert {src.name} to float16: {why}",
                          "build the fp32 variant only (--variants fp32)") from exc
     onnx.save(model, str(dest))
     # it warns once per value (dozens of Python warnings for YOLOv8n): counted into one build-log line

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from edgekit.builders.source_model import SourceModel, make_outputs
-from edgekit.errors import ModelError
+from edgekit.errors import ModelError, first_line
 
 #: ``precheck((h, w, c), activation_bytes)``: called by a loader before the model first runs
 Precheck = Callable[[tuple[int, int, int], "int | None"], None]
@@ -153,7 +153,7 @@ def load_onnx(path: Path, input_size: tuple[int, int] | None = None, precheck: P
         model = onnx.load(str(path))
     except Exception as exc:
         _check_external_data(path)
-        raise ModelError(f"{path} is not a valid ONNX model: {str(exc).strip().splitlines()[0][:200]}",
+        raise ModelError(f"{path} is not a valid ONNX model: {first_line(exc, 200)}",
                          "export the model again (torch.onnx.export, tf2onnx); a copy may be truncated") from exc
     try:
         name, dims, static, layout = prepare(model, input_size)
@@ -168,7 +168,7 @@ def load_onnx(path: Path, input_size: tuple[int, int] | None = None, precheck: P
     try:
         sess = ort.InferenceSession(blob, providers=["CPUExecutionProvider"])
     except Exception as exc:  # unknown ops and bad graphs: ONNX Runtime names the node
-        raise ModelError(f"ONNX Runtime cannot run {path.name}: {str(exc).strip().splitlines()[0][:240]}",
+        raise ModelError(f"ONNX Runtime cannot run {path.name}: {first_line(exc)}",
                          _run_hint(dims, None)) from exc
     outs = sess.get_outputs()
     try:  # the declared output shapes may be symbolic: one run on zeros gives the real ones
@@ -177,7 +177,7 @@ def load_onnx(path: Path, input_size: tuple[int, int] | None = None, precheck: P
         shapes = [r.shape for r in sess.run(None, {name: np.zeros(static, np.float32)})]
     except Exception as exc:
         raise ModelError(f"ONNX Runtime cannot run {path.name} at input {shape_text(static)}: "
-                         f"{str(exc).strip().splitlines()[0][:200]}", _run_hint(dims, input_size)) from exc
+                         f"{first_line(exc, 200)}", _run_hint(dims, input_size)) from exc
     for out, shape in zip(outs, shapes):
         if not shape or shape[0] != 1:  # edgekit stacks outputs image by image along the first dimension
             raise ModelError(f"{path.name}: output '{out.name}' has shape {list(shape)} for one image: it has no "

@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edgekit.errors import first_line
+
 if TYPE_CHECKING:
     from edgekit.builders.calibration import TensorStream
     from edgekit.builders.context import BuildContext
@@ -226,7 +228,7 @@ def quantization_report(ctx: BuildContext, make_converter: Callable[[TensorStrea
         rep = ctx.representative()
         report["worst_layers"], report["images"] = layer_errors(make_converter(rep), rep, outputs=outputs)
     except Exception as exc:  # noqa: BLE001 - TensorFlow raises anything; a diagnosis must not end the build
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        first = first_line(exc, 200)
         report.update(worst_layers=[], images=0, error=f"QuantizationDebugger failed: {first}")
     mixed = [f for name, values in reference_sample(ctx) for f in mixed_ranges({name: values})]
     report["mixed_ranges"] = mixed

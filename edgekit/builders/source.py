@@ -15,7 +15,7 @@ import numpy as np
 
 from edgekit.builders.onnx_source import INPUT_SIZE_HINT, Precheck
 from edgekit.builders.source_model import SourceModel, SourceOutput, import_tf, make_outputs, signature_keys
-from edgekit.errors import ModelError
+from edgekit.errors import ModelError, first_line
 
 __all__ = ["SUPPORTED", "SourceModel", "SourceOutput", "load_source_model", "make_outputs", "signature_keys"]
 
@@ -198,7 +198,7 @@ def _keras_load_error(path: Path, exc: Exception) -> ModelError:
     if missing:
         return ModelError(f"{path} needs the custom Keras {missing.group(1)} '{missing.group(2)}', "
                           "which is not importable here", portable)
-    return ModelError(f"cannot load Keras model {path}: {text.splitlines()[0][:200] if text else type(exc).__name__}",
+    return ModelError(f"cannot load Keras model {path}: {first_line(exc, 200)}",
                       "check the file is a complete model saved with model.save()")
 
 
@@ -218,7 +218,7 @@ def _load_savedmodel(path: Path, input_size: tuple[int, int] | None = None) -> S
     try:
         loaded = tf.saved_model.load(str(path))
     except Exception as exc:
-        raise ModelError(f"cannot load SavedModel {path}: {str(exc).splitlines()[0][:200]}",
+        raise ModelError(f"cannot load SavedModel {path}: {first_line(exc, 200)}",
                          "export it with model.export(dir) or tf.saved_model.save") from exc
     signature = _signature_key(path, list(loaded.signatures.keys()))
     fn = loaded.signatures[signature]

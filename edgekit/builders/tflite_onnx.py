@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgekit.errors import ModelError
+from edgekit.errors import ModelError, first_line
 
 if TYPE_CHECKING:
     from edgekit.builders.context import BuildContext
@@ -37,7 +37,7 @@ def tflite_to_onnx(ctx: BuildContext, dest: Path, opset: int) -> list[str]:
             model_proto, _ = tf2onnx.convert.from_tflite(str(plain), opset=opset)
     except Exception as exc:  # tf2onnx raises whatever its handlers hit
         raise ModelError(f"tf2onnx cannot convert {ctx.source.path.name} to ONNX: "
-                         f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0][:240]}",
+                         f"{first_line(exc)}",
                          "build the TFLite targets (edgetpu, rpi, cpu) for this model") from exc
     _check_standard_ops(model_proto, ctx.source.path.name)
     names = [o.name for o in model_proto.graph.output]

@@ -15,7 +15,7 @@ import numpy as np
 
 from edgekit.builders.onnx_source import INPUT_SIZE_HINT, Precheck
 from edgekit.builders.source_model import SourceModel, make_outputs
-from edgekit.errors import ModelError
+from edgekit.errors import ModelError, first_line
 
 MAX_BYTES = 2 << 30  # a flatbuffer cannot address more; a bigger file is not one model
 CUSTOM_OP_HINT = ("export the model without custom ops (MediaPipe's Convolution2DTransposeBias is a TRANSPOSE_CONV "
@@ -89,7 +89,7 @@ def load_tflite(path: Path, input_size: tuple[int, int] | None = None, precheck:
     except (ValueError, RuntimeError) as exc:
         if "custom op" in str(exc):
             raise _open_error(path, str(exc)) from exc
-        raise ModelError(f"LiteRT cannot run {path.name} at input {shape}: {_first_line(str(exc))}",
+        raise ModelError(f"LiteRT cannot run {path.name} at input {shape}: {first_line(exc)}",
                          INPUT_SIZE_HINT if input_size else "check the file is a complete float .tflite model") from exc
     for out, detail_out in zip(outputs, reference.interp.get_output_details()):
         if out.ndim == 0 or out.shape[0] != 1:
@@ -132,7 +132,7 @@ def _open_error(path: Path, text: str) -> ModelError:
     if custom:
         ops = ", ".join(sorted({op.strip() for found in custom for op in found.split(",") if op.strip()}))
         return ModelError(f"{path.name} uses the custom op {ops}, which LiteRT has no kernel for", CUSTOM_OP_HINT)
-    return ModelError(f"LiteRT cannot load {path.name}: {_first_line(text)}",
+    return ModelError(f"LiteRT cannot load {path.name}: {first_line(text) or 'unknown error'}",
                       "check the file is a complete .tflite model (a copy may be truncated)")
 
 
@@ -158,8 +158,3 @@ def _input_shape(path: Path, detail: dict, input_size: tuple[int, int] | None) -
                              f"{declared[hw[0]]}x{declared[hw[1]]}", "leave out --input-size for this model")
         shape[hw[0]], shape[hw[1]] = int(input_size[0]), int(input_size[1])
     return shape, layout
-
-
-def _first_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[0][:240] if lines else "unknown error"

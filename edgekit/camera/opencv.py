@@ -22,7 +22,7 @@ from edgekit.camera.base import (
     parse_size,
     redact_uri,
 )
-from edgekit.errors import CameraError
+from edgekit.errors import CameraError, first_line
 from edgekit.quiet import import_cv2
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ class OpenCVSource(LatestFrameSource):
                     cap = cv2.VideoCapture(source, cv2.CAP_ANY if api is None else api, list(params or []))
             except cv2.error as exc:  # its text is a multi-line overload report: one line of it
                 text = str(exc)
-                why = "a params= value is not a 32-bit integer" if "'params'" in text else text.strip().splitlines()[0]
+                why = "a params= value is not a 32-bit integer" if "'params'" in text else first_line(text)
                 raise CameraError(f"{label}: cannot open ({why})", hint) from exc
         if not getattr(cap, "isOpened", lambda: True)():
             cap.release()

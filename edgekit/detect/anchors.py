@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.errors import ModelError, UsageError
+from edgekit.errors import ModelError, UsageError, first_line
 from edgekit.safe_open import open_regular
 
 MAX_ANCHORS = 1_000_000
@@ -214,7 +214,7 @@ def check_anchors(value: Any) -> np.ndarray | None:
             with open_regular(path) as f:  # a FIFO or device named here would hang run/bench/serve
                 arr = np.load(f, allow_pickle=False)
         except (OSError, ValueError, EOFError) as exc:
-            raise UsageError(f"detect anchors: cannot read {value}: {str(exc).splitlines()[0]}", hint) from exc
+            raise UsageError(f"detect anchors: cannot read {value}: {first_line(exc)}", hint) from exc
     elif isinstance(value, (list, tuple)) and len(value) <= MAX_ANCHORS:
         try:
             arr = np.asarray(value, np.float32)

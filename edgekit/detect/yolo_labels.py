@@ -23,7 +23,7 @@ from edgekit.detect.labelset import (
     image_files,
     image_size,
 )
-from edgekit.errors import UsageError
+from edgekit.errors import UsageError, first_line
 
 
 def _names_from_yaml(path: Path) -> dict[int, str] | None:
@@ -35,7 +35,7 @@ def _names_from_yaml(path: Path) -> dict[int, str] | None:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise UsageError(f"cannot read {path}: {str(exc).splitlines()[0]}", "fix the YAML file") from exc
+        raise UsageError(f"cannot read {path}: {first_line(exc)}", "fix the YAML file") from exc
     except RecursionError as exc:  # PyYAML's composer recurses once per nesting level
         raise UsageError(f"cannot read {path}: nested too deeply to be a dataset file", "fix the YAML file") from exc
     names = data.get("names") if isinstance(data, dict) else None

@@ -6,6 +6,7 @@ import configparser
 from pathlib import Path
 
 from edgekit.doctor.base import MISSING, OK, WARN, Check, Env, dist_version, has_module
+from edgekit.errors import first_line
 
 
 def check_vector(env: Env) -> list[Check]:
@@ -30,7 +31,7 @@ def check_vector(env: Env) -> list[Check]:
     try:
         parser.read(ini)
     except configparser.Error as exc:
-        out.append(Check("vector", "Vector configuration", WARN, f"unreadable: {str(exc).splitlines()[0]}", configure))
+        out.append(Check("vector", "Vector configuration", WARN, f"unreadable: {first_line(exc)}", configure))
         return out
     robots, problems = [], []
     for serial in parser.sections():

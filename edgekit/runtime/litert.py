@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from edgekit.errors import BackendUnavailable, ModelError
+from edgekit.errors import BackendUnavailable, ModelError, first_line
 from edgekit.image import InputSpec, InputSpecError
 from edgekit.quiet import native_stderr_to_log
 from edgekit.runtime.backends import MAX_THREADS, Option
@@ -86,7 +86,7 @@ def load_edgetpu_delegate(mod: Any, device: str | None) -> Any:
         return mod.load_delegate(EDGETPU_LIBRARY, {"device": device} if device else {})
     except (ValueError, OSError) as exc:
         raise BackendUnavailable(
-            f"no Edge TPU found (device {device or 'any'}): {exc}".splitlines()[0],
+            f"no Edge TPU found (device {device or 'any'}): {first_line(exc)}",
             "plug in the Coral, check `lsusb`/udev permissions, or pick another --device (usb:N, pci:N)",
         ) from exc
 
@@ -277,7 +277,7 @@ class LiteRTRuntime:
             self._output_details = self._interp.get_output_details()
         except (ValueError, RuntimeError) as exc:  # UnicodeDecodeError too: a tensor name that is not UTF-8
             raise ModelError(
-                f"LiteRT cannot load {self.model_path}: {exc}".splitlines()[0],
+                f"LiteRT cannot load {self.model_path}: {first_line(exc)}",
                 "check that the file is a complete .tflite model for this runtime",
             ) from exc
         self.init_ms = (time.perf_counter_ns() - t0) / 1e6
@@ -300,7 +300,7 @@ class LiteRTRuntime:
             interp.set_tensor(self._input_index, tensor)
             interp.invoke()
         except (ValueError, RuntimeError) as exc:  # a kernel that fails on this input: one line, not a traceback
-            raise ModelError(f"LiteRT failed running {self.model_path.name}: {exc}".splitlines()[0][:300],
+            raise ModelError(f"LiteRT failed running {self.model_path.name}: {first_line(exc, 300)}",
                              "the model cannot run on this input as converted: convert it again") from exc
         return [interp.get_tensor(i) for i in self._output_indices]
 
@@ -329,7 +329,7 @@ class LiteRTRuntime:
         try:
             return read(self._interp)
         except (ValueError, RuntimeError) as exc:
-            raise ModelError(f"LiteRT cannot describe the graph of {self.model_path}: {exc}".splitlines()[0],
+            raise ModelError(f"LiteRT cannot describe the graph of {self.model_path}: {first_line(exc)}",
                              "the model file is corrupt: copy or export it again") from exc
 
     def delegation(self) -> dict[str, int]:

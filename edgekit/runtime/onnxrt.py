@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from edgekit.errors import BackendUnavailable, ModelError
+from edgekit.errors import BackendUnavailable, ModelError, first_line
 from edgekit.image import InputSpec
 from edgekit.runtime.backends import MAX_THREADS, Option
 
@@ -136,7 +136,7 @@ class OnnxRuntime:
             self._session = ort.InferenceSession(str(self.model_path), sess_options=opts, providers=usable)
         except Exception as exc:  # onnxruntime raises its own untyped exceptions for bad files
             self.close()
-            raise ModelError(f"ONNX Runtime cannot load {self.model_path}: {exc}".splitlines()[0][:300],
+            raise ModelError(f"ONNX Runtime cannot load {self.model_path}: {first_line(exc, 300)}",
                              "copy or export the model again: the file is corrupt or not an ONNX model") from exc
         self.init_ms = (time.perf_counter_ns() - t0) / 1e6
         self.providers_used = self._session.get_providers()

@@ -21,7 +21,7 @@ import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
-from edgekit.errors import BackendUnavailable, ModelError
+from edgekit.errors import BackendUnavailable, ModelError, first_line
 from edgekit.image import InputSpec
 from edgekit.runtime import trt_engine
 from edgekit.runtime.backends import MAX_INDEX, MAX_MIB, MAX_THREADS, PATH, Option
@@ -164,7 +164,7 @@ class OnnxRuntimeGPU(OnnxRuntime):
                 provider_options=[o for _, o in chain],
             )
         except Exception as exc:  # onnxruntime raises its own untyped exceptions
-            raise ModelError(f"ONNX Runtime cannot load {self.model_path}: {exc}".splitlines()[0]) from exc
+            raise ModelError(f"ONNX Runtime cannot load {self.model_path}: {first_line(exc)}") from exc
         self.init_ms = (time.perf_counter_ns() - t0) / 1e6
         # A provider can be "available" and still fail to load (missing libcudnn, libnvinfer):
         # ONNX Runtime then drops it with a warning. Compare what the session really uses.

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from edgekit.errors import UsageError
+from edgekit.errors import UsageError, first_line
 from edgekit.metrics import PipelineMetrics
 from edgekit.pipeline import Pipeline
 from edgekit.serve.config import ServeConfig
@@ -150,7 +150,7 @@ class ModelSupervisor:
         self._counters.add("errors", inference=1)
         with self._lock:
             self._failing += 1
-            self.error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            self.error = first_line(f"{type(exc).__name__}: {exc}")
             failing = self._failing
         log.warning("inference failed (%d in a row): %s", failing, self.error)
         if failing >= self.config.model.reopen_after_errors:

@@ -49,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgekit.errors import EdgekitError
+from edgekit.errors import EdgekitError, first_line
 from edgekit.pipeline import Pipeline
 from edgekit.serve.watch import (
     CHECK_DEADLINE_S,
@@ -265,7 +265,7 @@ class BundleSwap:
         except EdgekitError as exc:
             return self._load_failed(why, current, exc.message)
         except Exception as exc:  # a runtime that throws on open: refused, never fatal
-            return "refuse", current, f"cannot open it: {type(exc).__name__}: {exc}".splitlines()[0]
+            return "refuse", current, first_line(f"cannot open it: {type(exc).__name__}: {exc}")
         problem = self._check(candidate, active)
         if problem:
             candidate.close()
@@ -293,7 +293,7 @@ class BundleSwap:
         try:
             return warm_up(candidate, recent, self._min_agreement)
         except Exception as exc:
-            return f"its warm-up failed: {type(exc).__name__}: {exc}".splitlines()[0]
+            return first_line(f"its warm-up failed: {type(exc).__name__}: {exc}")
 
     def _task_change(self, candidate: Loaded) -> str:
         """A candidate that decodes another task, or names other classes, would change what every
@@ -357,9 +357,9 @@ class BundleSwap:
         if self._seen is not None:
             self._refused.add(self._seen)
         log.warning("hot-swap: bundle sha256 %s failed on probation (%s); rolled back to sha256 %s", sha,
-                    f"{type(exc).__name__}: {exc}".splitlines()[0], self._supervisor.identity.get("sha256", "")[:12])
-        reason = f"failed on probation: {type(exc).__name__}: {exc}".splitlines()[0]
-        self.last = f"rolled back {sha}: {type(exc).__name__}: {exc}".splitlines()[0]
+                    first_line(f"{type(exc).__name__}: {exc}"), self._supervisor.identity.get("sha256", "")[:12])
+        reason = first_line(f"failed on probation: {type(exc).__name__}: {exc}")
+        self.last = first_line(f"rolled back {sha}: {type(exc).__name__}: {exc}")
         self.counts["rolled_back"] += 1
         self._event("rolled_back", reason, failed.identity)
         return True

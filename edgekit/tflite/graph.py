@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.errors import ModelError
+from edgekit.errors import ModelError, first_line
 
 _FILE_IDENTIFIER = b"TFL3"  # bytes 4..8 of every TFLite flatbuffer
 
@@ -212,7 +212,7 @@ def parse_graph(data: bytes, path: str | Path = "<bytes>") -> Graph:
         raise
     except Exception as exc:  # flatbuffers raises struct.error/IndexError/... on corrupt offsets
         raise ModelError(
-            f"{path} is corrupt or truncated: {type(exc).__name__}: {exc}".splitlines()[0],
+            first_line(f"{path} is corrupt or truncated: {type(exc).__name__}: {exc}", None),
             "re-export the model; check the copy is complete",
         ) from exc
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from edgekit.camera import Frame
 from edgekit.camera.mailbox import FrameMailbox
+from edgekit.errors import first_line
 from edgekit.metrics import fps, rate
 from edgekit.vector import connection
 from edgekit.vector.connection import VectorError
@@ -200,7 +201,7 @@ class VectorSource:
             try:
                 array = self._decode(image)
             except (OSError, ValueError, SyntaxError) as exc:  # Pillow's errors for a broken JPEG
-                self._bad_image(f"image {index}: {connection.first_line(exc)}")
+                self._bad_image(f"image {index}: {first_line(exc)}")
                 continue
             with self._lock:
                 self._delivered += 1

@@ -18,7 +18,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import BackendUnavailable
+from edgekit.errors import BackendUnavailable, first_line
 
 # The error type and the translation of SDK errors live in diagnosis; re-exported here, where
 # callers (camera, speech, the daemon, tests) have always found them.
@@ -27,7 +27,7 @@ from edgekit.vector.diagnosis import RETRYABLE as RETRYABLE
 from edgekit.vector.diagnosis import VectorError as VectorError
 from edgekit.vector.diagnosis import describe_error as describe_error
 from edgekit.vector.diagnosis import diagnose_unreachable as diagnose_unreachable
-from edgekit.vector.diagnosis import first_line, translate
+from edgekit.vector.diagnosis import translate
 
 _home_lock = threading.Lock()
 _open_at_exit: weakref.WeakSet = weakref.WeakSet()

@@ -12,7 +12,7 @@ import contextlib
 import socket
 import ssl
 
-from edgekit.errors import CameraError
+from edgekit.errors import CameraError, first_line
 
 CONFIGURE_HINT = "run: python -m anki_vector.configure (wire-pod users: python -m anki_vector.configure_pod)"
 RETRYABLE = frozenset({"not_found", "disconnected", "stalled", "control"})
@@ -177,9 +177,3 @@ def describe_error(exc: BaseException) -> str:
         with contextlib.suppress(Exception):
             return f"{code().name}: {details()}"
     return first_line(exc)
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its type name when the message is empty)."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

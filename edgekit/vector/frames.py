@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.vector.diagnosis import first_line
+from edgekit.errors import first_line
 
 
 def skip_undecodable(camera: Any, report: Any) -> None:
