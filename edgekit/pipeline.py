@@ -33,14 +33,17 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edgekit.errors import CameraError
+from edgekit.errors import CameraError, first_line
 from edgekit.image import Preprocessor
 from edgekit.metrics import Clock, PipelineMetrics, StageClock
 from edgekit.results import DEFAULT_TASK, TASK_HEADS, Classification, OutputDecoder, TaskResult, make_decoder
+
+if TYPE_CHECKING:  # the contract only: the pipeline never opens a runtime itself
+    from edgekit.runtime import Runtime
 
 log = logging.getLogger("edgekit.pipeline")
 
@@ -127,7 +130,7 @@ class Pipeline:
 
     def __init__(
         self,
-        runtime: Any,
+        runtime: Runtime,
         labels: Sequence[str] = (),
         top_k: int = 5,
         warmup: int = 5,
@@ -164,7 +167,7 @@ class Pipeline:
             try:
                 tensor = self.preprocess(frame.array)
             except _FRAME_ERRORS + _opencv_error() as exc:  # a frame valid on the surface, still unusable
-                problem = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                problem = first_line(exc, None)
         if problem is not None:
             return self._corrupt(frame, problem)
         self._corrupt_in_a_row = 0
@@ -235,7 +238,7 @@ class Pipeline:
 
 
 def _decoder(
-    task: str, labels: Sequence[str], runtime: Any, top_k: int, options: dict[str, Any] | None
+    task: str, labels: Sequence[str], runtime: Runtime, top_k: int, options: dict[str, Any] | None
 ) -> OutputDecoder:
     """The task head's decoder; ``top_k`` fills the head's ``k`` unless the options set it."""
     options = dict(options or {})

@@ -187,12 +187,16 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflo
 """
 
 
-def test_importing_every_device_module_loads_no_heavy_library():
-    names = [*device_modules(), "robot.signs"]
-    done = subprocess.run([sys.executable, "-c", PROBE, *names], capture_output=True, text=True, timeout=180,
+def run_probe(code: str, *args: str, timeout: float = 120) -> object:
+    """Run ``code`` in a fresh interpreter (nothing imported yet) and return the JSON of its last line."""
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
                           cwd=ROOT)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_importing_every_device_module_loads_no_heavy_library():
+    assert run_probe(PROBE, *device_modules(), "robot.signs", timeout=180) == []
 
 
 def test_the_public_facade_reaches_the_build_side_only_when_build_is_called():
@@ -200,6 +204,22 @@ def test_the_public_facade_reaches_the_build_side_only_when_build_is_called():
     top_level = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
     assert all(not in_room(node.module or "", ("edgekit.builders",)) for node in top_level
                if isinstance(node, ast.ImportFrom))
+
+
+def test_the_frame_loop_camera_and_model_are_exported_lazily():
+    # `import edgekit` stays light: Pipeline, open_camera and open_model are imported on first use.
+    probe = (
+        "import json, sys\n"
+        "import edgekit\n"
+        "before = sorted(m for m in ('edgekit.pipeline', 'edgekit.camera', 'edgekit.model') if m in sys.modules)\n"
+        "from edgekit.camera import open_camera\n"
+        "from edgekit.model import open_model\n"
+        "from edgekit.pipeline import Pipeline\n"
+        "same = [edgekit.Pipeline is Pipeline, edgekit.open_camera is open_camera, edgekit.open_model is open_model]\n"
+        "missing = [n for n in edgekit.__all__ if not hasattr(edgekit, n)]\n"
+        "print(json.dumps([before, same, missing]))\n"
+    )
+    assert run_probe(probe) == [[], [True, True, True], []]
 
 
 def test_device_verbs_stay_light():
@@ -213,6 +233,4 @@ def test_device_verbs_stay_light():
         "print(json.dumps([m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras', 'torch')\n"
         "                  or m.startswith('edgekit.builders')]))\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+    assert run_probe(probe) == []
