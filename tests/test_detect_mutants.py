@@ -218,12 +218,14 @@ def test_objectness_candidates_at_the_cap_keep_anchor_order():
 # NMS
 
 
-def test_nms_without_opencv_says_what_to_install(monkeypatch):
+def test_nms_without_opencv_runs_in_numpy_and_refuses_only_an_explicit_opencv_backend(monkeypatch):
     monkeypatch.setitem(sys.modules, "cv2", None)  # import cv2 raises ImportError
+    monkeypatch.setattr(nms_module, "optional_cv2", lambda: None)  # what the cached lookup says on such an install
+    boxes, scores = np.float32([[0, 0, 10, 10], [1, 0, 11, 10]]), np.float32([0.9, 0.8])
+    assert nms(boxes, scores, np.array([0, 0]), 0.5, 10).tolist() == [0]  # auto: numpy, the same box kept
     with pytest.raises(BackendUnavailable) as err:
-        nms(np.float32([[0, 0, 10, 10]]), np.float32([0.9]), np.array([0]), 0.5, 10)
-    assert str(err.value) == ("the detect task needs OpenCV for non-maximum suppression "
-                              "(pip install opencv-python-headless (or edgekit-vision[opencv]))")
+        nms(boxes, scores, np.array([0, 0]), 0.5, 10, backend="opencv")
+    assert "needs OpenCV" in str(err.value) and "opencv" in str(err.value)
 
 
 def test_nms_of_nothing():
@@ -314,7 +316,7 @@ def _grid(n, at=0.0):
 
 
 @pytest.mark.parametrize("counts, calls", [
-    ([10], [("NMSBoxesBatched", 10)]),  # one class
+    ([10], [("NMSBoxes", 10)]),  # one class: plain NMS
     ([100, 100], [("NMSBoxes", 100)] * 2),  # 2 calls + 20,000 pairs beat 1 call + 40,000 pairs
     ([40, 40], [("NMSBoxes", 40)] * 2),  # 2 calls + 3,200 pairs beat 1 call + 6,400 pairs
     ([30, 50], [("NMSBoxesBatched", 80)]),  # 2 calls + 3,400 pairs cost as much as 1 call + 6,400 pairs: one call
@@ -358,7 +360,7 @@ def test_nms_rounds_grow_as_the_kept_share_says(monkeypatch, piles, n, limit, ro
 
     boxes, scores = _piled(piles, n)
     counted = _CountedOpenCV()
-    monkeypatch.setattr(nms_module, "_cv2", lambda: counted)
+    monkeypatch.setattr(nms_module, "_opencv", lambda _backend: counted)
     kept = nms(boxes, scores, np.zeros(n, np.int64), 0.5, limit)
     assert [size for _, size in counted.calls] == rounds
     xywh = np.concatenate([boxes[:, :2], boxes[:, 2:] - boxes[:, :2]], axis=1).astype(np.float64)
