@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edgekit.errors import ModelError
+
 if TYPE_CHECKING:
     from edgekit.builders.context import BuildContext
     from edgekit.builders.contract import BuiltModel
@@ -143,10 +145,18 @@ def check(ctx: BuildContext, target: Target, path: Path, model: BuiltModel, fini
     idx, kind = sample
     kept_bytes = path.read_bytes()
     with ctx.log.step(f"[{target.name}] int8 calibration check: quantise again from seed {request.seed + 1}'s "
-                      f"sample ({len(idx)} images, {kind})") as step, _warnings_as_info(ctx.log):
-        blob = quantize(ctx.calib_all.subset(idx).stream(ctx._nhwc, ctx.chunk))
-        second, _ = finish(blob, list(ctx.int8_float[1]) if ctx.int8_float else [], 0.0, report=False)
-    path.write_bytes(kept_bytes)  # the bundle keeps the first model
+                      f"sample ({len(idx)} images, {kind.replace('_', ' ')})") as step, _warnings_as_info(ctx.log):
+        try:
+            blob = quantize(ctx.calib_all.subset(idx).stream(ctx._nhwc, ctx.chunk))
+            second, _ = finish(blob, list(ctx.int8_float[1]) if ctx.int8_float else [], 0.0, report=False)
+        except ModelError as exc:  # a second opinion that failed does not fail the build
+            second = None
+            reason = f"the second sample's int8 failed: {exc.message[:200]}"
+        finally:
+            path.write_bytes(kept_bytes)  # the bundle keeps the first model
+    if second is None:
+        ctx.log.info(f"[{target.name}] int8 calibration check: not completed ({reason})")
+        return _with(model, {"checked": False, "reason": reason})
     other = gate_of(ctx.task, ctx.min_ratio, request.min_cosine, second.verification)
     record = _record(gate, other, second.verification, model.verification, (request.seed, request.seed + 1),
                      (used, len(idx)), kind)
