@@ -29,7 +29,7 @@ from edgekit.quiet import import_cv2
 log = logging.getLogger("edgekit.recording")
 
 VIDEO_CODECS = {".mp4": "mp4v", ".avi": "MJPG"}  # FourCCs every OpenCV build with FFmpeg writes
-H264_HINT = "pip install av (PyAV's wheels carry FFmpeg with libx264)"
+H264_HINT = "pip install 'edgekit-vision[video]': PyAV, whose wheels carry FFmpeg with libx264"
 """OpenCV's pip wheels leave the GPL x264 encoder out ('avc1' does not open): an .mp4 from them
 is MPEG-4 Part 2, which browsers do not play. PyAV, when installed, writes H.264 instead."""
 FRAME_PATTERN = "frame_{:06d}.jpg"
