@@ -147,12 +147,14 @@ def test_a_calibration_set_the_old_build_could_not_hold_builds_in_bounded_memory
     _, status, usage = os.wait4(proc.pid, 0)
     proc.stderr.close()
     assert os.waitstatus_to_exitcode(status) == 0, stderr[-2000:]
-    peak = usage.ru_maxrss * 1024
-    assert peak < RSS_BOUND, f"peak RSS {peak / GB:.2f} GB"
     manifest = json.loads((out / "wide-cpu" / "edgekit.json").read_text())
+    # the build's own high-water mark (VmHWM): the child's ru_maxrss starts at the resident size of
+    # this test runner, which spawned it (1.22 GB "peak" when the whole suite ran before it)
+    peak = manifest["provenance"]["peak_rss_bytes_so_far"]
+    assert 0 < peak < RSS_BOUND, f"peak RSS {peak / GB:.2f} GB"
+    assert peak <= 1.01 * usage.ru_maxrss * 1024  # VmHWM and ru_maxrss count a few pages differently
     calib = manifest["provenance"]["calibration"]
     assert (calib["images"], calib["held_back"], calib["converter_images"]) == (480, 120, 150)
-    assert manifest["provenance"]["peak_rss_bytes_so_far"] <= peak
     held_back = manifest["verification"]["models"]["int8"]["holdout"]
     assert held_back["n"] == 120 and held_back["agreement"] >= 0.9
     log = (out / "wide-cpu" / "build.log").read_text()
