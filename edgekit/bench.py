@@ -284,10 +284,12 @@ def run_bench(
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     opened, skipped = _open_all(pairs, config)
     try:
+        manifests = [_manifest(m) for m in opened]  # read once: the model's name and its default
         results = [
             VariantResult(m.name, str(m.path), m.variant, m.precision, m.target, m.runtime.describe(),
-                          init_ms=getattr(m.runtime, "init_ms", None), model=model_of(m), default=is_default(m))
-            for m in opened
+                          init_ms=getattr(m.runtime, "init_ms", None), model=model_of(m, manifest),
+                          default=m.variant is not None and manifest.get("default_model") == m.variant)
+            for m, manifest in zip(opened, manifests)
         ]
         for m in opened:  # a bare model's shape, layout and colour are assumptions: say them
             assumed = getattr(m, "assumed_input", lambda: None)()
@@ -349,17 +351,12 @@ def _manifest(m: OpenModel) -> dict[str, Any]:
         return {}
 
 
-def model_of(m: OpenModel) -> str:
-    """What model ``m`` is a form of: a bundle's source model (so its targets and variants are
+def model_of(m: OpenModel, manifest: dict[str, Any]) -> str:
+    """What model ``m`` is a form of: its bundle's source model (so its targets and variants are
     compared with each other), else the file's name."""
-    provenance = _manifest(m).get("provenance")
+    provenance = manifest.get("provenance")
     source = provenance.get("source_model") if isinstance(provenance, dict) else None
     return source if isinstance(source, str) and source else m.path.name
-
-
-def is_default(m: OpenModel) -> bool:
-    """Whether ``m`` is its bundle's default variant (what ``run``/``serve`` pick without one)."""
-    return m.variant is not None and _manifest(m).get("default_model") == m.variant
 
 
 def _remove_trace(trace: Path) -> None:

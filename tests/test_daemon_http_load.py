@@ -20,6 +20,7 @@ import pytest
 
 from edgekit.errors import UsageError
 from edgekit.serve.daemon import Daemon
+from tests.helpers.sockets import read_all
 from tests.helpers.waiting import wait_until
 from tests.test_daemon import LABELS, fake_runtime, http_get, make_config, real_runtime, running
 
@@ -29,10 +30,8 @@ def raw_get(address: tuple[str, int], path: str = "/metrics", timeout: float = 1
     t0 = time.perf_counter()
     with socket.create_connection(address, timeout=timeout) as sock:
         sock.sendall(f"GET {path} HTTP/1.0\r\nHost: x\r\n\r\n".encode())
-        chunks = []
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    status = int(b"".join(chunks).split(b" ", 2)[1])
+        answer = read_all(sock)
+    status = int(answer.split(b" ", 2)[1])
     return status, time.perf_counter() - t0
 
 

@@ -20,6 +20,7 @@ import pytest
 from edgekit.serve.daemon import Daemon
 from edgekit.serve.httpserver import BoundedHTTPServer
 from edgekit.serve.httpwire import request_length
+from tests.helpers.sockets import read_all
 from tests.helpers.waiting import wait_until
 from tests.test_daemon import LABELS, make_config, real_runtime, running
 
@@ -63,16 +64,6 @@ def exchange(address, data: bytes = b"GET /x HTTP/1.0\r\n\r\n", timeout: float =
         with contextlib.suppress(OSError):  # the server answered and closed before taking it all
             sock.sendall(data)
         return read_all(sock)
-
-
-def read_all(sock: socket.socket) -> bytes:
-    chunks = []
-    try:
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    except ConnectionResetError:
-        pass
-    return b"".join(chunks)
 
 
 def test_request_framing():

@@ -17,6 +17,7 @@ import pytest
 
 from edgekit.serve.config import ServeConfig, from_dict
 from edgekit.serve.daemon import Daemon
+from tests.helpers.sockets import read_all
 
 
 @pytest.fixture(scope="module")
@@ -53,13 +54,7 @@ def _exchange(address, data: bytes, timeout: float = 5.0, half_close: bool = Fal
                 sock.shutdown(socket.SHUT_WR)
         except OSError:  # the server may close before reading it all: an acceptable refusal
             return b""
-        chunks = []
-        try:
-            while chunk := sock.recv(65536):
-                chunks.append(chunk)
-        except ConnectionResetError:
-            pass
-    return b"".join(chunks)
+        return read_all(sock)
 
 
 def _status(answer: bytes) -> int | None:
