@@ -123,11 +123,15 @@ def _ffmpeg_quiet(source: Any) -> Any:
     """FFmpeg's own lines to the ``edgekit.camera`` log while a URL or file opens; nothing otherwise."""
     import contextlib
     import logging
+    import threading
 
     from edgekit.quiet import native_stderr_to_log
 
-    if isinstance(source, str) and "://" in source:  # at DEBUG: our error line says it; -vv shows FFmpeg's words
-        return native_stderr_to_log(logging.getLogger("edgekit.camera"), lambda _line: logging.DEBUG)
+    # Only on the main thread (run, bench): catching fd 2 holds the log handlers for the whole open
+    # (up to the stream's timeout), and the daemon reopens a lost stream on its capture thread while
+    # the MQTT and HTTP threads must keep logging.
+    if isinstance(source, str) and "://" in source and threading.current_thread() is threading.main_thread():
+        return native_stderr_to_log(logging.getLogger("edgekit.camera"), lambda _line: logging.DEBUG)  # -vv
     return contextlib.nullcontext()
 
 
