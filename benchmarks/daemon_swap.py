@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from daemon_throughput import build_models  # noqa: E402
 
 from edgekit.bundle import BundleWriter  # noqa: E402
-from edgekit.image import InputSpec  # noqa: E402
+from edgekit.imaging.image import InputSpec  # noqa: E402
 from edgekit.serve.config import ServeConfig, override  # noqa: E402
 from edgekit.serve.daemon import Daemon  # noqa: E402
 

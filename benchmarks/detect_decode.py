@@ -46,7 +46,7 @@ class Outputs:
     """The runtime contract the detect head reads: input spec, output shapes and quantisation."""
 
     def __init__(self, shape, quant):
-        from edgekit.image import InputSpec
+        from edgekit.imaging.image import InputSpec
 
         self.input_spec = InputSpec.from_dict({"shape": [1, SIDE, SIDE, 3], "dtype": "float32"})
         self._shape = shape
@@ -175,7 +175,7 @@ def nms_backends(count: int) -> None:
 def _frames(images: Path, spec) -> list[np.ndarray]:
     import cv2
 
-    from edgekit.image import Preprocessor
+    from edgekit.imaging.image import Preprocessor
 
     pre = Preprocessor(spec)
     paths = sorted(p for p in images.iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png"))[:50]
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--images", type=Path, default=ROOT / "calib" / "detect")
     ap.add_argument("--task-options", default="{}", help="detect options as JSON, for a bare model file")
     args = ap.parse_args(argv)
-    from edgekit.machine import machine_context
+    from edgekit.bench.machine import machine_context
 
     ctx = machine_context(["opencv-python-headless", "numpy", "ai-edge-litert"])
     keys = ("cpu_model", "cores_usable", "governor", "load_average", "libraries")

@@ -65,7 +65,7 @@ print("frame 0", int(scores.argmax()), float(scores.max()), flush=True)
 def make_bundle(paths: dict[str, Path], dest: Path) -> Path:
     """A cpu-style bundle of the demo model's fp32 and int8 files (the demo's preprocessing)."""
     from edgekit.bundle import BundleWriter
-    from edgekit.image import InputSpec
+    from edgekit.imaging.image import InputSpec
     from edgekit.runtime.litert import LiteRTRuntime, spec_from_details
 
     base = InputSpec(shape=(1, 32, 32, 1), colour="gray", crop=(200, 200))

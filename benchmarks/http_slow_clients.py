@@ -46,7 +46,7 @@ def serve(address_queue, stop, workdir: str) -> None:
     """The child: a real daemon on a synthetic camera until ``stop`` is set."""
     from real_models import onnx_runtime
 
-    from edgekit.image import InputSpec
+    from edgekit.imaging.image import InputSpec
     from edgekit.serve.config import ServeConfig, override
     from edgekit.serve.daemon import Daemon
 

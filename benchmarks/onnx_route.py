@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 def report(bundles: dict[str, Path], args: argparse.Namespace) -> None:
     """Print accuracy, op counts, Edge TPU lint and latency for both routes."""
     from edgekit.bundle import load_bundle
-    from edgekit.image import Preprocessor, read_image
+    from edgekit.imaging.image import Preprocessor, read_image
     from edgekit.tflite.edgetpu_rules import check_model
     from edgekit.tflite.graph import read_graph
 

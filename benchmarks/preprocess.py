@@ -31,7 +31,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from edgekit.image import InputSpec, Preprocessor
+from edgekit.imaging.image import InputSpec, Preprocessor
 from edgekit.vector.window import model_window
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from edgekit._version import __version__
 from edgekit.bundle import Bundle, load_bundle
 from edgekit.errors import EdgekitError
-from edgekit.image import InputSpec, Preprocessor, preprocess
+from edgekit.imaging.image import InputSpec, Preprocessor, preprocess
 from edgekit.runtime import open_runtime
 
 if TYPE_CHECKING:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.errors import BundleError, ModelError, first_line
-from edgekit.image import InputSpec
-from edgekit.safe_open import open_regular, read_regular
+from edgekit.imaging.image import InputSpec
+from edgekit.util.safe_open import open_regular, read_regular
 
 FORMAT_VERSION = 1
 MANIFEST = "edgekit.json"
@@ -36,7 +36,7 @@ a file listed (and hashed) in ``files``; :class:`BundleWriter` copies an outside
 def sha256_file(path: str | Path, follow: bool = True) -> str:
     """Hex sha256 of a regular file, read in 1 MiB blocks (``follow=False``: not through a symlink).
 
-    Raises OSError (:class:`~edgekit.safe_open.NotARegularFile` for a FIFO, device or directory:
+    Raises OSError (:class:`~edgekit.util.safe_open.NotARegularFile` for a FIFO, device or directory:
     hashing one would block or never end)."""
     h = hashlib.sha256()
     with open_regular(path, follow) as f:

@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     _setup_logging(args)
-    from edgekit.outstream import guarded_stdout  # stdout on a full disk: an EdgekitError, not a traceback
+    from edgekit.outputs.outstream import guarded_stdout  # stdout on a full disk: an EdgekitError, not a traceback
 
     try:
         with guarded_stdout():

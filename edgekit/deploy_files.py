@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from edgekit.atomic import write_text_atomic
 from edgekit.errors import UsageError
+from edgekit.util.atomic import write_text_atomic
 
 __all__ = ["DEPLOY_FILES", "DeployFile", "deploy_names", "read_deploy_file", "write_deploy_file", "write_text_atomic"]
 

@@ -40,7 +40,7 @@ class OpenModel:
     task_options: dict[str, Any] = field(default_factory=dict)
     origin: dict[str, str] = field(default_factory=dict)
     """A bare model's preprocessing, labels and task: key -> where each came from (flag, sidecar, model
-    metadata, default; :mod:`edgekit.preprocessing`). Empty for a bundle, which records its own."""
+    metadata, default; :mod:`edgekit.modelinfo.preprocessing`). Empty for a bundle, which records its own."""
     notes: tuple[str, ...] = ()
 
     def assumed_input(self) -> str | None:
@@ -48,7 +48,7 @@ class OpenModel:
         preprocessing value edgekit uses, each with where it came from, in words; None for a bundle."""
         if self.variant is not None or self.target is not None:
             return None
-        from edgekit.preprocessing import describe
+        from edgekit.modelinfo.preprocessing import describe
 
         spec = self.runtime.input_spec
         quant = f" (quantised: scale {spec.scale:g}, zero point {spec.zero_point})" if spec.quantized else ""
@@ -93,7 +93,7 @@ def open_model(
     ``task`` and ``task_options`` override the task head; the options are laid over the bundle's.
     ``preprocess`` (InputSpec keys: colour, crop, resize, pad_value, mean, std...) is a bare
     model's preprocessing, over its ``<stem>.preprocess.json`` and what the file itself declares
-    (:mod:`edgekit.preprocessing`; an Ultralytics export is a detector, letterboxed with grey 114).
+    (:mod:`edgekit.modelinfo.preprocessing`; an Ultralytics export is a detector, letterboxed with grey 114).
     A bundle refuses it: its preprocessing was calibrated and verified as recorded.
     """
     options = {k: v for k, v in options.items() if v is not None}
@@ -148,8 +148,8 @@ def _open(spec: str | Path, variant: str | None, labels: str | Path | None, opti
 
 def _open_bare(path: Path, labels: str | Path | None, options: dict[str, Any], preprocess: dict[str, Any]) -> OpenModel:
     """A bare .tflite/.onnx with its preprocessing, labels and task from flags, sidecar files or the
-    file's own metadata (:func:`edgekit.preprocessing.resolve`), each with its origin."""
-    from edgekit.preprocessing import FLAG, resolve
+    file's own metadata (:func:`edgekit.modelinfo.preprocessing.resolve`), each with its origin."""
+    from edgekit.modelinfo.preprocessing import FLAG, resolve
     from edgekit.runtime import open_runtime
 
     if not path.is_file():
@@ -187,8 +187,8 @@ def _free_size(dims: Any) -> bool:
 
 def _bare_spec(path: Path, base: Any, given: dict[str, Any], origin: dict[str, str]) -> Any:
     """The runtime's input (shape, dtype, quantisation) with the resolved preprocessing."""
-    from edgekit.image import InputSpec
-    from edgekit.preprocessing import fit_resize, preprocessing
+    from edgekit.imaging.image import InputSpec
+    from edgekit.modelinfo.preprocessing import fit_resize, preprocessing
 
     try:
         kw = fit_resize(preprocessing(given, base.channels), base.height, base.width)

@@ -204,9 +204,9 @@ def runtime_options(args: argparse.Namespace) -> dict[str, Any]:
 def option_value(text: str) -> Any:
     """A ``KEY=VALUE`` value as JSON when it parses (``0.4``, ``true``, ``[1, 2]``), else the text
     itself (``yolo``): the task head checks the type and range of every option. A value nested
-    deeper than :data:`edgekit.userjson.MAX_DEPTH` stays text (the head refuses it in one line)
+    deeper than :data:`edgekit.util.userjson.MAX_DEPTH` stays text (the head refuses it in one line)
     instead of recursing into a RecursionError."""
-    from edgekit.userjson import loads
+    from edgekit.util.userjson import loads
 
     try:
         return loads(text)

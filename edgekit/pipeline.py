@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgekit.errors import CameraError, first_line
-from edgekit.image import Preprocessor
+from edgekit.imaging.image import Preprocessor
 from edgekit.metrics import Clock, PipelineMetrics, StageClock
 from edgekit.results import DEFAULT_TASK, TASK_HEADS, Classification, OutputDecoder, TaskResult, make_decoder
 

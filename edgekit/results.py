@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from edgekit.errors import UsageError
-from edgekit.plugins import resolve
+from edgekit.util.plugins import resolve
 
 
 @dataclass(frozen=True)

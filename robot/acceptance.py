@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from edgekit.errors import UsageError
-from edgekit.image import IMAGE_SUFFIXES
+from edgekit.imaging.image import IMAGE_SUFFIXES
 
 
 def frame_truth(truth_csv: str | Path, folder: str | Path, hold: int) -> list[str]:

@@ -24,7 +24,7 @@ import cv2
 import numpy as np
 
 from edgekit.errors import CalibrationError
-from edgekit.image import ImageReadError, read_image
+from edgekit.imaging.image import ImageReadError, read_image
 
 WALLPAPERS = Path("/usr/share/backgrounds/gnome")  # Debian's gnome-backgrounds
 # scikit-image's sample photos that ship inside the wheel (others download at run time).

@@ -34,7 +34,7 @@ import cv2
 import numpy as np
 
 from edgekit.errors import EdgekitError, UsageError, print_error
-from edgekit.image import convert_colour, crop_center
+from edgekit.imaging.image import convert_colour, crop_center
 
 SEED_LABELS = [*string.ascii_lowercase, "background"]
 ROTATIONS = (-10.0, -5.0, 5.0, 10.0)  # degrees; small turns of the hand, as the seed augments

@@ -2,7 +2,7 @@
 
 Every loader returns ``(frames, labels, class_names)`` where ``frames`` is a list of
 OpenCV-convention uint8 images (any size) and ``labels`` an int array; turning frames into
-tensors is left to :class:`edgekit.image.Preprocessor`, the same code the device runs.
+tensors is left to :class:`edgekit.imaging.image.Preprocessor`, the same code the device runs.
 
 Layouts:
 - ImageFolder: one subfolder per class (``data/signs/a/*.png``).
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.errors import CalibrationError
-from edgekit.image import IMAGE_SUFFIXES, ImageReadError, read_image
+from edgekit.imaging.image import IMAGE_SUFFIXES, ImageReadError, read_image
 
 FASHION_CLASSES = ["t-shirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag",
                    "ankle-boot"]

@@ -119,7 +119,7 @@ def finish_run(args: argparse.Namespace, report: DemoReport, truth: list[str] | 
         print_acceptance(acceptance, out)
         data["acceptance"] = acceptance
     if args.json:
-        from edgekit.atomic import write_text_atomic
+        from edgekit.util.atomic import write_text_atomic
 
         write_text_atomic(args.json, json.dumps(data, indent=2, default=str), force=True)
     if report.failure is not None:
@@ -135,7 +135,7 @@ def finish_run(args: argparse.Namespace, report: DemoReport, truth: list[str] | 
 def model_window(spec: Any) -> tuple[int, int] | None:
     """(width, height) of the window of a Vector frame the model reads (its crop), for the fake
     to hold small images up in; None when the model reads the whole frame."""
-    from edgekit.imgops import crop_window
+    from edgekit.imaging.imgops import crop_window
     from edgekit.vector.fake_frames import CAMERA_SIZE
 
     crop = getattr(spec, "crop", None)

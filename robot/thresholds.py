@@ -35,7 +35,7 @@ from robot.openset import build_thresholds, thresholds_path, write_thresholds
 
 def load_eval(root: Path, labels: Sequence[str], background: str, extra: Sequence[Path]):
     """``(frames, truth)`` from an ImageFolder: truth is a label index, or -1 for a plain scene."""
-    from edgekit.image import IMAGE_SUFFIXES, ImageReadError, read_image
+    from edgekit.imaging.image import IMAGE_SUFFIXES, ImageReadError, read_image
 
     if not root.is_dir():
         raise UsageError(f"evaluation set {root} is not a directory", "give an ImageFolder: DIR/<label>/*.png")

@@ -11,7 +11,7 @@ as the last class when the data has none (the seed's 27-class layout ends with i
 
 Outputs ``<out>`` (Keras), ``<stem>.labels.txt`` and ``<stem>.preprocess.json`` (the input
 preprocessing, which ``edgekit build`` reads so the device feeds the model exactly what it
-was trained on). Training tensors are made by :class:`edgekit.image.Preprocessor`: the same
+was trained on). Training tensors are made by :class:`edgekit.imaging.image.Preprocessor`: the same
 code the device runs.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.errors import EdgekitError, print_error
-from edgekit.image import InputSpec, Preprocessor
+from edgekit.imaging.image import InputSpec, Preprocessor
 
 # The seed robot pipeline: gray, a centred 200x200 window of Vector's 640x360 frame.
 SEED_CROP = (200, 200)

@@ -91,7 +91,7 @@ def export_tflite(model: Path = DEMO, out: Path = ROOT / "models" / "demo.tflite
 
 def _calibration_inputs(model: Path, count: int = 400) -> np.ndarray:
     """The demo's float inputs for the calibration images (its own preprocessing)."""
-    from edgekit.image import IMAGE_SUFFIXES, InputSpec, Preprocessor, read_image
+    from edgekit.imaging.image import IMAGE_SUFFIXES, InputSpec, Preprocessor, read_image
 
     pre = json.loads(model.with_suffix(".preprocess.json").read_text())
     pre = {k: tuple(v) if isinstance(v, list) else v for k, v in pre.items()}

@@ -22,7 +22,7 @@ import cv2
 import numpy as np
 
 from edgekit.bundle import load_bundle
-from edgekit.image import read_image
+from edgekit.imaging.image import read_image
 from edgekit.target import load_target
 
 ROOT = Path(__file__).resolve().parents[1]

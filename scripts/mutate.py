@@ -44,7 +44,7 @@ MODULES: dict[str, Module] = {
         "tests/test_bundle.py", "-k", "not adapter and not hashes_every_bundle_file_once")),
     "results": Module("edgekit/results.py", ("tests/test_results.py", "-m", "not slow")),
     "metrics": Module("edgekit/metrics.py", ("tests/test_metrics.py",)),
-    "image": Module("edgekit/image.py", ("tests/test_image.py",)),
+    "image": Module("edgekit/imaging/image.py", ("tests/test_image.py",)),
     # the gate's summary over every variant; the ratio check itself (BuildContext.verify) runs only
     # inside a real build, so its `>=` boundary is held by the slow tests/test_gate.py builds
     "gate": Module("edgekit/builders/publish.py", ("tests/test_gate.py", "-m", "not slow"),

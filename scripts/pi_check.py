@@ -75,7 +75,7 @@ def variants(dist: Path) -> dict[str, list[str]]:
 
 def frames(out: Path, folder: Path, count: int) -> Path:
     """``count`` images of ``folder`` spread over its sub-folders, decoded once here into one .npz."""
-    from edgekit.image import IMAGE_SUFFIXES, read_image
+    from edgekit.imaging.image import IMAGE_SUFFIXES, read_image
 
     paths = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
     step = max(len(paths) / max(count, 1), 1.0)

@@ -21,7 +21,7 @@ Training: cells within one stride of a box's centre, on the level its size belon
 positives (YOLOv5-style several positives per box); box loss 1 - CIoU, class loss binary
 cross-entropy against IoU-valued targets (a score that says how good the box is, as YOLOv8's
 task-aligned targets do, which mAP over IoU 0.5-0.95 rewards). Images are generated in
-memory (never written), preprocessed by edgekit's own :class:`~edgekit.image.Preprocessor`
+memory (never written), preprocessed by edgekit's own :class:`~edgekit.imaging.image.Preprocessor`
 (letterbox, RGB, /255), so training sees exactly what the device feeds.
 
 ``python -m scripts.train_detector`` writes models/detector.{keras,onnx,labels.txt,
@@ -52,7 +52,7 @@ NUM_CELLS = sum((INPUT // s) ** 2 for s in STRIDES)
 
 def input_spec():
     """The model's preprocessing as edgekit's InputSpec (NHWC float, 160x160 RGB letterbox)."""
-    from edgekit.image import InputSpec
+    from edgekit.imaging.image import InputSpec
 
     pre = {k: tuple(v) if isinstance(v, list) else v for k, v in PREPROCESS.items()}
     return InputSpec(shape=(1, INPUT, INPUT, 3), **pre)
@@ -100,7 +100,7 @@ def targets(boxes: np.ndarray, classes: np.ndarray, nc: int, cells: np.ndarray) 
 
 def letterbox_boxes(sc: data.Scene) -> np.ndarray:
     """A scene's COCO boxes as xyxy pixels of the letterboxed model input."""
-    from edgekit.image import letterbox_window
+    from edgekit.imaging.imgops import letterbox_window
 
     h, w = sc.image.shape[:2]
     top, left, nh, nw = letterbox_window(h, w, INPUT, INPUT)
@@ -112,7 +112,7 @@ def letterbox_boxes(sc: data.Scene) -> np.ndarray:
 
 def make_set(seed: int, count: int, start: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """``count`` training scenes as (uint8 model inputs ``[n, 160, 160, 3]``, targets ``[n, N, 5 + nc]``)."""
-    from edgekit.image import Preprocessor
+    from edgekit.imaging.image import Preprocessor
 
     prep = Preprocessor(input_spec())  # .shaped(): the letterboxed RGB pixels, kept uint8 (4x less memory)
     cells = cell_table()
@@ -291,7 +291,7 @@ class KerasRuntime:
 def coco_results(runtime, eval_dir: Path, labels: list[str]) -> list[dict]:
     """Detections of ``runtime`` on every image of the COCO set in ``eval_dir`` (pycocotools' result format),
     through edgekit's Preprocessor and detect head (score threshold 0.001, 100 per image, as COCO scores)."""
-    from edgekit.image import Preprocessor, read_image
+    from edgekit.imaging.image import Preprocessor, read_image
     from edgekit.results import make_decoder
 
     ann = json.loads((eval_dir / "annotations.json").read_text())
@@ -330,7 +330,7 @@ def coco_map(runtime, eval_dir: Path, labels: list[str]) -> tuple[float, float]:
 
 def onnx_runtime(path: Path):
     """models/detector.onnx on edgekit's ONNX Runtime adapter, with the detector's preprocessing (NCHW)."""
-    from edgekit.image import InputSpec
+    from edgekit.imaging.image import InputSpec
     from edgekit.runtime.onnxrt import OnnxRuntime
 
     spec = InputSpec.from_dict({**input_spec().to_dict(), "shape": [1, 3, INPUT, INPUT], "layout": "NCHW"})

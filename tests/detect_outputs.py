@@ -3,7 +3,7 @@ spec, the output shapes and their quantisation (no model behind them)."""
 
 from __future__ import annotations
 
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 
 SPEC = InputSpec.from_dict({"shape": [1, 64, 64, 3], "dtype": "float32"})
 

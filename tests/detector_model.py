@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.bundle import BundleWriter
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 
 LABELS = ["cat", "dog"]
 SIZE = 64  # input side

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 from edgekit.runtime.onnxrt import OnnxRuntime
 
 _DIR = tempfile.TemporaryDirectory(prefix="edgekit-test-models-")

@@ -11,8 +11,8 @@ import pytest
 import tflite_models
 from test_runtime import compiled_for_edgetpu, onnx_model, write_bundle
 
-from edgekit.accuracy import eval_items, evaluate
-from edgekit.bench import BenchConfig, expand_variants, run_bench, synthetic_frames
+from edgekit.bench.accuracy import eval_items, evaluate
+from edgekit.bench.runner import BenchConfig, expand_variants, run_bench, synthetic_frames
 from edgekit.cli import main as cli
 from edgekit.errors import CalibrationError, UsageError
 

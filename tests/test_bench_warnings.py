@@ -1,6 +1,6 @@
 """``edgekit bench`` read by a person: ratios within each model, one warning line per kind of
 caveat, a warning when an accelerator's bundle ran without it, progress with an ETA, and one plot
-panel per model (edgekit/bench_report.py, bench_warnings.py, bench_plots.py)."""
+panel per model (edgekit/bench/report.py, bench_warnings.py, bench_plots.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 import tflite_models
 from test_runtime import write_bundle
 
-from edgekit.bench import BenchConfig, run_bench
-from edgekit.bench_report import BenchReport, RunResult, VariantResult
-from edgekit.bench_warnings import noise_warnings, ran_on_accelerator
+from edgekit.bench.caveats import noise_warnings, ran_on_accelerator
+from edgekit.bench.report import BenchReport, RunResult, VariantResult
+from edgekit.bench.runner import BenchConfig, run_bench
 
 XNNPACK = {"backend": "ai_edge_litert", "delegate_requested": "xnnpack", "delegate_applied": True,
            "delegated_nodes": 9, "total_nodes": 9, "num_threads": 2}
@@ -100,7 +100,7 @@ def test_the_plot_has_one_row_of_panels_per_model(tmp_path):
     pytest.importorskip("matplotlib")
     from matplotlib.figure import Figure
 
-    from edgekit.bench_plots import _box_figure
+    from edgekit.bench.plots import _box_figure
 
     report = _report([_variant("a-cpu:fp32", "a", 0.4), _variant("a-cpu:int8", "a", 0.2),
                       _variant("b-cpu:fp32", "b", 40.0)], camera="file:clip.avi")

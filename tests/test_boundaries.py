@@ -234,3 +234,16 @@ def test_device_verbs_stay_light():
         "                  or m.startswith('edgekit.builders')]))\n"
     )
     assert run_probe(probe) == []
+
+
+EVAL_ONLY = ("edgekit.evaluation", "pycocotools", "faster_coco_eval", "yaml", "PIL")
+
+
+def test_device_side_detect_decoders_never_import_the_evaluation_side():
+    # A Pi runs the detect head with numpy alone: datasets and mAP (pycocotools, PyYAML, Pillow) live in
+    # edgekit.evaluation, which only the host side and bench's --eval mode import.
+    decoders = {m: p for m, p in all_modules().items() if in_room(m, ("edgekit.detect",))}
+    assert len(decoders) > 5  # the rule must see the decoders it guards
+    bad = [f"{module}:{line} imports {name}" for module, path in decoders.items()
+           for name, line in imports_of(path, module) if in_room(name, EVAL_ONLY)]
+    assert bad == []

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from edgekit.bundle import load_bundle
-from edgekit.image import Preprocessor, read_image
+from edgekit.imaging.image import Preprocessor, read_image
 from edgekit.runtime import open_runtime
 from tests.conftest import CALIB, DEMO_MODEL, EVAL, FRAMES
 
@@ -77,7 +77,7 @@ def test_bundles_classify_eval_images_on_the_device_runtime(demo_bundles, target
 def test_calibration_is_deterministic_and_hashed(tmp_path):
     from edgekit.builders.calibration import load_calibration
     from edgekit.builders.log import BuildLog
-    from edgekit.image import InputSpec
+    from edgekit.imaging.image import InputSpec
 
     prep = Preprocessor(InputSpec(shape=(1, 32, 32, 1), colour="gray", crop=(200, 200)))
     log = BuildLog(quiet=True)

@@ -15,7 +15,7 @@ import pytest
 import edgekit
 from edgekit.builders.contract import BuilderOutput, BuildRequest, BuiltModel, TargetBuild
 from edgekit.errors import EdgekitError, UsageError
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 from tests.conftest import CALIB, DEMO_MODEL, EVAL
 
 

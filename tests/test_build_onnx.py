@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from edgekit.bundle import load_bundle
-from edgekit.image import Preprocessor, read_image
+from edgekit.imaging.image import Preprocessor, read_image
 from edgekit.runtime import open_runtime
 from tests.conftest import CALIB, DEMO_MODEL, EVAL, FRAMES
 

@@ -8,7 +8,7 @@ import pytest
 
 from edgekit.bundle import FORMAT_VERSION, BundleWriter, load_bundle, sha256_file
 from edgekit.errors import BundleError
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 
 SPEC = InputSpec(shape=(1, 4, 4, 1), colour="gray").to_dict()
 

@@ -43,7 +43,7 @@ from edgekit.camera.base import _Counters
 from edgekit.camera.mailbox import FrameMailbox
 from edgekit.errors import BackendUnavailable, CameraError, UsageError
 from edgekit.metrics import fps as metrics_fps
-from edgekit.plugins import resolve
+from edgekit.util.plugins import resolve
 
 FAKES = Path(__file__).parent / "fakes"
 W, H, FPS, N = 160, 120, 30, 60

@@ -26,7 +26,7 @@ def test_version_and_help_import_no_verb_module():
         "for argv in (['--version'], ['--help']):\n"
         "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
         "print('loaded:', sorted(m for m in sys.modules if m.startswith('edgekit.commands')"
-        " or m in ('edgekit.options', 'edgekit.bench', 'edgekit.serve.daemon')))\n"
+        " or m in ('edgekit.options', 'edgekit.bench.runner', 'edgekit.serve.daemon')))\n"
     )
     out = python(code)
     assert out.returncode == 0, out.stderr
@@ -96,7 +96,7 @@ def test_serve_writes_the_example_config(tmp_path, capsys):
 def test_native_stderr_goes_to_the_log(capfd, caplog):
     import logging
 
-    from edgekit.quiet import native_stderr_to_log
+    from edgekit.util.quiet import native_stderr_to_log
 
     log = logging.getLogger("ektest.quiet")  # outside "edgekit": the CLI's handler there is not involved
     with caplog.at_level(logging.DEBUG, logger="ektest.quiet"), native_stderr_to_log(log):

@@ -30,7 +30,7 @@ from real_models import onnx_runtime
 from edgekit.camera import Frame, open_camera
 from edgekit.camera.mailbox import FrameMailbox
 from edgekit.errors import CameraError
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 from edgekit.runtime.fake import FakeRuntime
 from edgekit.serve.config import ServeConfig, override
 from edgekit.serve.daemon import Daemon, RateMeter, sd_notify

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit.detect.dataset import load_detection_set
-from edgekit.detect.evaluate import coco_map
-from edgekit.image import Preprocessor, read_image
+from edgekit.evaluation.dataset import load_detection_set
+from edgekit.evaluation.evaluate import coco_map
+from edgekit.imaging.image import Preprocessor, read_image
 from edgekit.results import make_decoder
 from scripts import detector_data as data
 

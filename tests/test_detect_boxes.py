@@ -1,7 +1,7 @@
 """Boxes found in the model input land on the source frame where the object is.
 
 The check is made with the real preprocessor: a bright rectangle is drawn on a frame, the
-frame is cropped/letterboxed/stretched by :class:`edgekit.image.Preprocessor`, the rectangle
+frame is cropped/letterboxed/stretched by :class:`edgekit.imaging.image.Preprocessor`, the rectangle
 is found again in the model input, and :func:`edgekit.detect.boxes.box_map` must carry that
 box back onto the rectangle drawn.
 """
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from edgekit.detect.boxes import Detection, Detections, box_map, identity_map
-from edgekit.image import InputSpec, Preprocessor
+from edgekit.imaging.image import InputSpec, Preprocessor
 
 
 def _spec(h: int, w: int, **kw) -> InputSpec:

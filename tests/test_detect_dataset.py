@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from edgekit.detect.boxes import Detection, Detections
-from edgekit.detect.dataset import is_detection_set, load_detection_set
-from edgekit.detect.evaluate import agreement_map, coco_map
 from edgekit.errors import CalibrationError, UsageError
-from edgekit.image import read_image
+from edgekit.evaluation.dataset import is_detection_set, load_detection_set
+from edgekit.evaluation.evaluate import agreement_map, coco_map
+from edgekit.imaging.image import read_image
 
 W, H = 120, 100
 

@@ -17,7 +17,7 @@ from edgekit.detect.head import LAYOUTS, OPTIONS, detect_config, detector
 from edgekit.detect.nms import nms
 from edgekit.detect.scores import above, raw_threshold, real
 from edgekit.errors import EdgekitError, ModelError, UsageError
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 from edgekit.results import TASK_HEADS
 
 BLAZEFACE = {"num_layers": 4, "min_scale": 0.1484375, "max_scale": 0.75, "input_size_height": 128,

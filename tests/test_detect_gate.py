@@ -138,7 +138,7 @@ def test_build_detect_gates_on_map(tmp_path, capsys, data):
 def test_the_device_pipeline_scores_the_bundle_as_the_build_did(tmp_path, capsys, data):
     """The same eval set through edgekit bench's accuracy mode (the device's pipeline, the
     bundle's own task_options) gives the build's mAP: the gate measured what the device runs."""
-    from edgekit.accuracy import evaluate
+    from edgekit.bench.accuracy import evaluate
 
     assert build(capsys, data, tmp_path, "--eval", str(data["coco"]))[0] == 0  # task detect by default
     results = evaluate([str(tmp_path / "grid-cpu")], data["coco"], variants="all")
@@ -221,7 +221,7 @@ def test_task_options_name_the_runtime_outputs_when_the_converter_reordered_them
     from edgekit.builders.detect_gate import DetectGate
     from edgekit.builders.source_model import SourceModel, make_outputs
     from edgekit.detect.head import Detector, detect_config
-    from edgekit.image import InputSpec
+    from edgekit.imaging.image import InputSpec
 
     source = SourceModel(Path("two.keras"), "keras", (64, 64, 3), None,
                          outputs=make_outputs(["boxes", "scores"], [(1, 5, 4), (1, 5, 3)]))
@@ -246,7 +246,7 @@ def test_labels_that_are_not_all_the_model_classes_say_so():
     from edgekit.builders.detect_gate import DetectGate
     from edgekit.builders.source_model import SourceModel, make_outputs
     from edgekit.errors import ModelError
-    from edgekit.image import InputSpec
+    from edgekit.imaging.image import InputSpec
 
     source = SourceModel(Path("coco.onnx"), "onnx", (64, 64, 3), None, outputs=make_outputs(["y"], [(1, 84, 8400)]))
     with pytest.raises(ModelError) as e:

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from edgekit.detect.head import detector
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 
 SIDE, CELL, NC = 64, 8, 2
 GRID = SIDE // CELL
@@ -150,7 +150,7 @@ def _open(path, **spec):
 def _input_with_square(runtime, row=ROW, col=COL, channel=0) -> np.ndarray:
     img = np.zeros((SIDE, SIDE, 3), np.uint8)
     img[row * CELL:(row + 1) * CELL, col * CELL:(col + 1) * CELL, channel] = 255
-    from edgekit.image import Preprocessor
+    from edgekit.imaging.image import Preprocessor
 
     return Preprocessor(runtime.input_spec)(img[..., ::-1].copy())  # frames are BGR
 
@@ -200,7 +200,7 @@ def test_the_op_and_the_ssd_decoder_agree_on_every_box(models):
     results = {}
     for kind, options in (("postprocess", {}), ("ssd", {"ssd_anchors": SSD_ANCHORS})):
         with _open(models[(kind, False)]) as runtime:
-            from edgekit.image import Preprocessor
+            from edgekit.imaging.image import Preprocessor
 
             tensor = Preprocessor(runtime.input_spec)(img)
             results[kind] = detector(["red", "blue"], runtime, **options)(runtime.infer(tensor))

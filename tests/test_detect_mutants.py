@@ -22,7 +22,7 @@ from edgekit.detect.head import DetectConfig, detector
 from edgekit.detect.nms import nms
 from edgekit.detect.scores import real
 from edgekit.errors import BackendUnavailable
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 
 
 def _config(num_classes=2, **kw) -> DetectConfig:

@@ -165,7 +165,7 @@ def test_the_detect_head_finds_the_same_with_either_backend(monkeypatch, options
 
 def test_the_demo_detectors_outputs_decode_the_same(monkeypatch):
     pytest.importorskip("onnxruntime")
-    from edgekit.image import Preprocessor, read_image
+    from edgekit.imaging.image import Preprocessor, read_image
     from scripts.train_detector import onnx_runtime
 
     labels = (ROOT / "models" / "detector.labels.txt").read_text().split()

@@ -18,10 +18,10 @@ from detect_outputs import Outputs
 
 from edgekit.builders.detect_gate import DetectGate, detect_result
 from edgekit.detect.boxes import Detection, Detections
-from edgekit.detect.evaluate import keypoint_error
 from edgekit.detect.head import detector
 from edgekit.errors import EdgekitError, ModelError, UsageError
-from edgekit.image import InputSpec
+from edgekit.evaluation.evaluate import keypoint_error
+from edgekit.imaging.image import InputSpec
 from tests.conftest import real_model_file
 
 SPEC = InputSpec.from_dict({"shape": [1, 128, 128, 3], "dtype": "float32"})
@@ -207,7 +207,7 @@ def test_json_has_keypoints_only_for_detections_that_have_them():
 
 def test_overlay_draws_keypoints_as_dots():
     pytest.importorskip("cv2")
-    from edgekit.overlay import colour_for, draw
+    from edgekit.outputs.overlay import colour_for, draw
 
     frame = np.zeros((120, 160, 3), np.uint8)
     found = Detections((Detection(3, "face", 0.9, (20.0, 20.0, 140.0, 100.0), ((50.0, 60.0), (90.0, 40.0))),),
@@ -320,7 +320,7 @@ def test_real_blazeface_finds_the_astronauts_face_and_its_landmarks():
     pytest.importorskip("skimage")
     from skimage import data
 
-    from edgekit.image import Preprocessor
+    from edgekit.imaging.image import Preprocessor
     from edgekit.runtime import open_runtime
 
     frame = data.astronaut()[:, :, ::-1].copy()  # BGR, as cameras give frames

@@ -6,19 +6,18 @@ import cv2
 import numpy as np
 import pytest
 
-from edgekit.image import (
+from edgekit.imaging.image import (
     ImageReadError,
     InputSpec,
     InputSpecError,
     Preprocessor,
     convert_colour,
     crop_center,
-    crop_window,
-    letterbox_window,
     pixel_lut,
     read_image,
     resize,
 )
+from edgekit.imaging.imgops import crop_window, letterbox_window
 
 
 def test_center_crop_matches_seed_window():
@@ -118,7 +117,7 @@ def test_fast_lookup_equals_per_channel_table(spec):
     np.testing.assert_array_equal(out[0], expected)
 
 
-# --- without OpenCV: numpy resize/colour (edgekit.imgops) and Pillow decoding ------------------------------------
+# --- without OpenCV: numpy resize/colour (edgekit.imaging.imgops) and Pillow decoding ---------------------------------
 
 SIZES = [((200, 200), (32, 32)), ((360, 640), (224, 224)), ((360, 640), (96, 128)), ((28, 28), (32, 32)),
          ((7, 9), (32, 32)), ((64, 48), (32, 32))]
@@ -127,7 +126,7 @@ SIZES = [((200, 200), (32, 32)), ((360, 640), (224, 224)), ((360, 640), (96, 128
 @pytest.mark.parametrize(("src", "dst"), SIZES)
 @pytest.mark.parametrize("interpolation", ["area", "linear", "nearest"])
 def test_numpy_resize_follows_opencv(src, dst, interpolation):
-    from edgekit import imgops
+    from edgekit.imaging import imgops
 
     rng = np.random.default_rng(0)
     codes = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR, "nearest": cv2.INTER_NEAREST}
@@ -139,7 +138,7 @@ def test_numpy_resize_follows_opencv(src, dst, interpolation):
 
 
 def test_numpy_gray_and_channel_order_are_identical_to_opencv():
-    from edgekit import imgops
+    from edgekit.imaging import imgops
 
     bgr = np.random.default_rng(1).integers(0, 256, (97, 131, 3), dtype=np.uint8)
     bgra = np.dstack([bgr, np.full(bgr.shape[:2], 7, np.uint8)])
@@ -153,10 +152,10 @@ def test_numpy_gray_and_channel_order_are_identical_to_opencv():
 
 @pytest.fixture
 def no_opencv(monkeypatch):
-    """edgekit.image as on a device without OpenCV (the lookup is cached, so patch its user)."""
-    import edgekit.image
+    """edgekit.imaging.image as on a device without OpenCV (the lookup is cached, so patch its user)."""
+    import edgekit.imaging.image
 
-    monkeypatch.setattr(edgekit.image, "optional_cv2", lambda: None)
+    monkeypatch.setattr(edgekit.imaging.image, "optional_cv2", lambda: None)
 
 
 def _specs():
@@ -167,12 +166,12 @@ def _specs():
 
 def test_preprocessing_without_opencv_gives_the_same_tensors(monkeypatch):
     # A model calibrated on a host with OpenCV must see the same tensors on a device without it.
-    import edgekit.image
+    import edgekit.imaging.image
     from edgekit.camera import synthetic_frame
 
     frames = [synthetic_frame(i, 640, 360) for i in (0, 17)]
     full = {k: [Preprocessor(spec)(f) for f in frames] for k, spec in enumerate(_specs())}
-    monkeypatch.setattr(edgekit.image, "optional_cv2", lambda: None)
+    monkeypatch.setattr(edgekit.imaging.image, "optional_cv2", lambda: None)
     for k, spec in enumerate(_specs()):
         for a, b in zip((Preprocessor(spec)(f) for f in frames), full[k]):
             assert a.shape == b.shape and a.dtype == b.dtype
@@ -345,10 +344,10 @@ def test_letterbox_places_the_image_in_its_window_on_black(no_cv2_too):
 @pytest.fixture(params=["opencv", "numpy"])
 def no_cv2_too(request, monkeypatch):
     """Run a test with OpenCV, then again as on a device without it."""
-    import edgekit.image
+    import edgekit.imaging.image
 
     if request.param == "numpy":
-        monkeypatch.setattr(edgekit.image, "optional_cv2", lambda: None)
+        monkeypatch.setattr(edgekit.imaging.image, "optional_cv2", lambda: None)
     return request.param
 
 
@@ -533,7 +532,7 @@ def test_a_one_channel_model_gets_gray_whatever_its_colour_says(no_cv2_too):
 
 
 def test_preprocess_is_the_one_off_preprocessor():
-    from edgekit.image import preprocess
+    from edgekit.imaging.image import preprocess
 
     frame = np.random.default_rng(11).integers(0, 256, (30, 40, 3), dtype=np.uint8)
     spec = InputSpec(shape=(1, 8, 8, 3), dtype="int8", scale=0.5, zero_point=-3)
@@ -562,7 +561,7 @@ def test_a_palette_is_gray_only_when_every_entry_is(tmp_path, no_opencv):
         assert read_image(tmp_path / f"{name}.png").tolist() == [[list(colour[::-1])] * 2], name
 
 
-# --- area shrink block by block (edgekit.imgops.area_shrink): OpenCV's INTER_AREA numbers, sooner ----------------
+# --- area shrink block by block (edgekit.imaging.imgops.area_shrink): OpenCV's INTER_AREA numbers, sooner -------------
 
 def photo_gray() -> np.ndarray:
     from skimage import data
@@ -581,7 +580,7 @@ def photo_gray() -> np.ndarray:
     ((32, 32), (64, 64), False),     # growing is not a shrink
 ])
 def test_area_shrink_gives_opencvs_numbers_where_the_preprocessor_uses_it(src, dst, used):
-    from edgekit import imgops
+    from edgekit.imaging import imgops
 
     assert imgops.area_shrink_matches_opencv(src, dst) is used
     if dst[0] > src[0]:
@@ -606,13 +605,14 @@ def test_area_shrink_gives_opencvs_numbers_where_the_preprocessor_uses_it(src, d
 def test_preprocessor_takes_the_block_path_and_keeps_opencvs_tensor(monkeypatch):
     from skimage import data
 
-    from edgekit import image, imgops
+    from edgekit.imaging import imgops
 
     frame = cv2.resize(cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR), (640, 360), interpolation=cv2.INTER_AREA)
     spec = InputSpec(shape=(1, 32, 32, 1), colour="gray", crop=(200, 200), dtype="uint8", scale=1 / 255,
                      zero_point=0)
     calls = []
-    monkeypatch.setattr(image, "area_shrink", lambda *a: calls.append(a[1:]) or imgops.area_shrink(*a))
+    shrink = imgops.area_shrink
+    monkeypatch.setattr(imgops, "area_shrink", lambda *a: calls.append(a[1:]) or shrink(*a))
     out = Preprocessor(spec)(frame)
     gray = cv2.cvtColor(frame[80:280, 220:420], cv2.COLOR_BGR2GRAY)
     np.testing.assert_array_equal(out[0, :, :, 0], cv2.resize(gray, (32, 32), interpolation=cv2.INTER_AREA))

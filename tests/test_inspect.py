@@ -14,7 +14,7 @@ import pytest
 
 from edgekit.bundle import BundleWriter
 from edgekit.cli import main as cli
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 from edgekit.runtime.litert import LiteRTRuntime
 
 FAKE = Path(__file__).parent / "fixtures" / "edgetpu" / "edgetpu_compiler"

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from edgekit import machine
+from edgekit.bench import machine
 from edgekit.metrics import LatencyRecorder, PipelineMetrics, StageClock, fps, machine_context, summarize
 
 

@@ -16,7 +16,7 @@ import pytest
 from test_trt_engine import SHAPE, tiny_fixture  # noqa: F401 - fixture
 
 from edgekit.errors import BackendUnavailable, ModelError
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 from edgekit.runtime import Runtime
 from edgekit.runtime.onnxrt import OnnxRuntime
 from edgekit.runtime.onnxrt_gpu import (
@@ -148,7 +148,7 @@ def test_fp16_onnx_on_cuda_agrees_with_cpu_and_the_original_model(tmp_path):
 
     from edgekit.builders.build import build
     from edgekit.bundle import load_bundle
-    from edgekit.image import Preprocessor, read_image
+    from edgekit.imaging.image import Preprocessor, read_image
 
     (result,) = build(DEMO_MODEL, "jetson", [CALIB], out=tmp_path, quiet=True)
     bundle = load_bundle(result.bundle)

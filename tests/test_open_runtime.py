@@ -82,8 +82,8 @@ def test_bench_and_run_refuse_bad_numbers_and_paths(demo_bundles, capsys, argv, 
 
 
 def test_backend_table_rows_name_importable_adapters_and_formats():
-    from edgekit.plugins import resolve
     from edgekit.runtime import BACKENDS
+    from edgekit.util.plugins import resolve
 
     assert list(BACKENDS) == ["litert", "onnxruntime", "onnxruntime-cuda", "onnxruntime-trt", "tensorrt"]
     for name, row in BACKENDS.items():

@@ -1,4 +1,4 @@
-"""edgekit.overlay: boxes and labels land where the detections are, in the class colour; a
+"""edgekit.outputs.overlay: boxes and labels land where the detections are, in the class colour; a
 classifier gets a banner; the frame given is never changed."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from edgekit.detect.boxes import Detection, Detections
-from edgekit.overlay import colour_for, draw
+from edgekit.outputs.overlay import colour_for, draw
 from edgekit.results import Classification, Prediction
 
 
@@ -111,7 +111,7 @@ def test_the_face_image_is_drawn_at_screen_size_with_the_boxes_where_they_were()
 
 
 def test_labels_of_overlapping_boxes_never_cover_each_other():
-    from edgekit.overlay import place_tabs
+    from edgekit.outputs.overlay import place_tabs
 
     boxes = [(100 + 4 * i, 100 + 3 * i, 300, 300) for i in range(8)]  # eight boxes, corners piled up
     tabs = place_tabs(boxes, [(90, 16)] * 8, (480, 640))

@@ -11,7 +11,7 @@ from real_models import onnx_runtime
 
 from edgekit.camera import Frame, open_camera
 from edgekit.errors import CameraError, ModelError
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 from edgekit.model import open_model, split_model_spec
 from edgekit.pipeline import Pipeline, is_valid_frame
 from edgekit.runtime.fake import FakeRuntime

@@ -16,11 +16,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgekit.cli import main as cli
-from edgekit.embedded import read_embedded, read_onnx_metadata
-from edgekit.embedded_tflite import read_tflite_metadata
 from edgekit.errors import ModelError, UsageError
-from edgekit.image import InputSpec, Preprocessor
+from edgekit.imaging.image import InputSpec, Preprocessor
 from edgekit.model import open_model
+from edgekit.modelinfo.embedded import read_embedded, read_onnx_metadata
+from edgekit.modelinfo.tflite_metadata import read_tflite_metadata
 
 NAMES = "{0: 'person', 1: 'bicycle'}"
 

@@ -16,7 +16,7 @@ from real_models import onnx_runtime
 from test_daemon_mqtt_prometheus import MOSQUITTO, Broker, Subscriber, free_port, make_config, running, wait_until
 
 from edgekit.camera import Frame, open_camera
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 from edgekit.serve.daemon import Daemon
 from edgekit.serve.events import PublishPolicy
 from edgekit.serve.mqtt import MqttOptions, MqttPublisher

@@ -1,4 +1,4 @@
-"""edgekit/quiet.py: native chatter on fd 2 is caught and logged; our own log lines, from any
+"""edgekit/util/quiet.py: native chatter on fd 2 is caught and logged; our own log lines, from any
 thread, are never caught and re-labelled."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import textwrap
 
 SCRIPT = textwrap.dedent("""
     import logging, os, sys, threading, time
-    from edgekit.quiet import native_stderr_to_log
+    from edgekit.util.quiet import native_stderr_to_log
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     log = logging.getLogger("edgekit.serve")
@@ -43,7 +43,7 @@ def test_another_threads_log_line_is_not_caught_while_native_stderr_is_redirecte
 def test_converter_chatter_goes_to_debug_and_errors_stay_warnings():
     import logging
 
-    from edgekit.quiet import converter_level
+    from edgekit.util.quiet import converter_level
 
     assert converter_level("fully_quantize: 0, inference_type: 6, input_inference_type: UINT8") == logging.DEBUG
     assert converter_level("W0000 00:00:1700000000.0 123 tf_tfl_flatbuffer_helpers.cc:365] Ignored output_format.") \
@@ -56,7 +56,7 @@ def test_converter_chatter_goes_to_debug_and_errors_stay_warnings():
 def test_a_python_write_inside_the_block_still_reaches_the_screen():
     script = textwrap.dedent("""
         import logging, os, sys
-        from edgekit.quiet import converter_level, native_stderr_to_log
+        from edgekit.util.quiet import converter_level, native_stderr_to_log
         with native_stderr_to_log(logging.getLogger("x"), converter_level):
             print("progress 50%", file=sys.stderr)
             os.write(2, b"fully_quantize: 0\\n")

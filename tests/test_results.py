@@ -10,7 +10,7 @@ from real_models import onnx_runtime
 
 from edgekit.camera import Frame
 from edgekit.errors import BackendUnavailable, UsageError
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 from edgekit.pipeline import Pipeline
 from edgekit.results import (
     TASK_HEADS,
@@ -250,7 +250,7 @@ def test_io_dtype_int8_model_decodes_through_its_zero_point(int8_io_bundle):
     """A real int8-in/int8-out model: the output zero point is not 0, and the decoded scores match Keras's."""
     import keras
 
-    from edgekit.image import Preprocessor, read_image
+    from edgekit.imaging.image import Preprocessor, read_image
     from edgekit.model import open_model
     from tests.conftest import DEMO_MODEL, EVAL
 

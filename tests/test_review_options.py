@@ -9,7 +9,7 @@ from real_models import onnx_runtime
 
 from edgekit.detect.head import choose_layout
 from edgekit.errors import UsageError
-from edgekit.image import InputSpec, InputSpecError
+from edgekit.imaging.image import InputSpec, InputSpecError
 from edgekit.results import Decoder, classifier
 
 SPEC = InputSpec(shape=(1, 8, 8, 1), colour="gray")

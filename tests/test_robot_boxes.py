@@ -13,7 +13,7 @@ import pytest
 from detector_model import detector_bundle, scene
 
 from edgekit.model import open_model
-from edgekit.overlay import colour_for
+from edgekit.outputs.overlay import colour_for
 from robot.openset import Debouncer
 from robot.signs import main
 

@@ -18,7 +18,7 @@ from real_models import Hooked, onnx_runtime
 
 from edgekit.bundle import BundleWriter, load_bundle
 from edgekit.errors import UsageError
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 from robot.openset import Gate, fit_margin
 from robot.signs import Debouncer, background_index, main, run_demo
 

@@ -310,7 +310,7 @@ def test_malformed_camera_option_is_a_usage_error(bundle, capsys):
 
 
 def test_litert_banner_only_with_debug_logging(bundle):
-    # LiteRT prints its XNNPACK banner from C++ on fd 2: captured into the DEBUG log (edgekit.quiet).
+    # LiteRT prints its XNNPACK banner from C++ on fd 2: captured into the DEBUG log (edgekit.util.quiet).
     args = [sys.executable, "-m", "edgekit.cli", "run", str(bundle), "--camera", "synthetic", "--max-frames", "1"]
     quiet = subprocess.run(args, capture_output=True, text=True, timeout=60)
     loud = subprocess.run([*args, "-vv"], capture_output=True, text=True, timeout=60)

@@ -235,7 +235,7 @@ def test_without_pyav_an_mp4_is_mpeg4_part_2_and_the_run_says_browsers_will_not_
         bundle, frames, tmp_path, capsys, monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "av", None)  # import av fails: a lean install
     video = tmp_path / "boxes.mp4"
-    with caplog.at_level(logging.WARNING, logger="edgekit.recording"):
+    with caplog.at_level(logging.WARNING, logger="edgekit.outputs.recording"):
         assert cli(["run", str(bundle), "--camera", f"folder:{frames}", "--save", str(video), "--warmup", "0"]) == 0
     said = "MPEG-4 Part 2, which browsers do not play (pip install 'edgekit-vision[video]'"
     assert any(said in r.getMessage() for r in caplog.records)
@@ -248,7 +248,7 @@ def test_without_pyav_an_mp4_is_mpeg4_part_2_and_the_run_says_browsers_will_not_
 
 def test_an_odd_sized_frame_is_padded_for_h264(tmp_path):
     pytest.importorskip("av")
-    from edgekit.recording import open_recording
+    from edgekit.outputs.recording import open_recording
 
     rec = open_recording(tmp_path / "odd.mp4", fps=10)
     for i in range(12):

@@ -12,7 +12,7 @@ import tflite_models
 
 from edgekit.bundle import BundleWriter
 from edgekit.errors import BackendUnavailable, BundleError, ModelError
-from edgekit.image import InputSpec, Preprocessor
+from edgekit.imaging.image import InputSpec, Preprocessor
 from edgekit.runtime import BACKENDS, Runtime, open_runtime
 from edgekit.runtime import litert as litert_mod
 from edgekit.runtime.litert import LiteRTRuntime, edgetpu_device_string, is_edgetpu_compiled
@@ -383,7 +383,7 @@ def test_tensorrt_device_must_be_a_cuda_index(tmp_path, models):
 def test_declared_options_are_the_constructor_keywords(adapter):
     import inspect
 
-    from edgekit.plugins import resolve
+    from edgekit.util.plugins import resolve
 
     cls = resolve(adapter)
     params = list(inspect.signature(cls).parameters.values())[2:]  # after the model (or fn) and input_spec
@@ -395,8 +395,8 @@ def test_declared_options_are_the_constructor_keywords(adapter):
 
 def test_backend_defaults_fit_their_adapters():
     from edgekit.errors import UsageError
-    from edgekit.plugins import resolve
     from edgekit.runtime import check_options
+    from edgekit.util.plugins import resolve
 
     for row in BACKENDS.values():
         check_options(resolve(row.adapter), row.defaults, UsageError)

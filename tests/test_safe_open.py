@@ -1,4 +1,4 @@
-"""edgekit.safe_open: regular files only, never a hang on a FIFO, never through a link when asked."""
+"""edgekit.util.safe_open: regular files only, never a hang on a FIFO, never through a link when asked."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from edgekit.safe_open import NotARegularFile, check_regular, open_regular, read_regular
+from edgekit.util.safe_open import NotARegularFile, check_regular, open_regular, read_regular
 
 
 def test_a_regular_file_reads_in_blocking_mode(tmp_path):

@@ -14,7 +14,7 @@ from test_trt_engine import SHAPE, calls, fake_gpu_fixture, tiny_fixture  # noqa
 
 from edgekit.bundle import load_bundle
 from edgekit.errors import BackendUnavailable, ModelError
-from edgekit.image import InputSpec, Preprocessor, read_image
+from edgekit.imaging.image import InputSpec, Preprocessor, read_image
 from edgekit.runtime import Runtime
 from edgekit.runtime.onnxrt import OnnxRuntime
 from edgekit.runtime.tensorrt import TensorRTRuntime

@@ -236,7 +236,7 @@ def test_an_original_model_near_chance_on_the_eval_set_is_warned_about():
     """A PyTorch model fed [0, 1] pixels instead of ImageNet-normalised ones scores near chance,
     and the converted model just as badly: the ratio gate passes. The build now says so."""
     from edgekit.builders.verify import weak_original_warning
-    from edgekit.image import InputSpec
+    from edgekit.imaging.image import InputSpec
 
     spec = InputSpec(shape=(1, 3, 8, 8), layout="NCHW", colour="rgb", mean=(0.0,) * 3, std=(255.0,) * 3)
     labels = np.repeat(np.arange(4), 10)

@@ -19,7 +19,7 @@ import cv2
 import numpy as np
 import pytest
 
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 from edgekit.vector.connection import VectorError
 from edgekit.vector.fake import FakeVector
 

@@ -289,7 +289,7 @@ def photo_frame() -> np.ndarray:
 
 
 def spec(size: int, channels: int = 1):
-    from edgekit.image import InputSpec
+    from edgekit.imaging.image import InputSpec
 
     return InputSpec(shape=(1, size, size, channels), colour="gray" if channels == 1 else "rgb", crop=(200, 200))
 
@@ -302,7 +302,7 @@ def test_model_window_from_the_jpeg_gives_the_tensor_of_the_full_frame(size, cha
     import cv2
     from PIL import Image
 
-    from edgekit.image import Preprocessor
+    from edgekit.imaging.image import Preprocessor
     from edgekit.vector.window import model_window
 
     frame = photo_frame()
@@ -342,15 +342,15 @@ def test_model_window_without_opencv_is_pillows_and_the_same_tensor(channels, mo
     import cv2
     from PIL import Image
 
-    import edgekit.image
+    import edgekit.imaging.image
     import edgekit.vector.window as window
-    from edgekit.image import Preprocessor
+    from edgekit.imaging.image import Preprocessor
 
     frame = photo_frame()
     jpeg = cv2.imencode(".jpg", frame, [cv2.IMWRITE_JPEG_QUALITY, 90])[1].tobytes()
     with_cv2 = window.model_window(Image.open(io.BytesIO(jpeg)), spec(32, channels))
     monkeypatch.setattr(window, "optional_cv2", lambda: None)
-    monkeypatch.setattr(edgekit.image, "optional_cv2", lambda: None)
+    monkeypatch.setattr(edgekit.imaging.image, "optional_cv2", lambda: None)
     lazy = Image.open(io.BytesIO(jpeg))
     got = window.model_window(lazy, spec(32, channels))
     assert got.shape == with_cv2.shape and got.flags.writeable and got.flags.c_contiguous

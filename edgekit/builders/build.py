@@ -36,7 +36,7 @@ from edgekit.errors import (
     TargetError,
     UsageError,
 )
-from edgekit.image import InputSpec, Preprocessor
+from edgekit.imaging.image import InputSpec, Preprocessor
 from edgekit.target import Target, load_target, merge_options
 
 __all__ = ["BuildRequest", "TargetBuild", "build", "execute", "read_sidecars"]
@@ -209,10 +209,10 @@ def _disk_full_is_one_line(out: Path) -> Iterator[None]:
 
 def _declared(request: BuildRequest, log: BuildLog) -> tuple[str | None, tuple[int, int] | None]:
     """The task and the input size the model file declares about itself (an Ultralytics ONNX
-    export's ``task`` and ``imgsz``; edgekit/embedded.py), where the request gives neither. The
+    export's ``task`` and ``imgsz``; edgekit/modelinfo/embedded.py), where the request gives neither. The
     size is used only for an input whose height/width the graph leaves open."""
-    from edgekit.embedded import read_embedded
     from edgekit.errors import EdgekitError
+    from edgekit.modelinfo.embedded import read_embedded
 
     if not request.model.is_file():
         return None, request.input_size
@@ -242,7 +242,7 @@ def choose_task(task: str | None, source: SourceModel, eval_dir: Path | None = N
     class folders, else the first (torchvision's auxiliary heads come after the main one). A
     detector's layout is checked once its labels are known (:class:`~edgekit.builders.detect_gate.DetectGate`).
     """
-    from edgekit.detect.dataset import is_detection_set
+    from edgekit.evaluation.dataset import is_detection_set
 
     flat = [i for i, o in enumerate(source.outputs) if _is_vector(o.shape)]
     if task is None and eval_dir is not None and is_detection_set(eval_dir):
@@ -316,7 +316,7 @@ def _check_variants(target: Target, request: BuildRequest) -> None:
     """
     import sys
 
-    from edgekit.plugins import resolve
+    from edgekit.util.plugins import resolve
 
     builder = resolve(target.builder, target.build_hint)
     options = target.build_options(request.builder_overrides())

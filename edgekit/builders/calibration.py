@@ -1,4 +1,4 @@
-"""Calibration and evaluation images, preprocessed by the device's own code (edgekit.image).
+"""Calibration and evaluation images, preprocessed by the device's own code (edgekit.imaging.image).
 
 int8 calibration must cover what the camera will really send: a model calibrated only on
 clean in-distribution images can disagree with the float model on every real frame. So
@@ -18,7 +18,7 @@ import numpy as np
 from edgekit.builders.log import BuildLog, progress
 from edgekit.builders.spool import Spool
 from edgekit.errors import CalibrationError
-from edgekit.image import IMAGE_SUFFIXES, ImageReadError, Preprocessor, read_image
+from edgekit.imaging.image import IMAGE_SUFFIXES, ImageReadError, Preprocessor, read_image
 
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v")
 MIN_RECOMMENDED = 300

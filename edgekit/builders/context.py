@@ -25,7 +25,7 @@ from edgekit.builders.openset import background_of, fit_variant
 from edgekit.builders.source import SourceModel
 from edgekit.builders.spool import Spool, chunk_size
 from edgekit.builders.verify import Comparison, weak_original_warning
-from edgekit.image import InputSpec, Preprocessor
+from edgekit.imaging.image import InputSpec, Preprocessor
 from edgekit.target import Target
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from edgekit.camera.base import parse_size
 from edgekit.errors import CameraError, EdgekitError, UsageError
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 
 # Request fields a target's [build] table may also set; a value given in the request wins.
 BUILDER_OPTIONS = ("variants", "io_dtype", "compiler", "min_runtime_version", "min_tpu_ops", "strict_tpu_ops")

@@ -3,10 +3,10 @@
 The original model's outputs and every converted variant's are decoded by the same detect
 head (:class:`edgekit.detect.head.Detector`, the layout chosen once from the original's
 output shapes), boxes mapped to each eval image's own pixels, and scored with pycocotools
-(:func:`edgekit.detect.evaluate.coco_map`) against the annotations. A variant fails when its
+(:func:`edgekit.evaluation.evaluate.coco_map`) against the annotations. A variant fails when its
 mAP@[.5:.95] is below ``--min-map-ratio`` x the original's. Without an eval set the held-back
 calibration images are scored with the original's own detections as ground truth
-(:func:`~edgekit.detect.evaluate.agreement_map`): reported, not gated.
+(:func:`~edgekit.evaluation.evaluate.agreement_map`): reported, not gated.
 
 For mAP the head keeps every box scoring :data:`EVAL_OPTIONS` ``score_threshold`` or more, up
 to COCO's 100 per image (as mAP is measured everywhere: a high threshold cuts the
@@ -28,13 +28,13 @@ from edgekit.builders.calibration import ImageSet
 from edgekit.builders.log import BuildLog, progress
 from edgekit.builders.spool import Spool
 from edgekit.detect.boxes import Detections
-from edgekit.detect.dataset import DetectionSet, load_detection_set
-from edgekit.detect.evaluate import MAP_HEAD_OPTIONS
 from edgekit.errors import CalibrationError, ModelError, UsageError
-from edgekit.image import ImageReadError, InputSpec, Preprocessor, read_image
+from edgekit.evaluation.dataset import DetectionSet, load_detection_set
+from edgekit.evaluation.evaluate import MAP_HEAD_OPTIONS
+from edgekit.imaging.image import ImageReadError, InputSpec, Preprocessor, read_image
 
 EVAL_OPTIONS = MAP_HEAD_OPTIONS
-"""Head options for scoring mAP (:data:`edgekit.detect.evaluate.MAP_HEAD_OPTIONS`)."""
+"""Head options for scoring mAP (:data:`edgekit.evaluation.evaluate.MAP_HEAD_OPTIONS`)."""
 
 AGREEMENT_MIN_SCORE = 0.25
 """Without an eval set: the original's detections at or above this score are the ground truth
@@ -113,7 +113,7 @@ def as_reference(reference: np.ndarray, converted: np.ndarray) -> np.ndarray:
 
 def _source_roles(layout: str, shapes: list[tuple[int, ...]], config: Any) -> tuple[int, ...] | None:
     """Which of the original's outputs plays each part of the layout (boxes, scores, ...)."""
-    from edgekit.plugins import resolve
+    from edgekit.util.plugins import resolve
 
     if layout.startswith("yolo"):
         return (0,)
@@ -181,7 +181,7 @@ class DetectGate:
     def score(self, dataset: str, found: list[Detections]) -> dict | None:
         """mAP figures of ``found`` (one per image, in order): on the eval set against the
         annotations, on the held-back images against the original's detections."""
-        from edgekit.detect.evaluate import agreement_map, coco_map
+        from edgekit.evaluation.evaluate import agreement_map, coco_map
 
         if dataset == "eval" and self.evaluation is not None:
             return coco_map(self.evaluation.dataset, dict(zip(self.evaluation.ids, found)))
@@ -226,8 +226,8 @@ def detect_result(gate: DetectGate, dataset: str, found: list[Detections], min_r
     original / converted / ratio (and mAP@.5, per class) and the gate; on the held-back images
     the mAP against the original's detections (``agreement``), not gated. With keypoints, also
     ``keypoints``: their error against the original's on the same images
-    (:func:`edgekit.detect.evaluate.keypoint_error`), reported, not gated."""
-    from edgekit.detect.evaluate import keypoint_error
+    (:func:`edgekit.evaluation.evaluate.keypoint_error`), reported, not gated."""
+    from edgekit.evaluation.evaluate import keypoint_error
 
     res = _map_result(gate, dataset, found, min_ratio)
     keypoints = keypoint_error(gate.reference.get(dataset, []), found, AGREEMENT_MIN_SCORE)

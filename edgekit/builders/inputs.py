@@ -2,7 +2,7 @@
 
 They come from what the user gives, then files saved beside the model (``<stem>.preprocess.json``,
 ``<stem>.labels.txt``, as ``robot.train`` writes them), then what the model file declares
-(Ultralytics ONNX metadata, TFLite metadata): the one rule of :mod:`edgekit.preprocessing`, which
+(Ultralytics ONNX metadata, TFLite metadata): the one rule of :mod:`edgekit.modelinfo.preprocessing`, which
 ``run`` and ``bench`` use too. Preprocessing that cannot fit the model's input is refused before
 any work is done.
 """
@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.builders.source import SourceModel
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 from edgekit.model import read_labels
-from edgekit.preprocessing import PREPROCESS_KEYS, check_preprocess, fit_resize, preprocessing, resolve
+from edgekit.modelinfo.preprocessing import PREPROCESS_KEYS, check_preprocess, fit_resize, preprocessing, resolve
 
 __all__ = ["PREPROCESS_KEYS", "check_preprocess", "explicit_labels", "float_input_spec", "preprocessing",
            "read_sidecars"]
@@ -23,7 +23,7 @@ __all__ = ["PREPROCESS_KEYS", "check_preprocess", "explicit_labels", "float_inpu
 
 def read_sidecars(model_path: Path) -> tuple[list[str] | None, dict]:
     """Labels and preprocessing known before the flags: ``<stem>.labels.txt`` / ``<stem>.preprocess.json``
-    beside the model, over what the model file declares (:func:`edgekit.preprocessing.resolve`)."""
+    beside the model, over what the model file declares (:func:`edgekit.modelinfo.preprocessing.resolve`)."""
     resolved = resolve(model_path)
     return resolved.labels, resolved.given
 

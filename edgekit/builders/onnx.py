@@ -165,7 +165,7 @@ def _verified(ctx: BuildContext, variant: str, path: Path, seconds: float, names
     ``names``: the ONNX output names of the source's outputs, in the source's order.
     """
     from edgekit.builders.verify import OnnxRunner
-    from edgekit.image import InputSpec
+    from edgekit.imaging.image import InputSpec
     from edgekit.runtime.onnxrt import OnnxRuntime
 
     original = dict(zip(names, ctx.source.output_names))

@@ -23,8 +23,8 @@ from edgekit.builders.openset import manifest_entry as openset_entry
 from edgekit.builders.resources import peak_rss
 from edgekit.bundle import BundleWriter, sha256_file
 from edgekit.errors import EdgekitError, UsageError
-from edgekit.plugins import resolve
 from edgekit.target import Target, merge_options
+from edgekit.util.plugins import resolve
 
 
 def build_target(ctx: BuildContext, target: Target, t_start: float) -> TargetBuild:

@@ -20,7 +20,7 @@ from edgekit.builders.contract import BuilderOutput, BuiltModel, task_extra
 from edgekit.builders.log import progress
 from edgekit.builders.tflite_quantize import NATIVE_LOG, converter_error
 from edgekit.errors import ModelError
-from edgekit.quiet import converter_level, native_stderr_to_log
+from edgekit.util.quiet import converter_level, native_stderr_to_log
 
 if TYPE_CHECKING:
     from edgekit.builders.context import BuildContext

@@ -14,7 +14,7 @@ import numpy as np
 
 from edgekit.builders.tflite_edit import FLOAT32, _constant, _indices, _schema, float32_weights, read
 from edgekit.errors import ModelError
-from edgekit.quiet import converter_level, native_stderr_to_log
+from edgekit.util.quiet import converter_level, native_stderr_to_log
 
 NATIVE_LOG = logging.getLogger("edgekit.builders.native")
 """TensorFlow's converter and quantiser write to fd 2 from C++; their lines go here (DEBUG: -vv)."""

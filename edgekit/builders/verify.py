@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.errors import ModelError
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 from edgekit.results import dequantize
 
 

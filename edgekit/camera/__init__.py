@@ -46,7 +46,7 @@ from edgekit.camera.picamera import PICAMERA2_INSTALL_HINT, PICAMERA2_TO_BGR, Pi
 from edgekit.camera.synthetic import SYNTHETIC_FPS, SYNTHETIC_SPEC, SyntheticSource, synthetic_frame
 from edgekit.camera.table import MAX_FPS, MIN_FPS, CameraOptionError, Option, Scheme, check_options
 from edgekit.errors import CameraError
-from edgekit.plugins import resolve
+from edgekit.util.plugins import resolve
 
 _TIMEOUTS = (
     Option("timeout_s", "float", DEFAULT_TIMEOUT_S, gt=0, help="no new frame for this long: the camera stopped"),

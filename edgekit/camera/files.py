@@ -18,7 +18,7 @@ import numpy as np
 
 from edgekit.camera.base import Frame, _SourceBase
 from edgekit.errors import CameraError
-from edgekit.image import IMAGE_SUFFIXES, ImageReadError, read_image, require_image_decoder
+from edgekit.imaging.image import IMAGE_SUFFIXES, ImageReadError, read_image, require_image_decoder
 
 VIDEO_SUFFIXES = (
     ".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".mjpeg", ".mjpg",
@@ -168,7 +168,7 @@ class _VideoFileReader:
     MAX_FAILURES = 3  # consecutive failed reads before a shortened (truncated) file counts as ended
 
     def __init__(self, path: Path):
-        from edgekit.quiet import import_cv2
+        from edgekit.util.quiet import import_cv2
 
         self.path = path
         self._cv2 = cv2 = import_cv2(f"reading the video {path.name}")
@@ -182,7 +182,7 @@ class _VideoFileReader:
     def _open(self) -> Any:
         import logging
 
-        from edgekit.quiet import native_stderr_to_log
+        from edgekit.util.quiet import native_stderr_to_log
 
         cv2 = self._cv2
         # FFmpeg prints "[mov,mp4,...] moov atom not found" to fd 2 beside our own one-line error

@@ -3,7 +3,7 @@ read by a grabber thread that keeps only the newest frame.
 
 OpenCV is an extra: it is imported when such a source is opened, not with this module
 (``edgekit.camera`` imports it to list the schemes), and its own warnings are kept quiet
-(:func:`edgekit.quiet.import_cv2`).
+(:func:`edgekit.util.quiet.import_cv2`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from edgekit.camera.base import (
     redact_uri,
 )
 from edgekit.errors import CameraError, first_line
-from edgekit.quiet import import_cv2
+from edgekit.util.quiet import import_cv2
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def _ffmpeg_quiet(source: Any) -> Any:
     import logging
     import threading
 
-    from edgekit.quiet import native_stderr_to_log
+    from edgekit.util.quiet import native_stderr_to_log
 
     # Only on the main thread (run, bench): catching fd 2 holds the log handlers for the whole open
     # (up to the stream's timeout), and the daemon reopens a lost stream on its capture thread while

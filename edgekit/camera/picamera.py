@@ -112,7 +112,7 @@ class Picamera2Source(LatestFrameSource):
 
 def _open(camera_num: int, label: str) -> Any:
     """A ``Picamera2`` object for camera ``camera_num`` (the library is imported here)."""
-    from edgekit.plugins import resolve
+    from edgekit.util.plugins import resolve
 
     picamera2_cls = resolve("picamera2:Picamera2", PICAMERA2_INSTALL_HINT)
     try:

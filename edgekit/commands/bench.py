@@ -1,4 +1,4 @@
-"""``edgekit bench``: argparse and printing for the benchmark library (:mod:`edgekit.bench`)."""
+"""``edgekit bench``: argparse and printing for the benchmark library (:mod:`edgekit.bench.runner`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from edgekit.errors import BackendUnavailable, UsageError
-from edgekit.finite_json import strict_dumps
+from edgekit.modelinfo.preprocessing import add_preprocess_options, preprocess_flags
 from edgekit.options import (
     add_bundle_options,
     add_camera_options,
@@ -18,7 +18,7 @@ from edgekit.options import (
     camera_options,
     runtime_options,
 )
-from edgekit.preprocessing import add_preprocess_options, preprocess_flags
+from edgekit.util.finite_json import strict_dumps
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -137,7 +137,7 @@ def _preflight(args: argparse.Namespace) -> None:
         raise BackendUnavailable("--plot needs matplotlib, which is not installed",
                                  "pip install 'edgekit-vision[plot]', or leave out --plot")
     if args.eval:
-        from edgekit.quiet import optional_cv2
+        from edgekit.util.quiet import optional_cv2
 
         if optional_cv2() is None and not _installed("PIL"):
             raise BackendUnavailable("--eval reads image files and needs Pillow or OpenCV; neither is installed",
@@ -146,7 +146,7 @@ def _preflight(args: argparse.Namespace) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run the benchmark (or the accuracy evaluation) and print the table."""
-    from edgekit.outstream import guarded_stdout
+    from edgekit.outputs.outstream import guarded_stdout
 
     _json_flag(args)
     _preflight(args)
@@ -155,7 +155,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from edgekit.bench import BenchConfig, run_bench
+    from edgekit.bench.runner import BenchConfig, run_bench
 
     config = BenchConfig(
         min_duration_s=args.min_duration,
@@ -190,10 +190,10 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace) -> int:
     """``--eval DIR``: the accuracy table (and the JSON report with ``--json``)."""
-    from edgekit.accuracy import evaluate, format_eval
-    from edgekit.atomic import write_text_atomic
-    from edgekit.bench_report import jsonable
+    from edgekit.bench.accuracy import evaluate, format_eval
+    from edgekit.bench.report import jsonable
     from edgekit.metrics import machine_context
+    from edgekit.util.atomic import write_text_atomic
 
     options = _model_options(args)
     results = []
@@ -222,7 +222,7 @@ def _model_options(args: argparse.Namespace) -> dict:
 
 def _print_report(report, args: argparse.Namespace) -> None:
     """The machine line, what runs each variant, the table, profiles, warnings and files written."""
-    from edgekit.bench_report import format_profile
+    from edgekit.bench.report import format_profile
     from edgekit.runtime import describe_runtime
 
     out = sys.stderr if args.json else sys.stdout  # with --json, stdout is the JSON alone
@@ -250,10 +250,10 @@ def _print_report(report, args: argparse.Namespace) -> None:
     if args.csv:
         print(f"csv: {report.write_csv(args.csv)}", file=out)
     if args.plot:
-        from edgekit.bench_plots import write_plots
+        from edgekit.bench.plots import write_plots
 
         print("plots: " + ", ".join(str(p) for p in write_plots(report, args.plot)), file=out)
     if args.json:
-        from edgekit.bench_report import jsonable
+        from edgekit.bench.report import jsonable
 
         sys.stdout.write(strict_dumps(report.to_dict(samples=False), indent=1, default=jsonable) + "\n")

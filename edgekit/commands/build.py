@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from edgekit.modelinfo.preprocessing import pad_value, preprocess_flags
 from edgekit.options import key_value, target_completer
-from edgekit.preprocessing import pad_value, preprocess_flags
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -100,10 +100,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _shallow(key: str, value: str) -> str:
-    """A ``-T`` value nested past edgekit.userjson.MAX_DEPTH is refused before json.loads recurses
+    """A ``-T`` value nested past edgekit.util.userjson.MAX_DEPTH is refused before json.loads recurses
     into a RecursionError (options.option_value parses it)."""
     from edgekit.errors import UsageError
-    from edgekit.userjson import MAX_DEPTH, nesting_depth
+    from edgekit.util.userjson import MAX_DEPTH, nesting_depth
 
     if nesting_depth(value)[0] > MAX_DEPTH:
         raise UsageError(f"-T {key}: its value is nested deeper than {MAX_DEPTH} levels",

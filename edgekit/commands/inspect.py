@@ -86,7 +86,7 @@ def main(args: argparse.Namespace) -> int:
         )
     result = {"target": target.name, **result, **built}
     text += "".join(f"\n{line}" for line in _build_lines(built))
-    from edgekit.outstream import guarded_stdout
+    from edgekit.outputs.outstream import guarded_stdout
 
     with guarded_stdout():  # `--json > report.json` on a full disk: one error line
         if args.json:

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from typing import Any, TextIO
 
 from edgekit.errors import CameraError, EdgekitError, UsageError
-from edgekit.finite_json import strict_dumps
+from edgekit.modelinfo.preprocessing import add_preprocess_options, preprocess_flags
 from edgekit.options import (
     add_bundle_options,
     add_camera_options,
@@ -37,9 +37,9 @@ from edgekit.options import (
     camera_options,
     runtime_options,
 )
-from edgekit.preprocessing import add_preprocess_options, preprocess_flags
-from edgekit.recording import SaveError
+from edgekit.outputs.recording import SaveError
 from edgekit.runtime import describe_runtime
+from edgekit.util.finite_json import strict_dumps
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -86,14 +86,14 @@ def main(args: argparse.Namespace) -> int:
     """Run the model on the camera until the source ends, a limit is reached or Ctrl-C."""
     if args.max_frames is not None and args.max_frames < 1:
         raise UsageError("--max-frames must be at least 1")
-    from edgekit.outstream import guarded_stdout
+    from edgekit.outputs.outstream import guarded_stdout
 
     # SIGTERM is an interrupt from here on: while the model loads or the camera opens too (it
     # killed the process there, leaving --save's temporary file or folder behind)
     with _sigterm_interrupts():
         recording = None
         if getattr(args, "save", None):
-            from edgekit.recording import open_recording
+            from edgekit.outputs.recording import open_recording
 
             recording = open_recording(args.save)  # before the model loads: a bad --save fails at once
         try:
@@ -135,7 +135,7 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
         except KeyboardInterrupt:
             interrupted = True
         except BrokenPipeError:  # the reader left (`--json | head`): end as Ctrl-C does, --save's frames kept
-            from edgekit.outstream import discard_stdout
+            from edgekit.outputs.outstream import discard_stdout
 
             interrupted = True
             discard_stdout()
@@ -196,7 +196,7 @@ def _loop(pipeline, source, args, out: TextIO, log: TextIO, recording: Any = Non
     every = args.every if args.every is not None else (0.0 if _is_stills(args.camera) else 0.5)
     crop = pipeline.preprocess.spec.crop  # the classifier overlay outlines the window the model saw
     if recording is not None:
-        from edgekit.overlay import draw
+        from edgekit.outputs.overlay import draw
     for frame, result in pipeline.steps(source, max_frames=args.max_frames, duration_s=args.duration):
         if recording is not None:
             recording.write(draw(frame.array, result.result, crop=crop), frame.t_capture_ns)

@@ -70,7 +70,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def build_config(args: argparse.Namespace) -> ServeConfig:
     """The configuration file (if any) with every given flag applied on top."""
     if getattr(args, "config", None):
-        from edgekit.safe_open import NotARegularFile, check_regular
+        from edgekit.util.safe_open import NotARegularFile, check_regular
 
         try:  # a FIFO given as --config would block the start for ever
             check_regular(args.config)

@@ -1,5 +1,6 @@
 """Object detection: the ``detect`` task head (:mod:`edgekit.detect.head`), its output layouts
-(YOLO, SSD, NMS in the graph), NMS, boxes mapped back to the source frame, and mAP.
+(YOLO, SSD, NMS in the graph), NMS, and boxes mapped back to the source frame. Evaluation (datasets, mAP) is host-side:
+:mod:`edgekit.evaluation`.
 
 Device side: numpy and OpenCV (NMS) only.
 """

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import ModelError, UsageError, first_line
-from edgekit.safe_open import open_regular
+from edgekit.util.safe_open import open_regular
 
 MAX_ANCHORS = 1_000_000
 """More anchors than any real SSD has (MobileNet-SSD 320: 2,034; BlazeFace: 896)."""

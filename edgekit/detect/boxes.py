@@ -1,9 +1,9 @@
 """Detections as results, and the map from model-input pixels back to the source frame.
 
-A detector sees the frame after :class:`~edgekit.image.Preprocessor` cropped, letterboxed or
+A detector sees the frame after :class:`~edgekit.imaging.image.Preprocessor` cropped, letterboxed or
 stretched it; its boxes are in that input's pixels. :func:`box_map` undoes exactly those
-steps (it uses the same :func:`~edgekit.image.crop_window` and
-:func:`~edgekit.image.letterbox_window` the preprocessor cuts with), so a box lands on the
+steps (it uses the same :func:`~edgekit.imaging.imgops.crop_window` and
+:func:`~edgekit.imaging.imgops.letterbox_window` the preprocessor cuts with), so a box lands on the
 frame where the object is, clipped to the part of the frame the model saw.
 """
 
@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.image import InputSpec, crop_window, letterbox_window
+from edgekit.imaging.image import InputSpec
+from edgekit.imaging.imgops import crop_window, letterbox_window
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ from edgekit.detect.boxes import BoxMap, Detection, Detections, box_map, identit
 from edgekit.detect.nms import nms
 from edgekit.detect.ssd_decode import SsdDecode, check_ssd_decode
 from edgekit.errors import ModelError, UsageError
-from edgekit.image import InputSpec
-from edgekit.plugins import resolve
+from edgekit.imaging.image import InputSpec
 from edgekit.results import label_for
+from edgekit.util.plugins import resolve
 
 
 @dataclass(frozen=True)

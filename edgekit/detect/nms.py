@@ -26,7 +26,7 @@ import numpy as np
 
 from edgekit.detect.nms_numpy import DBL_EPSILON, greedy_nms
 from edgekit.errors import UsageError
-from edgekit.quiet import import_cv2, optional_cv2
+from edgekit.util.quiet import import_cv2, optional_cv2
 
 FIRST_ROUND = 2
 """The first round's candidates, as a multiple of ``max_detections``."""

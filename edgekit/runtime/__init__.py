@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 from edgekit.runtime.backends import (
     BACKENDS,
     Backend,
@@ -72,7 +72,7 @@ def open_runtime(source: str | Path | Bundle, model: str | None = None, backend:
     """
     from edgekit.bundle import Bundle, load_bundle
     from edgekit.errors import ModelError, UsageError
-    from edgekit.plugins import resolve
+    from edgekit.util.plugins import resolve
 
     if backend is not None and backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}", f"choose one of: {', '.join(BACKENDS)}")
@@ -107,7 +107,7 @@ def _open_bundle_model(bundle: Bundle, model: str | None, backend: str | None, o
     """Open one model of a loaded bundle: pick the adapter, merge and check the options."""
     from edgekit.bundle import MANIFEST
     from edgekit.errors import BundleError, UsageError
-    from edgekit.plugins import resolve
+    from edgekit.util.plugins import resolve
 
     entry = bundle.model(model)
     adapter = bundle.runtime.get("adapter", BACKENDS["litert"].adapter)

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 from edgekit.runtime.backends import Option
 
 

@@ -17,9 +17,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from edgekit.errors import BackendUnavailable, ModelError, first_line
-from edgekit.image import InputSpec, InputSpecError
-from edgekit.quiet import native_stderr_to_log
+from edgekit.imaging.image import InputSpec, InputSpecError
 from edgekit.runtime.backends import MAX_THREADS, Option
+from edgekit.util.quiet import native_stderr_to_log
 
 log = logging.getLogger("edgekit.runtime.litert")
 
@@ -266,7 +266,7 @@ class LiteRTRuntime:
         t0 = time.perf_counter_ns()
         try:
             # LiteRT prints "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." from C++
-            # on fd 2 with no switch to turn it off (edgekit.quiet): it goes to the DEBUG log.
+            # on fd 2 with no switch to turn it off (edgekit.util.quiet): it goes to the DEBUG log.
             with native_stderr_to_log(log):
                 self._interp = mod.Interpreter(**kwargs)
                 inputs = self._interp.get_input_details()

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from edgekit.errors import BackendUnavailable, ModelError, first_line
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 from edgekit.runtime.backends import MAX_THREADS, Option
 
 _ONNX_DTYPES = {

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from edgekit.errors import BackendUnavailable, ModelError, first_line
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 from edgekit.runtime import trt_engine
 from edgekit.runtime.backends import MAX_INDEX, MAX_MIB, MAX_THREADS, PATH, Option
 from edgekit.runtime.onnxrt import OnnxRuntime, provider_names, session_options

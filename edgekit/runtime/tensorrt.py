@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from edgekit.errors import BackendUnavailable, ModelError
-from edgekit.image import InputSpec
+from edgekit.imaging.image import InputSpec
 from edgekit.metrics import LatencyRecorder
 from edgekit.runtime import trt_engine
 from edgekit.runtime.backends import MAX_INDEX, MAX_MIB, PATH, Option

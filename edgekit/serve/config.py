@@ -25,9 +25,9 @@ from typing import Any
 from edgekit.errors import UsageError
 from edgekit.runtime import BACKENDS
 from edgekit.runtime.backends import MAX_THREADS
-from edgekit.safe_open import NotARegularFile, read_regular
 from edgekit.serve.address import camera_uri_relative_to, parse_address
 from edgekit.serve.discovery import BINARY_DEVICE_CLASSES
+from edgekit.util.safe_open import NotARegularFile, read_regular
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -31,8 +31,8 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from edgekit.errors import BackendUnavailable
-from edgekit.finite_json import strict_dumps
 from edgekit.serve.httpserver import BoundedHTTPServer
+from edgekit.util.finite_json import strict_dumps
 
 try:
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, ProcessCollector, generate_latest

@@ -48,7 +48,7 @@ from collections import Counter, OrderedDict, deque
 from typing import Any
 
 from edgekit.errors import UsageError
-from edgekit.safe_open import file_kind
+from edgekit.util.safe_open import file_kind
 
 log = logging.getLogger("edgekit.serve")
 

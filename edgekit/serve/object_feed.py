@@ -79,7 +79,7 @@ class Snapshots:
     """The best frame of each object (a copy: a source may reuse its buffers) and its JPEG."""
 
     def __init__(self, width: int = 640):
-        from edgekit.quiet import import_cv2
+        from edgekit.util.quiet import import_cv2
 
         try:
             self._cv2 = import_cv2("[events] snapshots")

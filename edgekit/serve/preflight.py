@@ -104,7 +104,7 @@ def check_listen(listen: str, where: str) -> None:
 def check_readable(path: str, what: str, where: str) -> None:
     """A file the daemon must read at start exists, is a regular file (a FIFO would block the
     start for ever) and can be read."""
-    from edgekit.safe_open import NotARegularFile, check_regular
+    from edgekit.util.safe_open import NotARegularFile, check_regular
 
     if not Path(path).exists():
         raise UsageError(f"{where}{what} {path} does not exist", "create it or fix the path")

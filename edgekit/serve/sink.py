@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.errors import UsageError
-from edgekit.finite_json import strict_dumps
+from edgekit.util.finite_json import strict_dumps
 
 log = logging.getLogger("edgekit.serve")
 

@@ -6,7 +6,7 @@ The fingerprint (where the path resolves to; each file's name, size and mtime) c
 the running bundle's, only the files whose size or mtime changed are hashed
 (:func:`content_problem`): a model file replaced under an unchanged ``edgekit.json`` is refused
 live as ``load_bundle`` refuses it at a restart. Files are opened only as regular files
-(:mod:`edgekit.safe_open`), so a FIFO in a watched bundle cannot block a read; a check that
+(:mod:`edgekit.util.safe_open`), so a FIFO in a watched bundle cannot block a read; a check that
 still does not finish (a hung network file system, a device that never answers) is abandoned
 after a deadline by :func:`with_deadline`.
 """

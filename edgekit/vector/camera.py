@@ -33,7 +33,7 @@ from edgekit.vector.connection import VectorError
 from edgekit.vector.frames import skip_undecodable, to_bgr, to_width
 
 if TYPE_CHECKING:
-    from edgekit.image import InputSpec
+    from edgekit.imaging.image import InputSpec
 
 
 CAMERA_WIDTH = 640  # Vector's camera streams 640x360
@@ -52,7 +52,7 @@ class VectorSource:
             ending the iteration with a VectorError (the daemon uses this).
         max_reconnects: give up after this many failed attempts in a row (None: never).
         backoff_s: ``(first, longest)`` wait between reconnect attempts.
-        prepare: a model's :class:`~edgekit.image.InputSpec`: hand over only its crop window,
+        prepare: a model's :class:`~edgekit.imaging.image.InputSpec`: hand over only its crop window,
             decoded from the JPEG straight to gray for a gray model
             (:func:`edgekit.vector.window.model_window`), instead of the whole BGR frame.
             The SDK's image annotator is switched off (nothing here draws on frames), so the

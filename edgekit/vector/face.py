@@ -98,12 +98,12 @@ def render_label(
 def render_result(frame: np.ndarray, result: object) -> np.ndarray:
     """A camera frame (BGR or gray, OpenCV convention) with ``result`` drawn, as a 96x184 RGB face image.
 
-    The frame is shrunk to the screen *before* drawing (:func:`edgekit.overlay.draw`), so the
+    The frame is shrunk to the screen *before* drawing (:func:`edgekit.outputs.overlay.draw`), so the
     boxes are sharp and the labels are drawn at a size the 184x96 screen can show; a
     detector's boxes (in the frame's pixels) are scaled with it.
     """
     from edgekit.detect.boxes import Detections
-    from edgekit.overlay import draw
+    from edgekit.outputs.overlay import draw
 
     h, w = frame.shape[:2]
     if isinstance(result, Detections) and result.size is None:  # boxes without a size are the frame's

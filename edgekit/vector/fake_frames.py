@@ -14,7 +14,7 @@ import cv2
 import numpy as np
 
 from edgekit.errors import CameraError
-from edgekit.image import IMAGE_SUFFIXES, ImageReadError, read_image
+from edgekit.imaging.image import IMAGE_SUFFIXES, ImageReadError, read_image
 
 CAMERA_SIZE = (640, 360)  # what a real Vector streams (width, height)
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mkv", ".mov", ".m4v", ".webm")

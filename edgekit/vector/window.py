@@ -8,7 +8,7 @@ array and then cropping 200x200 of it costs more than the seed's naive PIL pipel
 the colour conversion; its gray is the JPEG's own luma, within a grey level of OpenCV's
 BGR->gray of the colour decode), then cuts the model's crop window out of that.
 
-The result is what :class:`edgekit.image.Preprocessor` would crop anyway: feeding it the
+The result is what :class:`edgekit.imaging.image.Preprocessor` would crop anyway: feeding it the
 window gives the same region (its centre crop is clamped to the window, so it is a no-op),
 with the resize and normalisation still done by the one preprocessing code, so the tensor
 is the one a host computes from the same frame.
@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edgekit.quiet import optional_cv2
+from edgekit.util.quiet import optional_cv2
 
 if TYPE_CHECKING:
-    from edgekit.image import InputSpec
+    from edgekit.imaging.image import InputSpec
 
 
 def model_window(image: Any, spec: InputSpec) -> np.ndarray:
@@ -45,7 +45,7 @@ def model_window(image: Any, spec: InputSpec) -> np.ndarray:
     An image already decoded (no JPEG bytes left behind it) is cropped as a PIL image first,
     then converted: still no full-frame copy.
     """
-    from edgekit.image import convert_colour, crop_center
+    from edgekit.imaging.image import convert_colour, crop_center
 
     if isinstance(image, np.ndarray):
         return np.ascontiguousarray(convert_colour(crop_center(image, spec.crop),
@@ -74,7 +74,7 @@ def _pil_window(image: Any, spec: InputSpec) -> np.ndarray:
     (Pillow's ``draft``: the same numbers as OpenCV's gray decode); an image already decoded is
     converted by PIL's L, the same BT.601 weights as OpenCV rounded in 16 rather than 15 bits
     (within a grey level)."""
-    from edgekit.image import crop_window
+    from edgekit.imaging.imgops import crop_window
 
     gray = spec.channels == 1
     data = _jpeg_bytes(image) if gray else None

@@ -277,9 +277,9 @@ def test_an_undefined_map_found_only_when_scoring_is_refused_too(tmp_path):
     """The images holding the only non-crowd objects were not scored: coco_map says the mAP is
     undefined (CalibrationError) instead of reading COCOeval's -1 as 0."""
     from edgekit.detect.boxes import Detections
-    from edgekit.detect.dataset import load_detection_set
-    from edgekit.detect.evaluate import coco_map
     from edgekit.errors import CalibrationError
+    from edgekit.evaluation.dataset import load_detection_set
+    from edgekit.evaluation.evaluate import coco_map
 
     def crowd_but_one(data, dest):
         for a in data["annotations"]:
@@ -344,7 +344,8 @@ def _bmp_declaring(path: Path, width: int, height: int) -> Path:
 ])
 def test_read_image_refuses_by_header_before_decoding(tmp_path, make):
     from edgekit.errors import EdgekitError
-    from edgekit.image import ImageReadError, ImageTooLarge, read_image
+    from edgekit.imaging.image import ImageReadError, read_image
+    from edgekit.util.imagesize import ImageTooLarge
 
     path = make(tmp_path)
     with pytest.raises(ImageTooLarge) as err:
@@ -354,7 +355,7 @@ def test_read_image_refuses_by_header_before_decoding(tmp_path, make):
 
 
 def test_bench_accuracy_table_never_prints_nan():
-    from edgekit.accuracy import EvalResult, format_eval
+    from edgekit.bench.accuracy import EvalResult, format_eval
 
     rows = [EvalResult("a", 10, 0, 0.0, {}, [], {}, metric="mAP", map50=None),
             EvalResult("b", 10, 0, 0.0, {}, [], {}, metric="mAP", map50=0.0)]

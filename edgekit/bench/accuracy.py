@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.bench import expand_variants
-from edgekit.bench_report import short_runtime
+from edgekit.bench.report import short_runtime
+from edgekit.bench.runner import expand_variants
 from edgekit.errors import CalibrationError
 from edgekit.model import open_model
 from edgekit.pipeline import Pipeline
@@ -37,7 +37,7 @@ def eval_items(directory: str | Path, labels: Sequence[str]) -> tuple[list[tuple
     Subfolders are matched to ``labels`` by name (case, spaces and punctuation ignored);
     without labels, numeric folder names are taken as class indices.
     """
-    from edgekit.image import IMAGE_SUFFIXES
+    from edgekit.imaging.image import IMAGE_SUFFIXES
 
     root = Path(directory)
     if not root.is_dir():
@@ -95,7 +95,7 @@ def evaluate(
     Unreadable or truncated images are skipped and counted.
     """
     from edgekit.camera import Frame
-    from edgekit.image import ImageReadError, read_image
+    from edgekit.imaging.image import ImageReadError, read_image
 
     out: list[EvalResult] = []
     for path, variant in expand_variants(models, variants):
@@ -139,11 +139,11 @@ def evaluate(
 def evaluate_detector(m: Any, directory: str | Path) -> EvalResult:
     """mAP@[.5:.95] and mAP@.5 of one open detector on a detection set (COCO or YOLO labels),
     its boxes in each image's own pixels, scored as the build's gate scores them (every box
-    above :data:`~edgekit.detect.evaluate.MAP_HEAD_OPTIONS`' threshold)."""
+    above :data:`~edgekit.evaluation.evaluate.MAP_HEAD_OPTIONS`' threshold)."""
     from edgekit.camera import Frame
-    from edgekit.detect.dataset import load_detection_set
-    from edgekit.detect.evaluate import MAP_HEAD_OPTIONS, coco_map
-    from edgekit.image import ImageReadError, read_image
+    from edgekit.evaluation.dataset import load_detection_set
+    from edgekit.evaluation.evaluate import MAP_HEAD_OPTIONS, coco_map
+    from edgekit.imaging.image import ImageReadError, read_image
 
     dataset = load_detection_set(directory, m.labels)
     # mAP is measured over the whole precision-recall curve, as the build's gate measures it:

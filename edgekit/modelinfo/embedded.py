@@ -3,9 +3,9 @@
 Exporters write this into the model: Ultralytics puts ``task``, ``names``, ``imgsz``, ``stride``
 ... in an ONNX model's ``metadata_props`` (strings; ``names`` is a Python dict literal); MediaPipe
 and Model Maker put normalisation and labels in a .tflite's TFLite metadata
-(:mod:`edgekit.embedded_tflite`). :func:`read_embedded` turns either into one
+(:mod:`edgekit.modelinfo.tflite_metadata`). :func:`read_embedded` turns either into one
 :class:`Embedded`; where it stands among flags and sidecar files is
-:mod:`edgekit.preprocessing`'s business.
+:mod:`edgekit.modelinfo.preprocessing`'s business.
 
 Device side: numpy-free even. The ONNX file is not loaded: its protobuf is walked field by field
 (seeking past the graph's weights), so a 100 MB model costs a few reads. Every value is
@@ -24,7 +24,7 @@ from edgekit.errors import ModelError, first_line
 
 MAX_PROP_BYTES = 1 << 20  # one metadata value: COCO's 80 names are ~1.3 KB, ImageNet's 1000 ~30 KB
 MAX_PROPS = 256
-MAX_SIDE = 16384  # as edgekit.image.MAX_SIDE (not imported: this module stays free of numpy)
+MAX_SIDE = 16384  # as edgekit.imaging.image.MAX_SIDE (not imported: this module stays free of numpy)
 ULTRALYTICS_PAD = 114  # the grey of Ultralytics' LetterBox (ultralytics/data/augment.py)
 # Ultralytics task -> edgekit task head (segment, pose and obb outputs are not boxes + classes only)
 _ULTRALYTICS_TASKS = {"detect": "detect", "classify": "classify"}
@@ -34,7 +34,7 @@ _ULTRALYTICS_TASKS = {"detect": "detect", "classify": "classify"}
 class Embedded:
     """What one model file declares about itself (everything optional).
 
-    ``preprocess`` holds :data:`edgekit.preprocessing.PREPROCESS_KEYS` values; ``input_size`` is
+    ``preprocess`` holds :data:`edgekit.modelinfo.preprocessing.PREPROCESS_KEYS` values; ``input_size`` is
     ``(height, width)``; ``source`` says where it was read (``Ultralytics ONNX metadata``,
     ``TFLite metadata``), for the line that tells the user what was assumed.
     """
@@ -57,7 +57,7 @@ def read_embedded(path: str | Path) -> Embedded:
         found = ultralytics(props, path.name) if _is_ultralytics(props) else Embedded()
         return Embedded(found.source, found.preprocess, found.labels, found.task, found.input_size, dims, found.notes)
     if suffix == ".tflite":
-        from edgekit.embedded_tflite import read_tflite_metadata
+        from edgekit.modelinfo.tflite_metadata import read_tflite_metadata
 
         meta = read_tflite_metadata(path)
         pre = {k: meta[k] for k in ("colour", "mean", "std") if k in meta}

@@ -1,7 +1,7 @@
 """numpy versions of the few OpenCV operations preprocessing needs, for devices without OpenCV.
 
 OpenCV is an extra (about 150 MB installed); a Pi with picamera2, a folder of images or the
-synthetic source needs none of it. :mod:`edgekit.image` uses OpenCV when it is importable
+synthetic source needs none of it. :mod:`edgekit.imaging.image` uses OpenCV when it is importable
 (faster on large frames) and these functions otherwise. They follow OpenCV's definitions so a
 model calibrated on a host with OpenCV sees the same tensors on a device without it:
 
@@ -18,7 +18,7 @@ An area shrink repeats every ``src / gcd(src, dst)`` input pixels, so it is done
 block with one small matrix (:func:`area_shrink`): for 200 -> 32 that is a 4x25 matrix applied
 to 8 blocks, a few multiply-adds per pixel. That is also faster than OpenCV's ``INTER_AREA``
 at most non-integer ratios, and where it provably rounds as OpenCV does
-(:func:`area_shrink_matches_opencv`) :mod:`edgekit.image` uses it even with OpenCV installed.
+(:func:`area_shrink_matches_opencv`) :mod:`edgekit.imaging.image` uses it even with OpenCV installed.
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def crop_problem(crop: Any, max_side: int) -> str | None:
 def crop_window(height: int, width: int, crop: Any) -> tuple[int, int, int, int]:
     """``(top, left, crop_height, crop_width)`` of the centred crop of a ``height x width`` frame.
 
-    The one place the crop is worked out: :func:`edgekit.image.crop_center` cuts it, and
+    The one place the crop is worked out: :func:`edgekit.imaging.image.crop_center` cuts it, and
     detection maps boxes back through it (:mod:`edgekit.detect.boxes`). ``crop`` is None,
     ``"square"``, ``[h, w]`` pixels or ``"h:w"``: the largest centred window of that aspect ratio.
     """

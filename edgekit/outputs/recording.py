@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import EdgekitError
-from edgekit.quiet import import_cv2
+from edgekit.util.quiet import import_cv2
 
-log = logging.getLogger("edgekit.recording")
+log = logging.getLogger("edgekit.outputs.recording")
 
 VIDEO_CODECS = {".mp4": "mp4v", ".avi": "MJPG"}  # FourCCs every OpenCV build with FFmpeg writes
 H264_HINT = "pip install 'edgekit-vision[video]': PyAV, whose wheels carry FFmpeg with libx264"
@@ -237,10 +237,10 @@ class VideoRecording(Recording):
         """How many frames the written file says it holds (0: OpenCV cannot open it)."""
         import logging
 
-        from edgekit.quiet import native_stderr_to_log
+        from edgekit.util.quiet import native_stderr_to_log
 
         cv2 = self._cv2
-        with native_stderr_to_log(logging.getLogger("edgekit.recording")):  # FFmpeg's "moov atom not found"
+        with native_stderr_to_log(logging.getLogger("edgekit.outputs.recording")):  # FFmpeg's "moov atom not found"
             cap = cv2.VideoCapture(str(self._tmp))
             try:
                 return int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) if cap.isOpened() else 0

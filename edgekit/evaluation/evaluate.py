@@ -1,7 +1,7 @@
 """mAP of detections against ground truth, with pycocotools' COCOeval (no AP of our own).
 
 :func:`coco_map` scores a model's :class:`~edgekit.detect.boxes.Detections` on a
-:class:`~edgekit.detect.dataset.DetectionSet`: mAP@[.5:.95] and mAP@.5 (COCO's ``stats[0]``
+:class:`~edgekit.evaluation.dataset.DetectionSet`: mAP@[.5:.95] and mAP@.5 (COCO's ``stats[0]``
 and ``stats[1]``, 101-point interpolated, up to 100 detections per image) and the same per
 class. :func:`agreement_map` scores one model's detections against another's taken as
 ground truth (a converted model against the original, when no annotated set is given).

@@ -7,7 +7,7 @@ Frames follow OpenCV's convention: ``uint8`` arrays, 2-D for gray, ``HxWx3`` in 
 for colour (``HxWx4`` BGRA: alpha dropped).
 
 OpenCV is optional: it does the resizing, colour conversion and table lookup when installed;
-without it :mod:`edgekit.imgops` does them in numpy as OpenCV defines them, and Pillow decodes.
+without it :mod:`edgekit.imaging.imgops` does them in numpy as OpenCV defines them, and Pillow decodes.
 """
 
 from __future__ import annotations
@@ -20,11 +20,9 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import BackendUnavailable, EdgekitError, first_line
-from edgekit.imagesize import HEAD_BYTES, ImageTooLarge, check_pixels  # noqa: F401 - re-exported
-from edgekit.imgops import area_shrink, area_shrink_matches_opencv, crop_problem, crop_window, letterbox_window, pad
-from edgekit.imgops import convert_colour as _np_convert_colour
-from edgekit.imgops import resize as _np_resize
-from edgekit.quiet import optional_cv2
+from edgekit.imaging import imgops
+from edgekit.util.imagesize import HEAD_BYTES, check_pixels
+from edgekit.util.quiet import optional_cv2
 
 _INT_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-32768, 32767)}
 _CHOICES = {"dtype": ("float32", "float16", *_INT_RANGES), "layout": ("NHWC", "NCHW"),
@@ -149,7 +147,7 @@ def _spec_problem(s: InputSpec) -> str | None:
         return f"shape {list(shape)} is not a batch of images (N, H, W, C or N, C, H, W; every size >= 1)"
     if max(s.height, s.width) > MAX_SIDE or s.channels not in (1, 3) or shape[0] > 64:
         return f"shape {list(shape)} is not an image batch edgekit feeds (1 or 3 channels, sides <= {MAX_SIDE})"
-    if why := crop_problem(s.crop, MAX_SIDE):
+    if why := imgops.crop_problem(s.crop, MAX_SIDE):
         return why
     if not isinstance(s.pad_value, int) or isinstance(s.pad_value, bool) or not 0 <= s.pad_value <= 255:
         return f"pad_value {s.pad_value!r} must be a whole number from 0 to 255 (a letterbox's border)"
@@ -174,7 +172,7 @@ def crop_center(frame: np.ndarray, crop: Any) -> np.ndarray:
     """Return a centred view of ``frame`` (no copy). See :class:`InputSpec` for ``crop``."""
     if crop is None or crop == "none":
         return frame
-    top, left, ch, cw = crop_window(frame.shape[0], frame.shape[1], crop)
+    top, left, ch, cw = imgops.crop_window(frame.shape[0], frame.shape[1], crop)
     return frame[top : top + ch, left : left + cw]
 
 
@@ -186,7 +184,7 @@ def convert_colour(frame: np.ndarray, colour: str) -> np.ndarray:
         raise ValueError(f"frames have 1, 3 or 4 channels, not {frame.shape[2]}")
     cv2 = optional_cv2()
     if cv2 is None:
-        return _np_convert_colour(frame, colour)
+        return imgops.convert_colour(frame, colour)
     if frame.ndim == 2:
         if colour == "gray":
             return frame
@@ -203,7 +201,7 @@ def resize(frame: np.ndarray, height: int, width: int, mode: str = "stretch", in
            pad_value: int = 0):
     """Resize to ``height x width``; ``letterbox`` keeps the aspect ratio and pads with ``pad_value``.
 
-    ``interpolation``: ``area``, ``linear`` or ``nearest`` (OpenCV's, or :mod:`edgekit.imgops`).
+    ``interpolation``: ``area``, ``linear`` or ``nearest`` (OpenCV's, or :mod:`edgekit.imaging.imgops`).
     """
     if interpolation not in ("area", "linear", "nearest"):
         raise ValueError(f"unknown interpolation {interpolation!r}; use area, linear or nearest")
@@ -212,16 +210,16 @@ def resize(frame: np.ndarray, height: int, width: int, mode: str = "stretch", in
         return frame
     if mode == "stretch":
         return _resize(frame, height, width, interpolation)
-    top, left, nh, nw = letterbox_window(h, w, height, width)
-    return pad(_resize(frame, nh, nw, interpolation), height, width, top, left, pad_value)
+    top, left, nh, nw = imgops.letterbox_window(h, w, height, width)
+    return imgops.pad(_resize(frame, nh, nw, interpolation), height, width, top, left, pad_value)
 
 
 def _resize(frame: np.ndarray, height: int, width: int, interpolation: str) -> np.ndarray:
     cv2 = optional_cv2()
     if cv2 is None:
-        return _np_resize(frame, height, width, interpolation)
-    if interpolation == "area" and area_shrink_matches_opencv(frame.shape[:2], (height, width)):
-        return area_shrink(frame, height, width)  # OpenCV's numbers, 2-6x sooner at odd ratios
+        return imgops.resize(frame, height, width, interpolation)
+    if interpolation == "area" and imgops.area_shrink_matches_opencv(frame.shape[:2], (height, width)):
+        return imgops.area_shrink(frame, height, width)  # OpenCV's numbers, 2-6x sooner at odd ratios
     inter = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR, "nearest": cv2.INTER_NEAREST}[interpolation]
     return cv2.resize(frame, (width, height), interpolation=inter)
 

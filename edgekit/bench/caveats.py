@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from edgekit.bench_report import BenchReport, VariantResult, short_runtime
+from edgekit.bench.report import BenchReport, VariantResult, short_runtime
 
 REPEAT_SPREAD_BOUND = 0.05
 """Warn when the per-repeat medians of a variant vary more than this (coefficient of variation)."""

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.bench_report import BenchReport, VariantResult, short_runtime
-from edgekit.bench_warnings import ACCELERATORS, ran_on_accelerator, threads_over_cores
+from edgekit.bench.caveats import ACCELERATORS, ran_on_accelerator, threads_over_cores
+from edgekit.bench.report import BenchReport, VariantResult, short_runtime
 
 STAGE_TITLES = {"inference": "inference latency", "end_to_end": "end-to-end latency (camera frame -> result)"}
 

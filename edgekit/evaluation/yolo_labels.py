@@ -1,4 +1,4 @@
-"""YOLO txt labels read into a :class:`~edgekit.detect.dataset.DetectionSet` (COCO form).
+"""YOLO txt labels read into a :class:`~edgekit.evaluation.dataset.DetectionSet` (COCO form).
 
 Layout (Ultralytics'): ``images/`` and ``labels/`` side by side, ``labels/<path>.txt`` for
 ``images/<path>.<ext>`` (sub-folders such as ``val/`` mirrored), one object per line:
@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgekit.detect.labelset import (
+from edgekit.errors import UsageError, first_line
+from edgekit.evaluation.labelset import (
     DetectionImage,
     DetectionSet,
     annotation,
@@ -23,7 +24,6 @@ from edgekit.detect.labelset import (
     image_files,
     image_size,
 )
-from edgekit.errors import UsageError, first_line
 
 
 def _names_from_yaml(path: Path) -> dict[int, str] | None:

@@ -4,7 +4,7 @@ One precedence rule for ``build``, ``run`` and ``bench``, key by key:
 
 1. flags (``--colour --crop --mean --std --resize --pad-value``, or keyword arguments);
 2. ``<model>.preprocess.json`` beside the model (as ``robot.train`` writes it);
-3. what the model file declares (:mod:`edgekit.embedded`: Ultralytics ONNX metadata,
+3. what the model file declares (:mod:`edgekit.modelinfo.embedded`: Ultralytics ONNX metadata,
    TFLite metadata);
 4. defaults: gray or RGB by channel count, pixels / 255, stretched, no crop.
 
@@ -28,7 +28,7 @@ from edgekit.errors import UsageError, first_line
 PREPROCESS_KEYS = ("colour", "crop", "resize", "interpolation", "mean", "std", "pad_value")
 RESIZE_MODES = ("stretch", "letterbox", "crop")
 FLAG, DEFAULT = "flag", "default"
-_MAX_SIDE = 16384  # edgekit.image.MAX_SIDE, without importing numpy for argparse
+_MAX_SIDE = 16384  # edgekit.imaging.image.MAX_SIDE, without importing numpy for argparse
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def resolve(model_path: Path, flags: dict[str, Any] | None = None, labels_flag: 
     ``given`` holds only what one of the three layers says (defaults are added by
     :func:`preprocessing`, which knows the channel count); ``origin`` names the layer of each key.
     """
-    from edgekit.embedded import read_embedded
+    from edgekit.modelinfo.embedded import read_embedded
 
     embedded = read_embedded(model_path) if model_path.is_file() else None
     side_labels, side_pre, side_file = read_sidecar_files(model_path)
@@ -131,7 +131,7 @@ def fit_resize(spec_kw: dict[str, Any], height: int, width: int) -> dict[str, An
 
 def check_preprocess(spec: dict, channels: int) -> None:
     """Reject preprocessing that cannot apply to this model, before any work is done."""
-    from edgekit.imgops import crop_problem
+    from edgekit.imaging.imgops import crop_problem
 
     crop = spec.get("crop")
     if crop_problem(tuple(crop) if isinstance(crop, list) else crop, _MAX_SIDE):

@@ -1,5 +1,5 @@
 """Detection eval sets: images with boxes, from COCO JSON or YOLO txt labels, checked and held
-in one form (COCO's, category id = class index + 1) that :mod:`edgekit.detect.evaluate` scores.
+in one form (COCO's, category id = class index + 1) that :mod:`edgekit.evaluation.evaluate` scores.
 
     set = load_detection_set("eval/detect", labels=["cat", "dog"])
     set.images[0].path, set.images[0].width, set.annotation_count, set.coco_gt()
@@ -27,8 +27,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import edgekit.userjson as userjson
-from edgekit.detect.labelset import (
+import edgekit.util.userjson as userjson
+from edgekit.errors import UsageError
+from edgekit.evaluation.labelset import (
     DetectionImage,
     DetectionSet,
     annotation,
@@ -38,8 +39,7 @@ from edgekit.detect.labelset import (
     image_size,
     safe_relative,
 )
-from edgekit.detect.yolo_labels import load_yolo
-from edgekit.errors import UsageError
+from edgekit.evaluation.yolo_labels import load_yolo
 
 __all__ = ["DetectionImage", "DetectionSet", "is_detection_set", "load_detection_set"]
 

@@ -1,8 +1,8 @@
 """What ``edgekit bench`` measured, and how it is shown: the report, its table, JSON and CSV,
-and per-op profiles. Plots are in :mod:`edgekit.bench_plots`, warnings in
-:mod:`edgekit.bench_warnings`.
+and per-op profiles. Plots are in :mod:`edgekit.bench.plots`, warnings in
+:mod:`edgekit.bench.caveats`.
 
-:func:`edgekit.bench.run_bench` fills a :class:`BenchReport`; nothing here measures.
+:func:`edgekit.bench.runner.run_bench` fills a :class:`BenchReport`; nothing here measures.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ class VariantResult:
 class BenchReport:
     """The result of :func:`run_bench`: variants in the order given, first = reference."""
 
-    config: Any  # the edgekit.bench.BenchConfig of the run
+    config: Any  # the edgekit.bench.runner.BenchConfig of the run
     machine: dict[str, Any]
     variants: list[VariantResult]
     started: str
@@ -194,8 +194,8 @@ class BenchReport:
 
     def write_json(self, path: str | Path) -> Path:
         """The full report with raw samples as JSON at ``path``; returns the path."""
-        from edgekit.atomic import write_text_atomic
-        from edgekit.finite_json import strict_dumps  # NaN (an invalid run's statistics) is not JSON: null
+        from edgekit.util.atomic import write_text_atomic
+        from edgekit.util.finite_json import strict_dumps  # NaN (an invalid run's statistics) is not JSON: null
 
         return write_text_atomic(path, strict_dumps(self.to_dict(), indent=1, default=jsonable) + "\n",
                                  force=True)

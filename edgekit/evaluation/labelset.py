@@ -1,6 +1,6 @@
 """The checked form of a detection eval set (:class:`DetectionSet`: images, class names,
 COCO-form annotations) and the checks every loader applies to what it reads
-(:mod:`edgekit.detect.dataset` for COCO, :mod:`edgekit.detect.yolo_labels` for YOLO txt).
+(:mod:`edgekit.evaluation.dataset` for COCO, :mod:`edgekit.evaluation.yolo_labels` for YOLO txt).
 
 A box may pass its image's edge by :data:`EDGE_TOLERANCE` of that side (at least 1 pixel):
 annotation tools round, and the excess is clipped off. Beyond that it is refused.
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgekit.detect.evaluate import CATEGORY_OFFSET, categories, coco_object
 from edgekit.errors import UsageError
-from edgekit.image import IMAGE_SUFFIXES
+from edgekit.evaluation.evaluate import CATEGORY_OFFSET, categories, coco_object
+from edgekit.imaging.image import IMAGE_SUFFIXES
 
 EDGE_TOLERANCE = 0.01
 """How far a box may pass its image's edge, as a share of that side (at least 1 pixel): clipped, not refused."""
@@ -100,8 +100,8 @@ def safe_relative(name: Any, where: str) -> Path:
 def image_size(path: Path) -> tuple[int, int]:
     """``(width, height)`` of an image file, from its header (imagesize; Pillow for other formats),
     else by decoding it. ImageTooLarge past imagesize.MAX_PIXELS, before anything is decoded."""
-    from edgekit.image import ImageReadError, read_image
-    from edgekit.imagesize import file_size
+    from edgekit.imaging.image import ImageReadError, read_image
+    from edgekit.util.imagesize import file_size
 
     try:
         size = file_size(path)

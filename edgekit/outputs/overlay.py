@@ -6,7 +6,7 @@ Vector's 184x96 face as on a 1080p recording: line width and font scale grow wit
 shorter side. Each class keeps one colour across frames (a fixed palette indexed by the class
 index), so a video does not flicker between colours.
 
-OpenCV is imported on first use (:func:`edgekit.quiet.import_cv2`): a device install
+OpenCV is imported on first use (:func:`edgekit.util.quiet.import_cv2`): a device install
 without it can run models, and only drawing asks for it, with an install hint.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from edgekit.detect.boxes import Detections
-from edgekit.quiet import import_cv2
 from edgekit.results import Classification
+from edgekit.util.quiet import import_cv2
 
 # Colour-blind-safe first: Okabe & Ito's 7 colours (black left out: a box outline), then Paul Tol's
 # "muted" scheme for classes 8-16 (https://personal.sron.nl/~pault/). Neighbouring indices
@@ -43,7 +43,7 @@ def draw(frame: np.ndarray, result: Any, crop: Any = None) -> np.ndarray:
     filled tab in the class colour (tabs placed so that none covers another), its keypoints (if
     any) as small dots; :class:`~edgekit.results.Classification`: the top label and score as a
     banner across the top, and with ``crop`` (the model input's crop, as
-    :class:`~edgekit.image.InputSpec` holds it) the window the model saw outlined, the rest of
+    :class:`~edgekit.imaging.image.InputSpec` holds it) the window the model saw outlined, the rest of
     the frame dimmed; any other result: the frame unchanged.
 
     Raises:
@@ -156,7 +156,7 @@ def _window(cv2: Any, image: np.ndarray, crop: Any, colour: tuple[int, int, int]
     """The crop window the model saw: outlined in the class colour, the frame around it dimmed."""
     if crop is None or crop == "none":
         return
-    from edgekit.imgops import crop_window
+    from edgekit.imaging.imgops import crop_window
 
     h, w = image.shape[:2]
     top, left, ch, cw = crop_window(h, w, crop)

@@ -12,8 +12,8 @@ hits all variants alike; results are reported as ratios to the first variant, wi
 machine context and a warning when the numbers are noisy.
 
 This module measures (:func:`run_bench`, :func:`single_stream`); the report it returns, its
-table, JSON, CSV and warnings are in :mod:`edgekit.bench_report`, plots in
-:mod:`edgekit.bench_plots`, and the accuracy mode (``--eval``) in :mod:`edgekit.accuracy`.
+table, JSON, CSV and warnings are in :mod:`edgekit.bench.report`, plots in
+:mod:`edgekit.bench.plots`, and the accuracy mode (``--eval``) in :mod:`edgekit.bench.accuracy`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.bench_report import BenchReport, RunResult, VariantResult
-from edgekit.bench_warnings import noise_warnings
+from edgekit.bench.caveats import noise_warnings
+from edgekit.bench.report import BenchReport, RunResult, VariantResult
 from edgekit.errors import BackendUnavailable, CameraError, EdgekitError, ModelError, UnknownOptionError, UsageError
 from edgekit.metrics import machine_context
 from edgekit.model import OpenModel, open_model, split_model_spec
@@ -93,8 +93,8 @@ def expand_variants(specs: Sequence[str], variants: str = "default") -> list[tup
 
 def synthetic_frames(n: int = 32, size: tuple[int, int] = (640, 360), seed: int = 0) -> list[np.ndarray]:
     """``n`` deterministic BGR frames of ``size`` (width, height): smooth shapes plus sensor-like noise."""
-    from edgekit.imgops import resize
-    from edgekit.quiet import optional_cv2
+    from edgekit.imaging.imgops import resize
+    from edgekit.util.quiet import optional_cv2
 
     cv2 = optional_cv2()  # OpenCV is an extra: without it the smooth shapes are bilinear, not bicubic
     rng = np.random.default_rng(seed)
@@ -269,7 +269,7 @@ def run_bench(
         progress: called with a line after every run.
 
     Returns:
-        A :class:`~edgekit.bench_report.BenchReport`; ``report.valid`` is False if any run hit
+        A :class:`~edgekit.bench.report.BenchReport`; ``report.valid`` is False if any run hit
         ``max_duration_s`` before reaching both minimums.
     """
     config = config or BenchConfig()

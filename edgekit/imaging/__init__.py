@@ -1,0 +1,2 @@
+"""Frame -> model input: the one preprocessing implementation, and numpy stand-ins for the OpenCV calls it needs.
+"""
