@@ -260,3 +260,20 @@ def test_an_odd_sized_frame_is_padded_for_h264(tmp_path):
         assert (int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))) == (52, 38)
     finally:
         cap.release()
+
+
+@pytest.mark.parametrize("fps", [95.917, 29.97, 12.345])
+def test_a_measured_rate_with_three_decimals_still_opens_the_mpeg4_writer(tmp_path, monkeypatch, fps):
+    # Under load a folder's capture rate measured 95.917 fps: MPEG-4 refuses a 95917/1000 time base, and
+    # the run failed with "cannot write .mp4 video here".
+    monkeypatch.setitem(sys.modules, "av", None)  # the OpenCV (MPEG-4 Part 2) path
+    from edgekit.outputs.recording import open_recording
+
+    rec = open_recording(tmp_path / "rate.mp4", fps=fps)
+    for i in range(5):
+        rec.write(np.full((48, 64, 3), 40 * i, np.uint8))
+    cap = cv2.VideoCapture(str(rec.finish()))
+    try:
+        assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == 5 and abs(cap.get(cv2.CAP_PROP_FPS) - fps) < 0.01
+    finally:
+        cap.release()

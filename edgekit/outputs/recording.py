@@ -182,7 +182,9 @@ class VideoRecording(Recording):
         self._put(image)
 
     def _open(self) -> None:
-        fps = self.fps or _measured_fps([t for _, t in self._held]) or DEFAULT_FPS
+        # two decimals: MPEG-4 refuses a time base over 65535 (a measured 95.917 fps is 95917/1000 and the
+        # writer would not open; 95.92 is 2398/25), and no player needs a finer rate
+        fps = round(self.fps or _measured_fps([t for _, t in self._held]) or DEFAULT_FPS, 2)
         h, w = self._held[0][0].shape[:2]
         self._size = (w, h)
         cv2 = self._cv2
