@@ -206,6 +206,9 @@ def test_home_assistant_discovery_and_label_topics(tmp_path):
         assert late.on("edgekit/porch/state")[-1] == ("cat", True)
         assert json.loads(late.on("edgekit/porch/sensors")[-1][0])["state"] == "cat"
         late.close()
+        pub.close()  # a clean stop clears the retained topics; the subscriber gets them a moment later
+        wait_until(lambda: all(sub.on(t)[-1:] and sub.on(t)[-1][0] in ("", b"") for t in
+                               ("/label/cat", "/label/red_car", "edgekit/porch/state")), what="cleared topics")
     finally:
         pub.close()
         sub.close()
