@@ -38,6 +38,7 @@ from edgekit.serve.control import Controls
 from edgekit.serve.object_feed import ObjectFeed
 from edgekit.serve.preflight import preflight
 from edgekit.serve.publish import JsonLinesSink, MqttPublisher, count_labels, mqtt_from_config, to_json
+from edgekit.serve.record import ResultRecord, record_from
 from edgekit.serve.stats import RATE_WINDOW_S, Counters, RateMeter, camera_health, health_stats, percentiles
 from edgekit.serve.stats import stats_line as format_stats_line
 from edgekit.serve.supervisor import ModelSupervisor, model_options
@@ -109,7 +110,7 @@ class Daemon:
         self.http: Any = None
         self.metrics: Any = None
         self._closed = False
-        self._last_result: dict[str, Any] | None = None  # /stats: what the model saw last
+        self._last_result: ResultRecord | None = None  # /stats: what the model saw last
 
     # ------------------------------------------------------------------ life cycle
     def start(self) -> Daemon:
@@ -290,21 +291,14 @@ class Daemon:
             self.metrics.observe(ms["preprocess"] / 1e3, ms["inference"] / 1e3, ms["end_to_end"] / 1e3,
                                  ms.get("postprocess", 0.0) / 1e3,
                                  **{k: ms[k] / 1e3 for k in DETECT_STAGES if k in ms})
-        model = self._model.identity  # what produced it: results name the model, variant and bundle hash
-        record = {
-            "device": self.config.device,
-            "time": round(time.time(), 3),
-            "model": model.get("bundle", ""), "variant": model.get("variant", ""),
-            "bundle_sha256": model.get("sha256", ""),
-            **result.to_dict(),
-            "ms": {k: round(ms[k], 3) for k in LATENCY_STAGES + DETECT_STAGES if k in ms},
-        }
-        self._last_result = {"frame": result.index, "time": record["time"], **result.to_dict()}
+        # built once: results name the model, variant and bundle hash; every output reads this record
+        record = record_from(result, self.config.device, self._model.identity)
+        self._last_result = record
         self._publish(record, getattr(frame, "array", None))
         return True
 
-    def _publish(self, record: dict[str, Any], image: Any = None) -> None:
-        if self._objects is not None and isinstance(record.get("detections"), list):
+    def _publish(self, record: ResultRecord, image: Any = None) -> None:
+        if self._objects is not None and record.is_detector:
             self._objects.frame(record, image)
         elif self._objects is not None:  # no detector now (a hot-swap allowed to change the task)
             self._objects.close()  # what was in view ends; nothing new starts until a detector is back
@@ -368,7 +362,7 @@ class Daemon:
         if self._swap is not None:
             stats["swaps"] = self._swap.stats()
         if self._last_result is not None:
-            stats["last_result"] = self._last_result  # a detector's boxes, a classifier's top-k
+            stats["last_result"] = self._last_result.last_result()  # a detector's boxes, a classifier's top-k
         camera = self._capture.source_stats()
         if camera is not None:
             stats["camera"] = camera

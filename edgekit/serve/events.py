@@ -22,18 +22,10 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgekit.serve.record import ResultRecord, as_record
+
 PUBLISH_MODES = ("every", "change", "interval")
 NOTHING = ""  # the state when no label reaches min_score
-
-
-def _scores(record: dict[str, Any]) -> list[tuple[str, float]]:
-    """(label, score) pairs of a record, best first: the top-k of a classifier, or the
-    detections of a detector (``detections``: [{"label", "score", ...}]) when present."""
-    items = record.get("detections")
-    if items is None:
-        items = record.get("top") or []
-    pairs = [(str(p.get("label", "")), float(p.get("score", 0.0))) for p in items if isinstance(p, dict)]
-    return sorted(pairs, key=lambda p: -p[1])
 
 
 @dataclass
@@ -60,15 +52,16 @@ class PublishPolicy:
         if self.mode not in PUBLISH_MODES:
             raise ValueError(f"publish mode {self.mode!r} is not one of {', '.join(PUBLISH_MODES)}")
 
-    def state_of(self, record: dict[str, Any]) -> Hashable:
+    def state_of(self, record: ResultRecord | dict[str, Any]) -> Hashable:
         """What a result shows, with hysteresis against the current state.
 
-        A classifier's state is one label (or ``NOTHING``); a detector's (a record with
-        ``detections``) is the frozenset of labels found.
+        A classifier's state is one label (or ``NOTHING``); a detector's is the frozenset of
+        labels found.
         """
-        pairs = _scores(record)
+        record = as_record(record)
+        pairs = [(s.label, s.score) for s in record.scores]
         keep = self.min_score - self.hysteresis
-        if "detections" in record:
+        if record.is_detector:
             current = self.state if isinstance(self.state, frozenset) else frozenset()
             return frozenset(label for label, score in pairs
                              if score >= self.min_score or (label in current and score >= keep))
@@ -79,7 +72,7 @@ class PublishPolicy:
                 return self.state
         return best_label if best >= self.min_score else NOTHING
 
-    def decide(self, record: dict[str, Any]) -> tuple[bool, Hashable]:
+    def decide(self, record: ResultRecord | dict[str, Any]) -> tuple[bool, Hashable]:
         """``(publish, state)`` for one result; updates the published state when it changed."""
         state = self.state_of(record)
         if self.state is None or self._confirmed(state):

@@ -49,6 +49,7 @@ from edgekit.serve.events import NOTHING, PublishPolicy, state_text
 from edgekit.serve.mqtt_options import QUEUE_POLICIES, MqttOptions
 from edgekit.serve.mqtt_paho import InFlight, QuietLogger
 from edgekit.serve.mqtt_queue import MessageQueue
+from edgekit.serve.record import ResultRecord, as_record
 from edgekit.serve.sensors import SensorFeed
 from edgekit.serve.sink import to_json
 
@@ -285,27 +286,25 @@ class MqttPublisher:
             self.dropped += 1
             self._missed = None
 
-    def publish_result(self, record: dict[str, Any] | str) -> bool:
-        """Offer one result to the publish policy; True when it was sent or queued.
-
-        A result dropped while disconnected counts in ``dropped``; one the policy holds back
-        (``change``/``interval`` modes) counts in ``policy.suppressed``. A ``str`` is an
-        already-encoded line and is published as it is, without the policy.
-        """
+    def publish_result(self, record: ResultRecord | dict[str, Any] | str) -> bool:
+        """Offer one result (a dict is read into a :class:`~edgekit.serve.record.ResultRecord` once) to
+        the publish policy; True when it was sent or queued. A result dropped while disconnected counts
+        in ``dropped``; one the policy holds back (``change``/``interval`` modes) in ``policy.suppressed``.
+        A ``str`` is an already-encoded line and is published as it is, without the policy."""
         if isinstance(record, str):
             return self._publish(self._result_topic, record, self.qos, result=True) != "dropped"
-        previous = self.policy.state
+        record, previous = as_record(record), self.policy.state
         publish, state = self.policy.decide(record)
         if state != previous:
             for topic, payload in self._state_messages(state, previous):
                 self._publish(topic, payload, 1, retain=True)
         with self._lock:
-            sensors = self._sensors.offer(record, state_text(state), state != previous)
+            sensors = self._sensors.offer(record.to_dict(), state_text(state), state != previous)
         if sensors is not None:  # QoS 0, not queued: the newest is sent again on connect
             self._publish(self._sensors.topic, sensors, 0, retain=True, queue=False)
         if not publish:
             return False
-        payload = to_json({**record, "state": state_text(state)})
+        payload = record.to_json(state=state_text(state))
         return self._publish(self._result_topic, payload, self.qos, result=True) != "dropped"
 
     def _state_messages(self, state: Any, previous: Any = None) -> list[tuple[str, str]]:

@@ -20,6 +20,7 @@ import numpy as np
 
 from edgekit.errors import UsageError
 from edgekit.serve.objects import ObjectTracker, Track, tracker_from_config
+from edgekit.serve.record import ResultRecord, as_record
 
 log = logging.getLogger("edgekit.serve")
 
@@ -45,9 +46,10 @@ class ObjectFeed:
         self.mqtt, self.sink = mqtt, sink
         self._identity = identity
 
-    def frame(self, record: dict[str, Any], image: Any = None) -> None:
-        """One result (its ``detections`` and ``time``) and the frame's picture (BGR array or None)."""
-        events = self.tracker.update(record["detections"], record["time"])
+    def frame(self, record: ResultRecord | dict[str, Any], image: Any = None) -> None:
+        """One detector's result (its boxes and time) and the frame's picture (BGR array or None)."""
+        record = as_record(record)
+        events = self.tracker.update(record.detections or (), record.time)
         if self.snapshots is not None and image is not None:
             self.snapshots.keep(self.tracker.tracks, image)
         self._emit(events)

@@ -25,6 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgekit.serve.record import Seen, seen_of
+
 EVENT_TYPES = ("new", "update", "end")  # object events; a model hot-swap's is "model_swap"
 MAX_TRACKS = 256  # a runaway detector (hundreds of boxes a frame) must not grow memory without bound
 
@@ -75,10 +77,11 @@ class ObjectTracker:
     labels: tuple[str, ...] = ()
     tracks: list[Track] = field(default_factory=list)
 
-    def update(self, detections: Iterable[dict[str, Any]], now: float) -> list[dict[str, Any]]:
-        """Feed one frame's detections (``{"label", "score", "box"}``) seen at ``now`` (epoch s);
-        returns the events it caused, oldest object first."""
-        boxes = [d for d in detections if self._wanted(d)]
+    def update(self, detections: Iterable[Seen | dict[str, Any]], now: float) -> list[dict[str, Any]]:
+        """Feed one frame's detections (a record's :class:`~edgekit.serve.record.Seen` boxes, or
+        ``{"label", "score", "box"}`` dicts, read once) seen at ``now`` (epoch s); returns the
+        events it caused, oldest object first."""
+        boxes = [d for d in map(seen_of, detections) if d is not None and self._wanted(d)]
         for track in self.tracks:
             track.best_now = False
         matched = self._match(boxes)
@@ -124,22 +127,20 @@ class ObjectTracker:
                 out[t.label] = out.get(t.label, 0) + 1
         return out
 
-    def _wanted(self, d: Any) -> bool:
-        if not isinstance(d, dict) or not isinstance(d.get("box"), (list, tuple)) or len(d["box"]) != 4:
-            return False
-        return float(d.get("score", 0.0)) >= self.min_score and (not self.labels or d.get("label") in self.labels)
+    def _wanted(self, d: Seen) -> bool:
+        return d.box is not None and d.score >= self.min_score and (not self.labels or d.label in self.labels)
 
-    def _match(self, boxes: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    def _match(self, boxes: list[Seen]) -> dict[int, Seen]:
         """Greedy IoU matching, best overlap first, same label only: ``id(track) -> detection``."""
         pairs = []
         for t in self.tracks:
             for n, d in enumerate(boxes):
-                if d.get("label") == t.label:
-                    overlap = iou(t.box, d["box"])
+                if d.label == t.label:
+                    overlap = iou(t.box, d.box)
                     if overlap >= self.iou:
                         pairs.append((-overlap, id(t), n))
         pairs.sort()
-        out: dict[int, dict[str, Any]] = {}
+        out: dict[int, Seen] = {}
         used: set[int] = set()
         for _, tid, n in pairs:
             if tid not in out and n not in used:
@@ -148,9 +149,9 @@ class ObjectTracker:
         return out
 
     @staticmethod
-    def _extend(track: Track, det: dict[str, Any], now: float) -> None:
-        box = [round(float(v), 2) for v in det["box"]]
-        score = float(det.get("score", 0.0))
+    def _extend(track: Track, det: Seen, now: float) -> None:
+        box = [round(float(v), 2) for v in det.box or ()]
+        score = det.score
         track.changed |= box != track.box or score > track.score
         track.best_now = score > track.score
         track.box, track.score = box, max(track.score, score)
@@ -159,10 +160,10 @@ class ObjectTracker:
         track.last_time = now
 
     @staticmethod
-    def _new_track(det: dict[str, Any], now: float) -> Track:
+    def _new_track(det: Seen, now: float) -> Track:
         # Frigate's id shape (start time + random suffix): unique across restarts without any state on disk
-        return Track(label=str(det.get("label", "")), box=[round(float(v), 2) for v in det["box"]],
-                     score=float(det.get("score", 0.0)), start_time=now, last_time=now,
+        return Track(label=det.label, box=[round(float(v), 2) for v in det.box or ()],
+                     score=det.score, start_time=now, last_time=now,
                      id=f"{now:.3f}-{secrets.token_hex(3)}")
 
     @staticmethod

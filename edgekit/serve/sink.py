@@ -184,11 +184,15 @@ class JsonLinesSink:
         self._write_whole(data)
 
     # ------------------------------------------------------------------ API
-    def write(self, record: dict[str, Any]) -> bool:
-        """Write one record as a whole line; False (counted in ``failed``) when it could not be."""
+    def write(self, record: Any) -> bool:
+        """Write one record as a whole line; False (counted in ``failed``) when it could not be.
+
+        ``record``: a :class:`~edgekit.serve.record.ResultRecord` (its own ``to_json``, the one
+        encoder of a result) or a dict (an object event, a Python caller's)."""
         if self.target == "":
             return True
-        data = (to_json(record) + "\n").encode("utf-8")
+        line = record.to_json() if hasattr(record, "to_json") else to_json(record)
+        data = (line + "\n").encode("utf-8")
         with self._lock:
             try:
                 if self.target == "-":
