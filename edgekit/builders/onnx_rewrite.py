@@ -143,6 +143,24 @@ def _ceil_extra(size: int, kernel: int, stride: int, dilation: int, begin: int, 
     return max(0, (out - 1) * stride + span - (size + begin + end))
 
 
+def same_padded(kernel: list[int], strides: list[int], dilations: list[int], pads: list[int],
+                sizes: list[int], ceil_mode: bool = False) -> bool:
+    """Whether a pool's explicit ``pads`` are exactly TensorFlow's ``SAME`` padding for ``sizes``.
+
+    ONNX's MaxPool leaves padded cells out of the maximum, as TF's ``SAME`` pooling does, so
+    such a pool is one ``MAX_POOL_2D`` with ``padding=SAME``: onnx2tf makes that itself when the
+    pads agree (``ops/MaxPool.py``), no PAD/PADV2 in front (the Edge TPU report counted them
+    among YOLOv8's worst int8 layers: SPPF's three k5 s1 p2 pools)."""
+    if ceil_mode or not any(pads) or any(d != 1 for d in dilations) or not all(sizes):
+        return False
+    begin, end = [], []
+    for size, k, s in zip(sizes, kernel, strides, strict=True):
+        total = max((-(-size // s) - 1) * s + k - size, 0)
+        begin.append(total // 2)
+        end.append(total - total // 2)
+    return list(pads) == begin + end
+
+
 def pad_maxpools(model: Any, floors: dict[str, float] | None = None) -> int:
     """Give padded (or ceil_mode) MaxPools an explicit finite Pad; returns how many.
 
@@ -151,7 +169,9 @@ def pad_maxpools(model: Any, floors: dict[str, float] | None = None) -> int:
     torchvision ResNet stem (Conv, ReLU, MaxPool pads 1) agreed with the original on 0 % of
     images. After a ReLU every value is >= 0, so padding with 0 gives the same maxima; another
     input is padded with ``floors[name]`` (twice the lowest value seen on the calibration
-    images, :func:`maxpool_floors`), below what int8 can represent of it anyway.
+    images, :func:`maxpool_floors`), below what int8 can represent of it anyway. A pool whose
+    pads are TF's ``SAME`` (:func:`same_padded`) is left to onnx2tf, which makes it a SAME pool
+    with no pad value at all.
     """
     from onnx import helper, numpy_helper, shape_inference
 
@@ -172,11 +192,13 @@ def pad_maxpools(model: Any, floors: dict[str, float] | None = None) -> int:
         pads = list(attrs.get("pads", [0] * 2 * rank))
         if (not any(pads) and not attrs.get("ceil_mode")) or len(shape) != rank + 2 or not all(shape[2:]):
             continue
+        strides = list(attrs.get("strides", [1] * rank))
+        dilations = list(attrs.get("dilations", [1] * rank))
+        if same_padded(kernel, strides, dilations, pads, shape[2:], bool(attrs.get("ceil_mode"))):
+            continue
         value = 0.0 if _non_negative(node.input[0], producers, consts) else (floors or {}).get(node.input[0])
         if value is None:
             continue
-        strides = list(attrs.get("strides", [1] * rank))
-        dilations = list(attrs.get("dilations", [1] * rank))
         if attrs.get("ceil_mode"):
             pads[rank:] = [e + _ceil_extra(shape[2 + i], kernel[i], strides[i], dilations[i], pads[i], e)
                            for i, e in enumerate(pads[rank:])]
@@ -195,6 +217,25 @@ def pad_maxpools(model: Any, floors: dict[str, float] | None = None) -> int:
                 a.i = 0
         done += 1
     return done
+
+
+def same_maxpools(model: Any) -> int:
+    """How many padded MaxPools of ``model`` have TF ``SAME`` pads (:func:`same_padded`): left to
+    onnx2tf, which makes each one ``MAX_POOL_2D`` with ``padding=SAME``."""
+    from onnx import helper, shape_inference
+
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+              for v in [*shape_inference.infer_shapes(model).graph.value_info, *model.graph.input]}
+    found = 0
+    for node in model.graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        kernel = list(attrs.get("kernel_shape", []))
+        shape, rank = shapes.get(node.input[0] if node.input else "", []), len(kernel)
+        if node.op_type == "MaxPool" and len(shape) == rank + 2 and same_padded(
+                kernel, list(attrs.get("strides", [1] * rank)), list(attrs.get("dilations", [1] * rank)),
+                list(attrs.get("pads", [0] * 2 * rank)), shape[2:], bool(attrs.get("ceil_mode"))):
+            found += 1
+    return found
 
 
 def maxpool_floors(blob: bytes, input_name: str, samples: np.ndarray) -> dict[str, float]:

@@ -204,7 +204,7 @@ def _rewritten(source: SourceModel, log: BuildLog, samples: np.ndarray) -> bytes
     explicit Pad (:mod:`edgekit.builders.onnx_rewrite`). ``samples``: NHWC calibration tensors."""
     import onnx
 
-    from edgekit.builders.onnx_rewrite import fuse_gelu, maxpool_floors, pad_maxpools
+    from edgekit.builders.onnx_rewrite import fuse_gelu, maxpool_floors, pad_maxpools, same_maxpools
 
     images = samples.transpose(0, 3, 1, 2) if source.layout == "NCHW" else samples
     floors = maxpool_floors(source.onnx or b"", source.input_name, np.ascontiguousarray(images, np.float32))
@@ -212,6 +212,10 @@ def _rewritten(source: SourceModel, log: BuildLog, samples: np.ndarray) -> bytes
     fused, padded = fuse_gelu(model), pad_maxpools(model, floors)
     if fused:
         log.record(f"{fused} Div-Erf-Add-Mul-Mul chain(s) fused into Gelu (TFLite has no Erf)", prefix="onnx2tf job: ")
+    same = same_maxpools(model)
+    if same:
+        log.record(f"{same} padded MaxPool(s) whose pads are TF's SAME left to onnx2tf as MAX_POOL_2D padding=SAME "
+                   "(no PAD/PADV2: the Edge TPU maps it, int8 sees no pad value)", prefix="onnx2tf job: ")
     if padded:
         log.record(f"{padded} padded MaxPool(s) given an explicit finite Pad (0 after a ReLU, else twice the lowest "
                    "value on calibration images; onnx2tf pads with -3.4e38, which int8 calibration cannot take)",
