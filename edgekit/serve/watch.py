@@ -145,36 +145,64 @@ def top1(result: Any) -> int | None:
     return getattr(top, "index", None)
 
 
-def warm_up(candidate: Any, recent: list[tuple[Any, int | None]], min_agreement: float) -> str:
-    """Run ``candidate`` (a :class:`~edgekit.serve.swap.Loaded`) on recent ``(frame, running top-1)`` pairs;
-    '' when healthy, else why not."""
-    pipeline, labels = candidate.pipeline, candidate.labels
-    agree = compared = 0
-    for frame, running_top in recent:
-        outputs = pipeline.runtime.infer(pipeline.preprocess(frame.array))
+class _Unhealthy(Exception):
+    """A candidate's outputs that no serving model may give (the reason is the message)."""
+
+
+class _CheckedRuntime:
+    """The candidate's runtime with its raw outputs checked on the way to the frame loop's decoder:
+    non-finite values, and a class-score vector without one value per label."""
+
+    def __init__(self, runtime: Any, labels: list[str], classifier: bool):
+        self._runtime, self._labels, self._classifier = runtime, labels, classifier
+        self.input_spec = runtime.input_spec
+
+    def infer(self, tensor: Any) -> Any:
+        outputs = self._runtime.infer(tensor)
         for out in outputs:
             out = np.asarray(out)
             if np.issubdtype(out.dtype, np.floating) and not np.all(np.isfinite(out)):
-                return "it gives non-finite outputs (NaN/inf)"
+                raise _Unhealthy("it gives non-finite outputs (NaN/inf)")
         width = np.asarray(outputs[0]).shape[-1]
         # a class-score vector must have one value per label (a detector's head checked its
         # class count against the labels when it chose the output layout)
-        if isinstance(pipeline.decode, Decoder) and labels and len(outputs) == 1 and width != len(labels):
-            return f"its output has {width} classes for {len(labels)} labels"
-        top = top1(pipeline.decode_outputs(outputs, frame.array.shape))
-        if running_top is not None and top is not None:
-            compared += 1
-            agree += int(top == running_top)
+        if self._classifier and self._labels and len(outputs) == 1 and width != len(self._labels):
+            raise _Unhealthy(f"its output has {width} classes for {len(self._labels)} labels")
+        return outputs
+
+    def __getattr__(self, name: str) -> Any:  # describe, close, init_ms: the runtime's own
+        return getattr(self._runtime, name)
+
+
+def warm_up(candidate: Any, recent: list[tuple[Any, int | None]], min_agreement: float) -> str:
+    """Run ``candidate`` (a :class:`~edgekit.serve.swap.Loaded`) on recent ``(frame, running top-1)`` pairs
+    through the frame loop serving uses (:class:`~edgekit.pipeline.Pipeline`, the candidate's own
+    decoder); '' when healthy, else why not."""
+    from edgekit.pipeline import Pipeline
+
+    served, labels = candidate.pipeline, candidate.labels
+    runtime = _CheckedRuntime(served.runtime, labels, isinstance(served.decode, Decoder))
+    # Its own metrics: the candidate's pipeline records into the daemon's /stats sink, which the
+    # inference loop is writing meanwhile; warm-up frames must not count there.
+    loop = Pipeline(runtime, labels, decoder=served.decode, max_corrupt=None, warmup=0, window=len(recent) or 1)
+    running = {id(frame): top for frame, top in recent}  # by object: a reconnected camera counts from 0 again
+    agree = compared = 0
+    try:
+        for frame, result in loop.steps(frame for frame, _top in recent):
+            top, running_top = top1(result), running.get(id(frame))
+            if running_top is not None and top is not None:
+                compared += 1
+                agree += int(top == running_top)
+    except _Unhealthy as exc:
+        return str(exc)
     if min_agreement and compared and agree / compared < min_agreement:
         return f"it agrees with the running model on {agree / compared:.0%} of {compared} frames " \
                f"(min {min_agreement:.0%})"
     return ""
 
 
-
-
 def task_of(pipeline: Any) -> str:
-    """The task head a Pipeline decodes with, by its decoder (:data:`edgekit.results.TASK_HEADS`)."""
+    """The task head a Pipeline decodes with, by its decoder (:data:`edgekit.heads.table.TASK_HEADS`)."""
     name = type(getattr(pipeline, "decode", None)).__name__
     return {"Decoder": "classify", "RawDecoder": "raw", "Detector": "detect"}.get(name, name)
 
