@@ -125,11 +125,13 @@ def rewrite_checked(blob: bytes, representative, log, target: str) -> tuple[byte
     """:func:`rewrite_for_int8`, kept only when the rewritten float graph gives the original's
     outputs on the first calibration images (largest difference within 0.1 % of the output's
     range); logged either way. Returns the graph to quantise and the rewrites it holds."""
+    images = [np.asarray(x, np.float32)[None] for _, x in zip(range(CHECK_IMAGES), representative)]
     rewritten, done = rewrite_for_int8(blob)
+    rewritten, more, factors = accelerator_rewrites(blob, rewritten, images)
+    done = [*done, *more]
     if not done:
         return blob, []
-    images = [np.asarray(x, np.float32)[None] for _, x in zip(range(CHECK_IMAGES), representative)]
-    error = _relative_error(blob, rewritten, images)
+    error = _relative_error(blob, rewritten, images, factors)
     what = ", ".join(f"{r.op} x{r.count} into {r.into}" for r in done)
     if error > MAX_RELATIVE_ERROR:
         log.warn(f"[{target}] int8: rewriting {what} changed the float outputs ({error:.2g} of their range on "
@@ -140,24 +142,60 @@ def rewrite_checked(blob: bytes, representative, log, target: str) -> tuple[byte
     return rewritten, done
 
 
-def _relative_error(a: bytes, b: bytes, images: list[np.ndarray]) -> float:
-    """The largest output difference of two float models over ``images``, relative to the range."""
+def accelerator_rewrites(original: bytes, blob: bytes, images: list[np.ndarray]
+                         ) -> tuple[bytes, list[Rewrite], list[np.ndarray] | None]:
+    """Layout and output rewrites for int8 accelerators on ``blob`` (``original`` rewritten so
+    far): layout TRANSPOSE pairs dropped and Edge TPU-mapped ops ordered first
+    (builders/tflite_layout.py), a YOLO output's pixel boxes normalised (builders/tflite_yolo.py).
+    Returns the graph, what was rewritten, and per output what the rewritten one is multiplied
+    by to give the original's values (None: the same values)."""
+    from edgekit.builders import tflite_layout, tflite_yolo
+    from edgekit.tflite.edgetpu_ops import SUPPORTED_OPS
+
+    model = tflite_edit.read(blob)
+    done, factors = [], None
+    dropped = tflite_layout.drop_transpose_pairs(model)
+    if dropped:
+        done.append(Rewrite("TRANSPOSE", dropped, "none: CONCATENATION on the untransposed inputs"))
+    found = tflite_yolo.yolo_output(model)
+    if found is not None and images and tflite_yolo.pixel_boxes(_outputs(original, images), found[1]):
+        axis, _ = tflite_yolo.normalise_boxes(model) or found[1:]
+        sg = model.subgraphs[0]
+        shape, (w, h) = tuple(int(d) for d in sg.tensors[int(sg.outputs[0])].shape), tflite_yolo.input_size(model)
+        factors = [tflite_yolo.undo(shape, axis, (w, h))]
+        done.append(Rewrite("YOLO pixel boxes", 1, f"boxes / {w}x{h} (normalised to [0, 1] like the scores; "
+                                                   "decoded as box_units=auto)"))
+    before, after = tflite_layout.defer_unmapped(model, lambda name: name in SUPPORTED_OPS)
+    if after > before:
+        done.append(Rewrite("op order", after - before, f"Edge TPU-mapped ops first: first unmapped op at "
+                                                        f"{after}, was {before}"))
+    if not done:
+        return blob, [], None
+    return tflite_edit.write(tflite_edit._pruned(model)), done, factors
+
+
+def _outputs(blob: bytes, images: list[np.ndarray]) -> list[list[np.ndarray]]:
+    """Per image, the float outputs of a float model."""
     from ai_edge_litert.interpreter import Interpreter
 
-    runs = []
-    for blob in (a, b):
-        interp = Interpreter(model_content=blob)
-        interp.allocate_tensors()
-        index = interp.get_input_details()[0]["index"]
-        outs = []
-        for x in images:
-            interp.set_tensor(index, x)
-            interp.invoke()
-            outs.append([np.array(interp.get_tensor(d["index"]), np.float64) for d in interp.get_output_details()])
-        runs.append(outs)
+    interp = Interpreter(model_content=blob)
+    interp.allocate_tensors()
+    index = interp.get_input_details()[0]["index"]
+    outs = []
+    for x in images:
+        interp.set_tensor(index, x)
+        interp.invoke()
+        outs.append([np.array(interp.get_tensor(d["index"]), np.float64) for d in interp.get_output_details()])
+    return outs
+
+
+def _relative_error(a: bytes, b: bytes, images: list[np.ndarray], factors: list[np.ndarray] | None = None) -> float:
+    """The largest output difference of two float models over ``images``, relative to the range;
+    ``factors``: per output, what ``b``'s is multiplied by first (a rewrite that rescaled it)."""
     worst = 0.0
-    for ref, got in zip(*runs):
-        for r, g in zip(ref, got):
+    for ref, got in zip(_outputs(a, images), _outputs(b, images)):
+        for i, (r, g) in enumerate(zip(ref, got)):
+            g = g * factors[i] if factors is not None and factors[i] is not None else g
             span = float(np.max(np.abs(r))) or 1.0
             worst = max(worst, float(np.max(np.abs(r - g))) / span)
     return worst
