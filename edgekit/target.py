@@ -196,7 +196,7 @@ def check_builder(builder: str, path: Path | str) -> None:
 
 def check_adapter(adapter: str, path: Path | str) -> None:
     """Refuse an adapter no bundle could be opened with (not a row of the backends table)."""
-    from edgekit.runtime.backends import known_adapters
+    from edgekit.runtime.registry import known_adapters
 
     if adapter not in known_adapters():
         raise TargetError(f"target file {path}: adapter {adapter!r} is not an edgekit runtime adapter"[:400],

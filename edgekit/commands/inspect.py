@@ -120,7 +120,7 @@ def _check_bundle_names(bundle: Any) -> None:
     """What a bundle names to import or read must be on edgekit's lists, as ``run`` requires: an
     adapter such as ``os:system`` is a bundle error here too, never a clean report."""
     from edgekit.bundle import MANIFEST
-    from edgekit.runtime.backends import known_adapters
+    from edgekit.runtime.registry import known_adapters
 
     adapter = bundle.runtime.get("adapter")
     if adapter is not None and adapter not in known_adapters():

@@ -13,17 +13,10 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from edgekit.imaging.image import InputSpec
-from edgekit.runtime.backends import (
-    BACKENDS,
-    Backend,
-    Option,
-    check_options,
-    default_backend,
-    install_hint,
-    known_adapters,
-)
+from edgekit.runtime.backends import Backend
+from edgekit.runtime.registry import BACKENDS, check_options, default_backend, install_hint, known_adapters
 
-__all__ = ["BACKENDS", "Backend", "Option", "Runtime", "check_options", "describe_runtime", "open_runtime"]
+__all__ = ["BACKENDS", "Backend", "Runtime", "check_options", "describe_runtime", "open_runtime"]
 
 if TYPE_CHECKING:
     from edgekit.bundle import Bundle

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from edgekit.imaging.image import InputSpec
-from edgekit.runtime.backends import Option
+from edgekit.util.optionspec import Option, defaults
 
 
 class FakeRuntime:
@@ -21,16 +21,17 @@ class FakeRuntime:
     """
 
     OPTIONS: ClassVar[tuple[Option, ...]] = (
-        Option("delay_s", (float,), 0.0, "minimum time per inference (s)", minimum=0, maximum=3600),
-        Option("name", (str,), "fake", "backend name in describe()"),
+        Option("delay_s", "float", 0.0, "minimum time per inference (s)", ge=0, le=3600),
+        Option("name", "str", "fake", "backend name in describe()"),
     )
+    _DEFAULT = defaults(OPTIONS)  # the keyword defaults below come from the spec, never a second copy
 
     def __init__(
         self,
         fn: Callable[[np.ndarray], list[np.ndarray]],
         input_spec: InputSpec,
-        delay_s: float = 0.0,
-        name: str = "fake",
+        delay_s: float = _DEFAULT["delay_s"],
+        name: str = _DEFAULT["name"],
     ):
         self._fn = fn
         self.input_spec = input_spec

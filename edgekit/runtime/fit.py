@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.errors import UsageError
-from edgekit.runtime.backends import BACKENDS
+from edgekit.runtime.registry import BACKENDS
 
 
 def check_backend_fits(backend: str | None, runtime: Any, flag: str = "--backend") -> None:

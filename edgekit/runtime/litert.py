@@ -18,7 +18,8 @@ import numpy as np
 
 from edgekit.errors import BackendUnavailable, ModelError, first_line
 from edgekit.imaging.image import InputSpec, InputSpecError
-from edgekit.runtime.backends import MAX_THREADS, Option
+from edgekit.runtime.backends import MAX_THREADS
+from edgekit.util.optionspec import Option, defaults
 from edgekit.util.quiet import native_stderr_to_log
 
 log = logging.getLogger("edgekit.runtime.litert")
@@ -225,21 +226,22 @@ class LiteRTRuntime:
     """
 
     OPTIONS: ClassVar[tuple[Option, ...]] = (
-        Option("delegate", (str,), "xnnpack", "xnnpack, none (built-in kernels) or edgetpu",
+        Option("delegate", "str", "xnnpack", "xnnpack, none (built-in kernels) or edgetpu",
                choices=("xnnpack", "none", "edgetpu")),
-        Option("num_threads", (int,), None, "CPU threads for the interpreter", minimum=1, maximum=MAX_THREADS),
-        Option("device", (str,), None, "Edge TPU device: usb, usb:N, pci, pci:N"),
-        Option("profile", (bool,), False, "no effect: the op profile is static (op_profile)"),
+        Option("num_threads", "int", None, "CPU threads for the interpreter", ge=1, le=MAX_THREADS),
+        Option("device", "str", None, "Edge TPU device: usb, usb:N, pci, pci:N"),
+        Option("profile", "bool", False, "no effect: the op profile is static (op_profile)"),
     )
+    _DEFAULT = defaults(OPTIONS)  # the keyword defaults below come from the spec, never a second copy
 
     def __init__(
         self,
         model_path: str | Path,
         input_spec: InputSpec | None = None,
-        delegate: str = "xnnpack",
-        num_threads: int | None = None,
-        device: str | None = None,
-        profile: bool = False,
+        delegate: str = _DEFAULT["delegate"],
+        num_threads: int | None = _DEFAULT["num_threads"],
+        device: str | None = _DEFAULT["device"],
+        profile: bool = _DEFAULT["profile"],
     ):
         self.model_path = Path(model_path)
         if not self.model_path.is_file():

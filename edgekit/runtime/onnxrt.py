@@ -21,7 +21,8 @@ import numpy as np
 
 from edgekit.errors import BackendUnavailable, ModelError, first_line
 from edgekit.imaging.image import InputSpec
-from edgekit.runtime.backends import MAX_THREADS, Option
+from edgekit.runtime.backends import MAX_THREADS
+from edgekit.util.optionspec import Option, defaults
 
 _ONNX_DTYPES = {
     "tensor(float)": "float32",
@@ -94,23 +95,23 @@ class OnnxRuntime:
     """
 
     OPTIONS: ClassVar[tuple[Option, ...]] = (
-        Option("providers", (list, tuple, str), None, "execution providers in order (cpu, cuda, tensorrt)"),
-        Option("allow_fallback", (bool,), False, "accept a session without some requested provider"),
-        Option("num_threads", (int,), None, "intra-op threads (None: ONNX Runtime chooses)", minimum=0,
-               maximum=MAX_THREADS),
-        Option("profile", (bool,), False, "record ONNX Runtime's per-op profile"),
-        Option("input_size", (str, list, tuple), None, "HxW for a model whose input height/width are symbolic"),
+        Option("providers", "strs", None, "execution providers in order (cpu, cuda, tensorrt)"),
+        Option("allow_fallback", "bool", False, "accept a session without some requested provider"),
+        Option("num_threads", "int", None, "intra-op threads (None: ONNX Runtime chooses)", ge=0, le=MAX_THREADS),
+        Option("profile", "bool", False, "record ONNX Runtime's per-op profile"),
+        Option("input_size", "str_or_list", None, "HxW for a model whose input height/width are symbolic"),
     )
+    _DEFAULT = defaults(OPTIONS)  # the keyword defaults below come from the spec, never a second copy
 
     def __init__(
         self,
         model_path: str | Path,
         input_spec: InputSpec | None = None,
-        providers: list[str] | str | None = None,
-        allow_fallback: bool = False,
-        num_threads: int | None = None,
-        profile: bool = False,
-        input_size: str | tuple[int, int] | list[int] | None = None,
+        providers: list[str] | str | None = _DEFAULT["providers"],
+        allow_fallback: bool = _DEFAULT["allow_fallback"],
+        num_threads: int | None = _DEFAULT["num_threads"],
+        profile: bool = _DEFAULT["profile"],
+        input_size: str | tuple[int, int] | list[int] | None = _DEFAULT["input_size"],
     ):
         try:
             import onnxruntime as ort

@@ -21,12 +21,13 @@ import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
+import edgekit.runtime.trt_engine as trt_engine  # not `from edgekit.runtime`: its registry names this module
 from edgekit.errors import BackendUnavailable, ModelError, first_line
 from edgekit.imaging.image import InputSpec
-from edgekit.runtime import trt_engine
-from edgekit.runtime.backends import MAX_INDEX, MAX_MIB, MAX_THREADS, PATH, Option
+from edgekit.runtime.backends import MAX_INDEX, MAX_MIB, MAX_THREADS
 from edgekit.runtime.onnxrt import OnnxRuntime, provider_names, session_options
 from edgekit.runtime.onnxrt import check_providers as _check_providers
+from edgekit.util.optionspec import Option, defaults
 
 GPU_HINT = (
     "install onnxruntime-gpu (on a Jetson: the JetPack wheel from NVIDIA's Jetson AI Lab index), "
@@ -104,35 +105,35 @@ class OnnxRuntimeGPU(OnnxRuntime):
     """
 
     OPTIONS: ClassVar[tuple[Option, ...]] = (
-        Option("providers", (list, tuple, str), DEFAULT_PROVIDERS, "GPU providers in order (tensorrt, cuda)"),
-        Option("allow_fallback", (bool,), False, "accept a session without some requested provider"),
-        Option("fp16", (bool,), True, "TensorRT EP FP16"),
-        Option("cache_dir", PATH, None, "TensorRT EP engine and timing cache directory"),
-        Option("device_id", (int,), 0, "CUDA device index", minimum=0, maximum=MAX_INDEX),
-        Option("workspace_mb", (int,), trt_engine.WORKSPACE_MB, "TensorRT EP workspace limit (MiB)", minimum=1,
-               maximum=MAX_MIB),
-        Option("conv_algo_search", (str,), "HEURISTIC", "cuDNN convolution algorithm search",
+        Option("providers", "strs", DEFAULT_PROVIDERS, "GPU providers in order (tensorrt, cuda)"),
+        Option("allow_fallback", "bool", False, "accept a session without some requested provider"),
+        Option("fp16", "bool", True, "TensorRT EP FP16"),
+        Option("cache_dir", "path", None, "TensorRT EP engine and timing cache directory"),
+        Option("device_id", "int", 0, "CUDA device index", ge=0, le=MAX_INDEX),
+        Option("workspace_mb", "int", trt_engine.WORKSPACE_MB, "TensorRT EP workspace limit (MiB)", ge=1,
+               le=MAX_MIB),
+        Option("conv_algo_search", "str", "HEURISTIC", "cuDNN convolution algorithm search",
                choices=("EXHAUSTIVE", "HEURISTIC", "DEFAULT")),
-        Option("gpu_mem_limit_mb", (int,), None, "CUDA EP memory limit (MiB)", minimum=1, maximum=MAX_MIB),
-        Option("num_threads", (int,), None, "intra-op threads (None: ONNX Runtime chooses)", minimum=0,
-               maximum=MAX_THREADS),
-        Option("profile", (bool,), False, "record ONNX Runtime's per-op profile"),
+        Option("gpu_mem_limit_mb", "int", None, "CUDA EP memory limit (MiB)", ge=1, le=MAX_MIB),
+        Option("num_threads", "int", None, "intra-op threads (None: ONNX Runtime chooses)", ge=0, le=MAX_THREADS),
+        Option("profile", "bool", False, "record ONNX Runtime's per-op profile"),
     )
+    _DEFAULT = defaults(OPTIONS)  # the keyword defaults below come from the spec, never a second copy
 
     def __init__(
         self,
         model_path: str | Path,
         input_spec: InputSpec | None = None,
-        providers: list[str] | str | None = DEFAULT_PROVIDERS,
-        allow_fallback: bool = False,
-        fp16: bool = True,
-        cache_dir: str | Path | None = None,
-        device_id: int = 0,
-        workspace_mb: int = trt_engine.WORKSPACE_MB,
-        conv_algo_search: str = "HEURISTIC",
-        gpu_mem_limit_mb: int | None = None,
-        num_threads: int | None = None,
-        profile: bool = False,
+        providers: list[str] | str | None = _DEFAULT["providers"],
+        allow_fallback: bool = _DEFAULT["allow_fallback"],
+        fp16: bool = _DEFAULT["fp16"],
+        cache_dir: str | Path | None = _DEFAULT["cache_dir"],
+        device_id: int = _DEFAULT["device_id"],
+        workspace_mb: int = _DEFAULT["workspace_mb"],
+        conv_algo_search: str = _DEFAULT["conv_algo_search"],
+        gpu_mem_limit_mb: int | None = _DEFAULT["gpu_mem_limit_mb"],
+        num_threads: int | None = _DEFAULT["num_threads"],
+        profile: bool = _DEFAULT["profile"],
     ):
         try:
             import onnxruntime as ort

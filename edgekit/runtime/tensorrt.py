@@ -29,11 +29,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+import edgekit.runtime.trt_engine as trt_engine  # not `from edgekit.runtime`: its registry names this module
 from edgekit.errors import BackendUnavailable, ModelError
 from edgekit.imaging.image import InputSpec
 from edgekit.metrics import LatencyRecorder
-from edgekit.runtime import trt_engine
-from edgekit.runtime.backends import MAX_INDEX, MAX_MIB, PATH, Option
+from edgekit.runtime.backends import MAX_INDEX, MAX_MIB
+from edgekit.util.optionspec import Option, defaults
 
 STAGES = ("h2d", "compute", "d2h", "host")
 """Timed stages: the three GPU stages (CUDA events) and the host wall time of ``infer``."""
@@ -75,25 +76,25 @@ class TensorRTRuntime:
     """
 
     OPTIONS: ClassVar[tuple[Option, ...]] = (
-        Option("precision", (str,), "fp16", "engine precision for a build from ONNX", choices=trt_engine.PRECISIONS),
-        Option("workspace_mb", (int,), trt_engine.WORKSPACE_MB, "workspace pool limit (MiB)", minimum=1,
-               maximum=MAX_MIB),
-        Option("cache_dir", PATH, None, "engine cache directory (default: <bundle>/.engines)"),
-        Option("rebuild", (bool,), False, "rebuild the engine even if a cached one is valid"),
-        Option("device", (int,), 0, "CUDA device index", minimum=0, maximum=MAX_INDEX),
-        Option("warmup", (int,), 1, "inferences left out of the stage timings", minimum=0, maximum=10000),
+        Option("precision", "str", "fp16", "engine precision for a build from ONNX", choices=trt_engine.PRECISIONS),
+        Option("workspace_mb", "int", trt_engine.WORKSPACE_MB, "workspace pool limit (MiB)", ge=1, le=MAX_MIB),
+        Option("cache_dir", "path", None, "engine cache directory (default: <bundle>/.engines)"),
+        Option("rebuild", "bool", False, "rebuild the engine even if a cached one is valid"),
+        Option("device", "int", 0, "CUDA device index", ge=0, le=MAX_INDEX),
+        Option("warmup", "int", 1, "inferences left out of the stage timings", ge=0, le=10000),
     )
+    _DEFAULT = defaults(OPTIONS)  # the keyword defaults below come from the spec, never a second copy
 
     def __init__(
         self,
         model_path: str | Path,
         input_spec: InputSpec | None = None,
-        precision: str = "fp16",
-        workspace_mb: int = trt_engine.WORKSPACE_MB,
-        cache_dir: str | Path | None = None,
-        rebuild: bool = False,
-        device: int = 0,
-        warmup: int = 1,
+        precision: str = _DEFAULT["precision"],
+        workspace_mb: int = _DEFAULT["workspace_mb"],
+        cache_dir: str | Path | None = _DEFAULT["cache_dir"],
+        rebuild: bool = _DEFAULT["rebuild"],
+        device: int = _DEFAULT["device"],
+        warmup: int = _DEFAULT["warmup"],
     ):
         path = Path(model_path)
         if path.is_dir():
