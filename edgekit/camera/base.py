@@ -109,6 +109,12 @@ class _Counters:
             self.skipped += skipped
             self.read_errors += read_errors
 
+    @property
+    def last_ns(self) -> int | None:
+        """When the newest frame was captured (None before the first)."""
+        with self._lock:
+            return self._last_ns
+
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             span_ns = (self._last_ns or 0) - (self._first_ns or 0)
@@ -206,7 +212,10 @@ class LatestFrameSource(_SourceBase):
         self._timeout_s = float(timeout_s)
         self._open_timeout_s = float(open_timeout_s)
         self._join_timeout_s = join_timeout_s
-        self._mailbox = FrameMailbox()  # the newest captured frame not yet taken
+        self._mailbox: Any = FrameMailbox()  # the newest captured frame not yet taken (see deliver_to)
+        self._handover = threading.Lock()  # deliver_to swaps the mailbox between two puts, never during one
+        self._direct = False  # frames go straight to a consumer's mailbox (deliver_to)
+        self._opened_ns = time.perf_counter_ns()
         self._stop = threading.Event()
         self._last_index = -1  # index of the last delivered frame
         self._last_error: BaseException | None = None  # the latest failed read, for messages
@@ -234,8 +243,11 @@ class LatestFrameSource(_SourceBase):
                 if "size" not in self._info and getattr(array, "ndim", 0) >= 2:
                     self._info["size"] = (int(array.shape[1]), int(array.shape[0]))
                 # A frame never taken is simply replaced; the consumer counts it as skipped
-                # from the index gap when it takes the next one.
-                self._mailbox.put(Frame(array, t_ns, index))
+                # from the index gap when it takes the next one (or, delivered, as it is replaced).
+                with self._handover:
+                    dropped = self._mailbox.put(Frame(array, t_ns, index))
+                if self._direct:
+                    self._counters.add(delivered=1 - int(dropped), skipped=int(dropped))
                 index += 1
         except BaseException as exc:  # a bug, not a bad frame: the consumer raises it (chained)
             self._fatal = exc
@@ -257,15 +269,45 @@ class LatestFrameSource(_SourceBase):
             if frame is not None and not self._closed:
                 break
             if self._fatal is not None:
-                raise CameraError(
-                    f"{self.name}: frame grabber failed ({type(self._fatal).__name__}: {self._fatal})",
-                    "this is a bug in the source's read function; run with --debug for the traceback",
-                ) from self._fatal
+                raise self._grabber_failed() from self._fatal
             if time.monotonic() >= deadline:
                 raise self._stalled(first, timeout_s)
         self._counters.add(delivered=1, skipped=frame.index - self._last_index - 1)
         self._last_index = frame.index
         return frame
+
+    def deliver_to(self, mailbox: Any) -> None:
+        """Put every later frame straight into ``mailbox`` (``put(frame) -> replaced``, ``close()``)
+        instead of this source's own: a consumer with its own newest-frame slot (the daemon) then
+        reads a live camera through this one grabber thread and one mailbox, without a second
+        thread copying frames. Do not iterate the source afterwards; :meth:`problem` says when it
+        stalled or its grabber failed, as ``next()`` would have raised it."""
+        with self._handover:
+            old, self._mailbox, self._direct = self._mailbox, mailbox, True
+        frame = old.take(0)
+        if frame is not None:  # captured before the hand-over and not taken yet
+            self._counters.add(delivered=1)
+            mailbox.put(frame)
+        if old.closed:  # the grabber had already ended: the new mailbox hears it too
+            mailbox.close()
+
+    def problem(self) -> CameraError | None:
+        """Why the source no longer delivers, as ``next()`` would raise it (the grabber failed, no
+        first frame within ``open_timeout_s``, none for ``timeout_s`` later on); None while it does."""
+        if self._fatal is not None:
+            return self._grabber_failed()
+        last = self._counters.last_ns
+        first = last is None
+        timeout_s = self._open_timeout_s if first else self._timeout_s
+        if time.perf_counter_ns() - (self._opened_ns if first else last) >= timeout_s * 1e9:
+            return self._stalled(first, timeout_s)
+        return None
+
+    def _grabber_failed(self) -> CameraError:
+        return CameraError(
+            f"{self.name}: frame grabber failed ({type(self._fatal).__name__}: {self._fatal})",
+            "this is a bug in the source's read function; run with --debug for the traceback",
+        )
 
     def _stalled(self, first: bool, timeout_s: float) -> CameraError:
         why = f"; last error: {self._last_error}" if self._last_error else ""

@@ -1,8 +1,11 @@
 """The daemon's capture thread: camera -> newest-frame mailbox, reopened with backoff.
 
-The thread reads the camera as fast as it delivers and keeps only the newest frame in a
-one-slot :class:`~edgekit.camera.mailbox.FrameMailbox`; the inference loop takes whatever
-is newest when it is free. Frames overwritten in the mailbox, and gaps in ``Frame.index``
+The camera is read as fast as it delivers and only the newest frame is kept, in the daemon's
+one-slot :class:`~edgekit.camera.mailbox.FrameMailbox`; the inference loop takes whatever is
+newest when it is free. A live camera (:class:`~edgekit.camera.LatestFrameSource`) already
+reads on its own grabber thread: its frames go straight into that mailbox (one reading thread,
+one mailbox), and the capture thread only opens, watches and reopens it. Files, folders and
+the synthetic clip are read on the capture thread itself. Frames overwritten in the mailbox, and gaps in ``Frame.index``
 (frames the source itself dropped), are counted as skipped. A camera that fails to open or
 stops is reopened with exponential backoff; one that cannot work (a wrong option, a missing
 library, a robot with no SDK configuration) is fatal: retrying forever would hide it.
@@ -22,6 +25,8 @@ from edgekit.serve.config import CameraConfig
 from edgekit.serve.stats import Counters, RateMeter
 
 log = logging.getLogger("edgekit.serve")
+
+WATCH_S = 0.05  # how often the capture thread looks at a live source that delivers on its own thread
 
 
 def check_reduced_decode(options: dict[str, Any], crop: Any) -> None:
@@ -73,6 +78,7 @@ class Capture:
         self._looped = False
         self.source: Any = None
         self._thread: threading.Thread | None = None
+        self._previous: int | None = None  # the last frame index a live source delivered
 
     def start(self) -> None:
         """Start the capture thread."""
@@ -163,7 +169,7 @@ class Capture:
         self.source = source
         self.is_open = True
         try:
-            ended = self._pump(source)
+            ended = self._watch(source) if callable(getattr(source, "deliver_to", None)) else self._pump(source)
             if ended and not self._stop.is_set():
                 if self.config.on_end == "stop":
                     log.info("camera %s ended; stopping after the last frame", self.name)
@@ -181,22 +187,46 @@ class Capture:
         return False
 
     def _pump(self, source: Any) -> bool:
-        """Move frames from the source into the mailbox; True when the source ended by itself."""
-        previous: int | None = None
+        """Move frames from the source into the mailbox on this thread (files, folders, the
+        synthetic clip: sources without a grabber thread); True when the source ended by itself."""
+        self._previous = None
         for frame in source:
             if self._stop.is_set():
                 return False
-            now = self._clock()
-            # Gaps in Frame.index are frames the source itself dropped (newest-frame sources).
-            gap = frame.index - previous - 1 if previous is not None and frame.index > previous + 1 else 0
-            previous = frame.index
-            dropped = self._mailbox.put(frame)
-            self.last_frame_ns = now
-            self._counters.add("frames", captured=1 + gap, skipped=gap + int(dropped))
-            self.rates["camera"].add(1 + gap, now)
-            if gap or dropped:
-                self.rates["skipped"].add(gap + int(dropped), now)
+            self._deliver(frame)
         return True
+
+    def _watch(self, source: Any) -> bool:
+        """A live source (:class:`~edgekit.camera.LatestFrameSource`): its own grabber thread puts
+        every frame straight into the daemon's mailbox (:meth:`_deliver`), so one thread reads the
+        camera and one mailbox holds its newest frame; this thread only watches it. True when it
+        was closed; raises what ``next()`` would have (a stall, a failed grabber)."""
+        feed = _Feed(self._deliver)
+        self._previous = None
+        source.deliver_to(feed)
+        while not self._stop.wait(WATCH_S):
+            if source.closed:
+                return True
+            problem = source.problem()
+            if problem is not None:
+                raise problem
+        return False
+
+    def _deliver(self, frame: Any) -> bool:
+        """One frame into the mailbox (on a live source's grabber thread, or this one); True when it
+        replaced one never taken. Gaps in ``Frame.index`` are frames the source itself dropped."""
+        if self._stop.is_set():
+            return False
+        now = self._clock()
+        previous, self._previous = self._previous, frame.index
+        gap = frame.index - previous - 1 if previous is not None and frame.index > previous + 1 else 0
+        dropped = self._mailbox.put(frame)
+        self.last_frame_ns = now
+        self._counters.add("frames", captured=1 + gap, skipped=gap + int(dropped))
+        self.rates["camera"].add(1 + gap, now)
+        if gap or dropped:
+            self.rates["skipped"].add(gap + int(dropped), now)
+        return dropped
 
     def _loop_done(self) -> None:
         """A file, folder or synthetic clip ended with ``on_end = "reconnect"``: it is played again.
@@ -212,6 +242,19 @@ class Capture:
         self._counters.add("errors", camera=1)
         self.error = message
         log.warning("%s; retrying", message)
+
+
+class _Feed:
+    """What a live source's grabber writes into instead of its own mailbox: ``put`` is the
+    capture's :meth:`Capture._deliver`; ``close`` (the grabber ended) leaves the daemon's mailbox
+    open, since the next source feeds the same one."""
+
+    def __init__(self, deliver: Callable[[Any], bool]):
+        self.put = deliver
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
 
 
 def open_source(uri: str, options: dict[str, Any]):

@@ -1,7 +1,9 @@
 """``edgekit serve``: the on-device service, camera -> model -> JSON lines / MQTT / Prometheus.
 
-Two threads do the work. A capture thread reads the camera as fast as it delivers and keeps
-only the newest frame in a one-slot mailbox; the inference loop (the main thread) takes
+Two threads do the work. One thread reads the camera as fast as it delivers and keeps only
+the newest frame in a one-slot mailbox (a live camera's own grabber thread puts its frames
+straight there; files and clips are read by the capture thread, which also opens and reopens
+every source and watches a live one for stalls); the inference loop (the main thread) takes
 whatever frame is newest when it is free. When the camera outruns the model, frames are
 overwritten in the mailbox and counted as skipped, so latency stays bounded by about one
 frame interval plus one inference, however long the daemon runs. Capture and inference
