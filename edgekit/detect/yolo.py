@@ -19,6 +19,11 @@ from edgekit.detect.scores import Quant, above, best_class, real
 
 NORMALISED_LIMIT = 1.5
 """``box_units=auto``: boxes whose coordinates are all <= this are taken as normalised to [0, 1]."""
+QUANTISED_NORMALISED_RANGE = 8.0
+"""``box_units=auto`` on a quantised output: when its whole integer range spans at most this, its
+boxes are normalised (pixel boxes of any input of 32 px or more need a wider range; edgekit's int8
+build normalises a YOLO output's pixel boxes in the graph: builders/tflite_yolo.py). Decided once
+per output, not per frame from the boxes that pass, which a badly placed box could tip."""
 
 
 def _dims(shapes: list[tuple[int, ...]]) -> tuple[int, int] | None:
@@ -67,14 +72,24 @@ def channels_first(output: np.ndarray, width: int | None) -> np.ndarray:
     return arr if a <= b else arr.T
 
 
-def to_xyxy(raw: np.ndarray, config: DetectConfig, fmt: str = "cxcywh") -> np.ndarray:
-    """``[M, 4]`` boxes in ``fmt`` (input pixels or normalised) -> xyxy input pixels."""
+def quantised_units(config: DetectConfig, quant: Quant, dtype: np.dtype) -> str | None:
+    """``box_units=auto`` of a quantised output, from its range (:data:`QUANTISED_NORMALISED_RANGE`);
+    None for a float output or units the configuration gives."""
+    if config.box_units != "auto" or not quant or not quant[0] or not np.issubdtype(dtype, np.integer):
+        return None
+    info = np.iinfo(dtype)
+    return "normalized" if quant[0] * (int(info.max) - int(info.min)) <= QUANTISED_NORMALISED_RANGE else "pixels"
+
+
+def to_xyxy(raw: np.ndarray, config: DetectConfig, fmt: str = "cxcywh", units: str | None = None) -> np.ndarray:
+    """``[M, 4]`` boxes in ``fmt`` (input pixels or normalised) -> xyxy input pixels; ``units``
+    overrides ``config.box_units`` (:func:`quantised_units`)."""
     boxes = np.asarray(raw, np.float32)
     fmt = fmt if config.box_format == "auto" else config.box_format
     if fmt == "cxcywh":
         half = boxes[:, 2:] / 2
         boxes = np.concatenate([boxes[:, :2] - half, boxes[:, :2] + half], axis=1)
-    units = config.box_units
+    units = units or config.box_units
     if units == "auto":
         units = "normalized" if boxes.size and float(np.abs(boxes).max()) <= NORMALISED_LIMIT else "pixels"
     if units == "normalized":
@@ -93,7 +108,7 @@ def candidates(outputs: list[np.ndarray], config: DetectConfig, quant: list[Quan
     """Anchor-free YOLO (v8/v11): per anchor ``cx, cy, w, h`` then one score per class."""
     rows, q = _rows(outputs, config, quant, 4)  # [4 + nc, N]
     idx, scores, classes = best_class(rows[4:], q, config, axis=0, how=config.score_activation)
-    boxes = to_xyxy(real(rows[:4, idx], q).T, config)
+    boxes = to_xyxy(real(rows[:4, idx], q).T, config, units=quantised_units(config, q, rows.dtype))
     return Candidates(boxes, scores, classes)
 
 
@@ -112,5 +127,5 @@ def objectness(outputs: list[np.ndarray], config: DetectConfig, quant: list[Quan
     keep = np.flatnonzero(scores > config.score_threshold)
     if len(keep) > config.max_candidates:
         keep = keep[np.argpartition(-scores[keep], config.max_candidates - 1)[: config.max_candidates]]
-    boxes = to_xyxy(real(rows[:4, idx[keep]], q).T, config)
+    boxes = to_xyxy(real(rows[:4, idx[keep]], q).T, config, units=quantised_units(config, q, rows.dtype))
     return Candidates(boxes, scores[keep].astype(np.float32), classes[keep].astype(np.int64))
