@@ -20,11 +20,19 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from edgekit.camera.mailbox import FrameMailbox
-from edgekit.errors import CameraError
+from edgekit.errors import CameraError, UsageError
 from edgekit.metrics import rate
 
 DEFAULT_TIMEOUT_S = 5.0  # a live camera silent this long mid-run is reported as stopped
 DEFAULT_OPEN_TIMEOUT_S = 10.0  # RTSP and USB cameras can take seconds to deliver the first frame
+MIN_FPS, MAX_FPS = 0.001, 10000.0  # one frame per 17 minutes .. a high-speed camera (the fps option's range)
+
+
+class CameraOptionError(UsageError, CameraError):
+    """A camera option that does not exist or has a bad value.
+
+    A UsageError (retrying will not fix it: the daemon stops instead of reconnecting) and
+    a CameraError (what callers of ``open_camera`` have always caught)."""
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.camera.base import parse_size
+from edgekit.camera.base import MAX_FPS, MIN_FPS, CameraOptionError, parse_size
 from edgekit.camera.files import SequenceSource, _EndOfStream
-from edgekit.camera.table import MAX_FPS, MIN_FPS, Option
 from edgekit.errors import CameraError
+from edgekit.util.optionspec import Option, OptionValueError
 
 SYNTHETIC_SPEC = r"(?:(\d+)[xX](\d+))?(?:@(\d+(?:\.\d+)?))?"  # WxH, @FPS, both or neither
 SYNTHETIC_FPS = Option("fps", "float", ge=MIN_FPS, le=MAX_FPS, help="pace (default: unpaced)")  # URI's @FPS too
@@ -109,7 +109,11 @@ def open_synthetic(spec: str, **options: Any) -> SyntheticSource:
     if m.group(1):
         options.setdefault("size", (int(m.group(1)), int(m.group(2))))
     if m.group(3) and "fps" not in options:  # held to the fps= option's range (1e-05 waited a day a frame)
-        options["fps"] = SYNTHETIC_FPS.coerce(m.group(3), f"synthetic:{spec}")
+        try:
+            options["fps"] = SYNTHETIC_FPS.coerce(m.group(3))
+        except OptionValueError as exc:
+            raise CameraOptionError(f"synthetic:{spec}: fps {m.group(3)} must be {exc.what}",
+                                    SYNTHETIC_FPS.describe()) from None
     try:
         return SyntheticSource(**options)
     except CameraError as exc:  # name the camera: the size may have come from the URI

@@ -1,96 +1,53 @@
-"""The row types of the camera scheme table and the option checks ``open_camera`` runs.
+"""The camera scheme table (:data:`SCHEMES`), its row type and the option checks ``open_camera`` runs.
 
 Each row (:class:`Scheme`) names its opener by dotted path, so a source whose library is
 optional (picamera2, the Vector SDK) is imported only when it is opened, and declares the
-options it takes (:class:`Option`: a type, a default and a range). Options arrive as proper
-Python values from code, or as strings from a command line (``--camera-option fps=15``)
-and TOML; :func:`check_options` turns both into the declared type and refuses unknown keys,
-so a typo is an error rather than a silently ignored value.
+options it takes (:class:`~edgekit.util.optionspec.Option`: a type, a default and a range).
+Options arrive as proper Python values from code, or as strings from a command line
+(``--camera-option fps=15``) and TOML; :func:`check_options` turns both into the declared type
+and refuses unknown keys, so a typo is an error rather than a silently ignored value. The
+sources never import this module (nor the ``edgekit.camera`` package face), so a row naming
+one is no import cycle.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from edgekit.camera.base import parse_size
-from edgekit.errors import CameraError, UsageError
+from edgekit.camera.base import (
+    DEFAULT_OPEN_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    MAX_FPS,
+    MIN_FPS,
+    CameraOptionError,
+    parse_size,
+)
+from edgekit.camera.files import VIDEO_SUFFIXES
+from edgekit.camera.picamera import PICAMERA2_INSTALL_HINT
+from edgekit.camera.synthetic import SYNTHETIC_FPS, SYNTHETIC_SPEC
+from edgekit.util.optionspec import Option, OptionValueError, close_match
 
-# Seconds and rates beyond this overflow the waits and the frame clock (fps=1e-300 made
-# ``int(k * 1e9 / fps)`` infinite; open_timeout_s=1e300 overflowed OpenCV's open parameters).
-MAX_FLOAT = 365 * 86400.0
-MIN_FPS, MAX_FPS = 0.001, 10000.0  # one frame per 17 minutes .. a high-speed camera
+__all__ = ["SCHEMES", "CameraOptionError", "Scheme", "camera_value", "check_options"]
 
 
-class CameraOptionError(UsageError, CameraError):
-    """A camera option that does not exist or has a bad value.
-
-    A UsageError (retrying will not fix it: the daemon stops instead of reconnecting) and
-    a CameraError (what callers of ``open_camera`` have always caught)."""
-
-
-@dataclass(frozen=True)
-class Option:
-    """One option a camera scheme accepts.
-
-    ``type`` is one of ``int``, ``float``, ``bool``, ``str``, ``path``, ``size`` (``(w, h)``
-    or ``"WxH"``), ``ints`` (``[1, 2]`` or ``"1,2"``) or ``pair`` (two floats, ``"0.5,8"``).
-    ``gt``/``ge``/``le`` bound numbers (for ``pair``, each number); a float is at most
-    :data:`MAX_FLOAT` unless ``le`` says otherwise. ``default`` is what the source
-    uses when the option is not given (shown in help; the source applies it). ``to`` passes
-    the value on under another name (one spelling, ``timeout_s``, for every source).
-    """
-
-    name: str
-    type: str
-    default: Any = None
-    gt: float | None = None
-    ge: float | None = None
-    help: str = ""
-    to: str | None = None
-    le: float | None = None
-
-    def bound(self) -> str:
-        """The range as text (``>0``, ``>=1``, ``>0,<=10000``), empty when unbounded."""
-        low = f">{self.gt:g}" if self.gt is not None else f">={self.ge:g}" if self.ge is not None else ""
-        return low + (f",<={self.le:g}" if low and self.le is not None else f"<={self.le:g}" if self.le else "")
-
-    def _high(self) -> float | None:
-        return self.le if self.le is not None else MAX_FLOAT if self.type in ("float", "pair") else None
-
-    def describe(self) -> str:
-        """``name=type`` with its range and default, e.g. ``fps=float>0``."""
-        default = "" if self.default is None else f" (default {_show(self.default)})"
-        return f"{self.name}={_SHOWN_TYPE.get(self.type, self.type)}{self.bound()}{default}"
-
-    def coerce(self, value: Any, label: str) -> Any:
-        """``value`` as this option's type, range-checked; None passes (the source's default).
-
-        Raises CameraOptionError naming the option.
-        """
-        if value is None:
-            return None
-        try:
-            out = _COERCE[self.type](value)
-        except (TypeError, ValueError, CameraError) as exc:
-            raise CameraOptionError(
-                f"{label}: option {self.name}={value!r} is not {_ARTICLE[self.type]}",
-                self.describe() + (f": {self.help}" if self.help else ""),
-            ) from exc
-        for number in out if self.type == "pair" else (out,) if self.type in ("int", "float") else ():
-            high = self._high()
-            if (self.gt is not None and not number > self.gt) or (self.ge is not None and not number >= self.ge) \
-                    or (high is not None and number > high):
-                raise CameraOptionError(
-                    f"{label}: option {self.name}={value!r} must be {self.bound() or '>=0'}"
-                    + (f" and at most {high:g}" if high is not None and self.le is None else ""),
-                    self.describe() + (f": {self.help}" if self.help else ""),
-                )
-        return out
+def camera_value(option: Option, value: Any, label: str) -> Any:
+    """``value`` as ``option`` takes it (text allowed), or CameraOptionError naming the option:
+    ``is not a number`` for the wrong type, ``must be >0`` for a value out of range."""
+    try:
+        return option.coerce(value)
+    except OptionValueError as exc:
+        fix = option.describe() + (f": {option.help}" if option.help else "")
+        if exc.wrong_type or option.choices:
+            what = f"is not {option.article()}" if exc.wrong_type else f"must be {exc.what}"
+            raise CameraOptionError(f"{label}: option {option.name}={value!r} {what}", fix) from None
+        high = option.high()
+        raise CameraOptionError(
+            f"{label}: option {option.name}={value!r} must be {option.bound() or '>=0'}"
+            + (f" and at most {high:g}" if high is not None and option.le is None else ""), fix,
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -117,6 +74,11 @@ class Scheme:
     whole_uri: bool = False
     claims: Callable[[str], bool] | None = None
 
+    @property
+    def path(self) -> str:
+        """The opener's dotted path: every plug-in table's row names its plug-in as ``path``."""
+        return self.opener
+
     def describe(self) -> str:
         """One line for help: forms, summary and options."""
         opts = ", ".join(o.describe() for o in self.options) or "none"
@@ -133,8 +95,10 @@ def check_options(scheme: Scheme, options: dict[str, Any], label: str) -> dict[s
     declared = {o.name: o for o in scheme.options}
     unknown = sorted(set(options) - set(declared))
     if unknown:
+        close = close_match(unknown[0], declared)
+        guess = f" (did you mean {close!r}?)" if close else ""
         raise CameraOptionError(
-            f"{label}: unknown camera option(s) {', '.join(unknown)}",
+            f"{label}: unknown camera option(s) {', '.join(unknown)}{guess}",
             f"{scheme.name} takes: {', '.join(declared) or 'no options'}",
         )
     out: dict[str, Any] = {}
@@ -147,93 +111,96 @@ def check_options(scheme: Scheme, options: dict[str, Any], label: str) -> dict[s
         if name in out:
             first, second = sorted((given_as[name], key))
             raise CameraOptionError(f"{label}: give {first} or {second}, not both", "they are two names for one option")
-        out[name], given_as[name] = option.coerce(value, label), key
+        out[name], given_as[name] = camera_value(option, value, label), key
     return out
 
 
-def _to_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _BOOL_WORDS:
-        return _BOOL_WORDS[value.strip().lower()]
-    raise ValueError(value)
+def _size(name: str, default: tuple[int, int] | None = None, help: str = "") -> Option:
+    """A ``WxH`` option, read by the one frame-size parser."""
+    return Option(name, "size", default, help, parse=parse_size)
 
 
-def _to_int(value: Any) -> int:
-    if isinstance(value, bool):
-        raise TypeError(value)  # True is an int to Python, never a frame count to a user
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise ValueError(value)
-        return int(value)
-    return int(value.strip()) if isinstance(value, str) else int(value)
+_TIMEOUTS = (
+    Option("timeout_s", "float", DEFAULT_TIMEOUT_S, gt=0, help="no new frame for this long: the camera stopped"),
+    Option("open_timeout_s", "float", DEFAULT_OPEN_TIMEOUT_S, gt=0, help="wait this long for the first frame"),
+)
+_FPS = Option("fps", "float", ge=MIN_FPS, le=MAX_FPS, help="frames per second")
+_LOOP = Option("loop", "bool", False, help="start again at the end")
 
 
-def _to_float(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise TypeError(value)
-    out = float(value)
-    if not math.isfinite(out):
-        raise ValueError(value)
-    return out
+def _opencv_options(fourcc: str | None, buffer_size: int | None) -> tuple[Option, ...]:
+    return (
+        _size("size", help="WIDTHxHEIGHT to request; stats()['size'] says what arrives"),
+        _FPS,
+        Option("fourcc", "str", fourcc, help="pixel format to request, e.g. MJPG"),
+        Option("buffer_size", "int", buffer_size, ge=1, help="driver queue length (1: freshest)"),
+        Option("params", "ints", help="extra cv2.VideoCapture open parameters: prop,value,..."),
+        _size("decode_size", help="MJPEG only: decode at 1/2, 1/4 or 1/8 scale, still >= WxH "
+               "(e.g. the model input); frames arrive smaller, so a crop in pixels would change"),
+        *_TIMEOUTS,
+    )
 
 
-def _to_str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(value)
-    return value
+def _is_device(text: str) -> bool:
+    """``0`` or ``/dev/video0``: what a user types for a USB camera without ``v4l2:``."""
+    return text.isdigit() or text.startswith("/dev/video")
 
 
-def _to_path(value: Any) -> Any:
-    if not isinstance(value, (str, os.PathLike)):
-        raise TypeError(value)
-    return value  # a Path stays a Path
+def _is_dir(text: str) -> bool:
+    return Path(text).is_dir()
 
 
-def _items(value: Any) -> list:
-    return [v for v in re.split(r"[,\s]+", value.strip()) if v] if isinstance(value, str) else list(value)
+def _is_video_path(text: str) -> bool:
+    return Path(text).suffix.lower() in VIDEO_SUFFIXES
 
 
-def _to_pair(value: Any) -> tuple[float, float]:
-    first, second = (_to_float(v) for v in _items(value))
-    return first, second
-
-
-_BOOL_WORDS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False,
-               "on": True, "off": False}  # fmt: skip
-_COERCE: dict[str, Callable[[Any], Any]] = {
-    "int": _to_int,
-    "float": _to_float,
-    "bool": _to_bool,
-    "str": _to_str,
-    "path": _to_path,
-    "size": parse_size,
-    "ints": lambda v: [_to_int(i) for i in _items(v)],
-    "pair": _to_pair,
-}
-_ARTICLE = {
-    "int": "a whole number",
-    "float": "a number",
-    "bool": "true or false (or yes/no, 1/0)",
-    "str": "a string",
-    "path": "a path",
-    "size": "a size WIDTHxHEIGHT",
-    "ints": "a list of whole numbers",
-    "pair": "two numbers",
-}
-
-
-_SHOWN_TYPE = {"size": "WxH", "ints": "int,int,...", "pair": "float,float"}
-
-
-def _show(value: Any) -> str:
-    """A default as a user would type it: ``640x360``, ``true``, ``0.5,8``, ``5``."""
-    if isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, int) for v in value):
-        return f"{value[0]}x{value[1]}"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float):
-        return f"{value:g}"
-    return ",".join(f"{v:g}" for v in value) if isinstance(value, tuple) else str(value)
+#: Camera schemes, in the order URIs are tried and shown: name -> how to open it, what
+#: URIs it accepts and the options it takes. Openers are imported on first use, so an
+#: optional library (picamera2, the Vector SDK) is needed only by the URIs that use it.
+SCHEMES: dict[str, Scheme] = {s.name: s for s in (
+    Scheme(
+        "v4l2", "edgekit.camera.opencv:open_device", ("v4l2:N", "v4l2:/dev/videoN", "N"),
+        _opencv_options("MJPG", 1), summary="a USB/V4L2 camera via OpenCV",
+        accepts=r"\d+|/dev/.+", claims=_is_device,
+    ),
+    Scheme(
+        "stream", "edgekit.camera.opencv:open_stream", ("rtsp://...", "http(s)://..."),
+        _opencv_options(None, None), summary="a network stream via OpenCV's FFMPEG",
+        words=("rtsp", "rtsps", "rtmp", "http", "https", "udp", "tcp", "srt"), whole_uri=True,
+    ),
+    Scheme(
+        "folder", "edgekit.camera.files:ImageFolderSource", ("folder:DIR", "DIR"),
+        (Option("fps", "float", ge=MIN_FPS, le=MAX_FPS, help="pace to this rate (default: as fast as asked)"), _LOOP),
+        summary="the images of a folder in name order", claims=_is_dir,
+    ),
+    Scheme(
+        "file", "edgekit.camera.files:open_video", ("file:PATH", "PATH.mp4"),
+        (Option("pace", "bool", True, help="deliver at the clip's frame rate"), _LOOP,
+         Option("fps", "float", ge=MIN_FPS, le=MAX_FPS, help="override the clip's frame rate")),
+        summary="a video clip", claims=_is_video_path,
+    ),
+    Scheme(
+        "picamera2", "edgekit.camera.picamera:open_picamera", ("picamera2[:N]",),
+        (_size("size", help="the size delivered (the ISP resizes for free)"),
+         _size("main_size", help="main stream size when size= is a lores stream"),
+         Option("format", "str", "RGB888"), Option("lores_format", "str", "YUV420"), _FPS,
+         Option("buffer_count", "int", 4, ge=1), *_TIMEOUTS),
+        summary="a Raspberry Pi camera", install_hint=PICAMERA2_INSTALL_HINT, accepts=r"\d*", bare=True,
+    ),
+    Scheme(
+        "synthetic", "edgekit.camera.synthetic:open_synthetic", ("synthetic[:WxH[@FPS]]",),
+        (_size("size", (640, 360)), SYNTHETIC_FPS,
+         Option("frames", "int", ge=0, help="end after this many frames"), _LOOP),
+        summary="a moving test pattern", accepts=SYNTHETIC_SPEC, bare=True,
+    ),
+    Scheme(
+        "vector", "edgekit.vector.camera:VectorSource", ("vector:SERIAL",),
+        (Option("config_home", "path", help="directory holding .anki_vector/sdk_config.ini"),
+         Option("connect_timeout_s", "float", 10.0, gt=0),
+         Option("frame_timeout_s", "float", 5.0, gt=0, help="no new image for this long: connection lost"),
+         Option("timeout_s", "float", gt=0, to="frame_timeout_s", help="the same as frame_timeout_s"),
+         Option("behavior_control", "bool", True), Option("reconnect", "bool", False),
+         Option("max_reconnects", "int", ge=0), Option("backoff_s", "pair", (0.5, 8.0), gt=0)),
+        summary="an Anki Vector's camera", install_hint="pip install 'edgekit-vision[vector]'",
+    ),
+)}  # fmt: skip

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edgekit.camera import Frame
+import edgekit.vector.connection as connection  # not the package face: its lazy map names this module
+from edgekit.camera.base import Frame
 from edgekit.camera.mailbox import FrameMailbox
 from edgekit.errors import first_line
 from edgekit.metrics import fps, rate
-from edgekit.vector import connection
 from edgekit.vector.connection import VectorError
 from edgekit.vector.frames import skip_undecodable, to_bgr, to_width
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.vector import connection
+import edgekit.vector.connection as connection  # not the package face: its lazy map names this module
 from edgekit.vector.face import encode_rgb565, fit_to_screen, render_label
 
 
