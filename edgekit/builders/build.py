@@ -28,6 +28,7 @@ from edgekit.builders.outcome import finish
 from edgekit.builders.preflight import check_resources, log_peak_memory
 from edgekit.builders.publish import build_target
 from edgekit.builders.source import SourceModel, load_source_model
+from edgekit.builders.targets import BuildTarget, resolve_targets
 from edgekit.errors import (
     BackendUnavailable,
     CompilerError,
@@ -37,7 +38,7 @@ from edgekit.errors import (
     UsageError,
 )
 from edgekit.imaging.image import InputSpec, Preprocessor
-from edgekit.target import Target, load_target, merge_options
+from edgekit.target import merge_options
 
 __all__ = ["BuildRequest", "TargetBuild", "build", "execute", "read_sidecars"]
 
@@ -109,7 +110,7 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
     t_start = time.perf_counter()
     log = BuildLog(quiet=request.quiet)
     with interruptible(log), _created_dirs_removed_on_failure(request.out):
-        resolved = _resolve_targets(request)
+        resolved = resolve_targets(request)  # each target read, checked, its builder and options: once
         declared_task, input_size = _declared(request, log)
         source = load_source_model(request.model, input_size, precheck=partial(check_resources, request, log))
         task, class_output = choose_task(request.task or declared_task, source, request.eval_dir)
@@ -136,7 +137,8 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
         with _disk_full_is_one_line(request.out), tempfile.TemporaryDirectory(prefix="edgekit-build-") as work:
             ctx = BuildContext(request=request, source=source, name=name, labels=labels or [], float_spec=float_spec,
                                calib_all=calib_all, calib=used, holdout=holdout, evalset=evalset, log=log,
-                               workdir=Path(work), task=task, class_output=class_output, detect=detect)
+                               workdir=Path(work), task=task, class_output=class_output, detect=detect,
+                               planned={t.name: t for t in resolved})
             results, failures = _build_each(ctx, resolved, t_start)
         log_peak_memory(log, t_start, onnx2tf=source.kind == "onnx")
     return finish(results, failures, request.allow_partial, log)
@@ -146,7 +148,7 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
 TARGET_FAILURES = (ModelError, TargetError, CompilerError, BackendUnavailable)
 
 
-def _build_each(ctx: BuildContext, targets: list[Target],
+def _build_each(ctx: BuildContext, targets: list[BuildTarget],
                 t_start: float) -> tuple[list[TargetBuild], dict[str, EdgekitError]]:
     """Build every target; one that fails (an op its converter lacks, a missing tool) does
     not stop the others. Returns the builds and, by target name, the failures."""
@@ -288,54 +290,6 @@ def _class_folders(eval_dir: Path) -> int:
         return sum(1 for p in Path(eval_dir).iterdir() if p.is_dir() and not p.name.startswith("."))
     except OSError:
         return 0
-
-
-def _resolve_targets(request: BuildRequest) -> list[Target]:
-    """The targets asked for, each once, with the variants asked for checked against its builder."""
-    resolved = [load_target(t) for t in request.targets]
-    if not resolved:
-        raise UsageError("no target given", "pass --target edgetpu,rpi,cpu,jetson")
-    names = [t.name for t in resolved]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:  # the second build would replace the first bundle: twice the time for one result
-        raise UsageError(f"target {', '.join(twice)} given more than once", "name each target once in --target")
-    for target in resolved:
-        ok, why = target.can_build()
-        if not ok:  # before the model is loaded, not after minutes of work
-            raise TargetError(f"cannot build {target.name} here: {why}",
-                              "install what it needs, or build on a machine that has it (edgekit targets lists them)")
-        _check_variants(target, request)
-    return resolved
-
-
-def _check_variants(target: Target, request: BuildRequest) -> None:
-    """Refuse variants the target's builder does not make, before any work: none is dropped silently.
-
-    A builder module lists what it makes in ``VARIANTS``; a custom builder without the list is
-    trusted. With the list, ``--io-dtype`` must come with an int8 variant.
-    """
-    import sys
-
-    from edgekit.util.plugins import resolve
-
-    builder = resolve(target.builder, target.build_hint)
-    options = target.build_options(request.builder_overrides())
-    variants = options.get("variants")
-    if variants is None:
-        return
-    if not isinstance(variants, (list, tuple)) or not variants or not all(isinstance(v, str) for v in variants):
-        raise UsageError(f"target {target.name}: variants {variants!r} is not a list of names",
-                         'give a list such as variants = ["fp32", "int8"] in the target file')
-    known = getattr(sys.modules.get(getattr(builder, "__module__", ""), None), "VARIANTS", None)
-    if known is None:  # a custom builder: its options are its own business
-        return
-    unknown = [v for v in variants if v not in known]
-    if unknown:
-        raise UsageError(f"the {target.name} target cannot build {', '.join(unknown)} (it builds {', '.join(known)})",
-                         f"choose --variants from {', '.join(known)}, or another --target")
-    if request.io_dtype is not None and "int8" not in variants:
-        raise UsageError(f"--io-dtype {request.io_dtype} applies to int8 models; the {target.name} target "
-                         f"builds {', '.join(variants)}", "add int8 to --variants, or leave out --io-dtype")
 
 
 def _float_spec(request: BuildRequest, source: SourceModel, side_pre: dict, log: BuildLog) -> InputSpec:

@@ -59,6 +59,7 @@ class BuildContext:
     task: str = "classify"
     class_output: int | None = 0
     detect: Any = None
+    planned: dict[str, Any] = field(default_factory=dict)  # target name -> BuildTarget (builders/targets.py)
     reference: dict[str, list[Spool]] = field(default_factory=dict)
     converted_outputs: list[dict] = field(default_factory=list)
     chunk: int = field(default=1, init=False)  # images per chunk (set from the input size)
@@ -126,7 +127,11 @@ class BuildContext:
         return self.request.min_map_ratio if self.task == "detect" else self.request.min_accuracy_ratio
 
     def options_for(self, target: Target) -> dict[str, Any]:
-        """The builder options for ``target``: its ``[build]`` table, with what the request gives laid over."""
+        """The builder options for ``target``: its ``[build]`` table, with what the request gives laid over
+        (merged once, when the build resolved its targets; merged here for a builder called on its own)."""
+        planned = self.planned.get(target.name)
+        if planned is not None and planned.target is target:
+            return dict(planned.options)
         return target.build_options(self.request.builder_overrides())
 
     def saved_model(self) -> Path:

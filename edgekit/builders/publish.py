@@ -21,23 +21,20 @@ from edgekit.builders.contract import BuilderOutput, BuiltModel, TargetBuild
 from edgekit.builders.openset import log_line
 from edgekit.builders.openset import manifest_entry as openset_entry
 from edgekit.builders.resources import peak_rss
+from edgekit.builders.targets import BuildTarget
 from edgekit.bundle import BundleWriter, sha256_file
 from edgekit.errors import EdgekitError, UsageError
 from edgekit.target import Target, merge_options
-from edgekit.util.plugins import resolve
 
 
-def build_target(ctx: BuildContext, target: Target, t_start: float) -> TargetBuild:
+def build_target(ctx: BuildContext, planned: BuildTarget, t_start: float) -> TargetBuild:
     """Build, verify and publish (or reject) one target's bundle under ``ctx.request.out``.
 
-    Raises EdgekitError when the target cannot be built here or its builder fails; a bundle
+    ``planned`` was resolved once for the build (:func:`edgekit.builders.targets.resolve_targets`:
+    buildable here, its builder imported). Raises EdgekitError when its builder fails; a bundle
     that misses the accuracy gate is not an error here (``TargetBuild.passed`` is False).
     """
-    ok, why = target.can_build()
-    if not ok:
-        raise EdgekitError(f"cannot build {target.name} here: {why}",
-                           "install what it needs, or build on a machine that has it (edgekit targets lists them)")
-    builder = resolve(target.builder, target.build_hint)
+    target, builder = planned.target, planned.builder
     out = ctx.request.out
     dest = out / f"{ctx.name}-{target.name}"
     t0 = time.perf_counter()

@@ -1,0 +1,87 @@
+"""A build's targets, resolved once: each ``--target`` read, checked and paired with its builder
+and options, then handed down as it is.
+
+:func:`resolve_targets` reads every target file (``edgekit.target``), refuses what cannot work
+before any model is loaded (a target named twice, a builder this machine lacks, variants the
+builder does not make) and returns one :class:`BuildTarget` per target: the target, its builder
+(imported once) and its builder options (the ``[build]`` table with the request's laid over,
+merged once). The build, the publisher and ``BuildContext.options_for`` read those; nothing
+after this module looks the target up, checks it or merges its options again.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from edgekit.errors import TargetError, UsageError
+from edgekit.target import Target, load_target
+from edgekit.util.plugins import resolve
+
+if TYPE_CHECKING:
+    from edgekit.builders.context import Builder
+    from edgekit.builders.contract import BuildRequest
+
+
+@dataclass(frozen=True)
+class BuildTarget:
+    """One target of one build: the target file's :class:`~edgekit.target.Target`, the builder
+    it names (resolved) and its builder options (``[build]`` with the request's overrides)."""
+
+    target: Target
+    builder: Builder
+    options: Mapping[str, Any]
+
+    @property
+    def name(self) -> str:
+        """The target's name (``edgetpu``, ``rpi``, ...)."""
+        return self.target.name
+
+
+def resolve_targets(request: BuildRequest) -> list[BuildTarget]:
+    """The targets asked for, each once, buildable here, with the variants asked for checked
+    against its builder; TargetError or UsageError (one line and its fix) otherwise."""
+    targets = [load_target(t) for t in request.targets]
+    if not targets:
+        raise UsageError("no target given", "pass --target edgetpu,rpi,cpu,jetson")
+    names = [t.name for t in targets]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # the second build would replace the first bundle: twice the time for one result
+        raise UsageError(f"target {', '.join(twice)} given more than once", "name each target once in --target")
+    resolved = []
+    overrides = request.builder_overrides()
+    for target in targets:
+        ok, why = target.can_build()
+        if not ok:  # before the model is loaded, not after minutes of work
+            raise TargetError(f"cannot build {target.name} here: {why}",
+                              "install what it needs, or build on a machine that has it (edgekit targets lists them)")
+        planned = BuildTarget(target, resolve(target.builder, target.build_hint), target.build_options(overrides))
+        _check_variants(planned, request)
+        resolved.append(planned)
+    return resolved
+
+
+def _check_variants(planned: BuildTarget, request: BuildRequest) -> None:
+    """Refuse variants the target's builder does not make, before any work: none is dropped silently.
+
+    A builder module lists what it makes in ``VARIANTS``; a custom builder without the list is
+    trusted. With the list, ``--io-dtype`` must come with an int8 variant.
+    """
+    name, variants = planned.name, planned.options.get("variants")
+    if variants is None:
+        return
+    if not isinstance(variants, (list, tuple)) or not variants or not all(isinstance(v, str) for v in variants):
+        raise UsageError(f"target {name}: variants {variants!r} is not a list of names",
+                         'give a list such as variants = ["fp32", "int8"] in the target file')
+    known = getattr(sys.modules.get(getattr(planned.builder, "__module__", ""), None), "VARIANTS", None)
+    if known is None:  # a custom builder: its options are its own business
+        return
+    unknown = [v for v in variants if v not in known]
+    if unknown:
+        raise UsageError(f"the {name} target cannot build {', '.join(unknown)} (it builds {', '.join(known)})",
+                         f"choose --variants from {', '.join(known)}, or another --target")
+    if request.io_dtype is not None and "int8" not in variants:
+        raise UsageError(f"--io-dtype {request.io_dtype} applies to int8 models; the {name} target "
+                         f"builds {', '.join(variants)}", "add int8 to --variants, or leave out --io-dtype")
