@@ -65,13 +65,12 @@ def build(
     min_tpu_ops: float | None = None,
     strict_tpu_ops: bool = False,
     task: str | None = None,
-    input_size: tuple[int, int] | str | None = None,
-    min_cosine: float = 0.98,
+    input_size: tuple[int, int] | str | None = None, min_cosine: float = 0.98,
     calib_steps: int | None = 150,
-    memory_check: bool = True,
-    min_map_ratio: float = 0.99,
+    memory_check: bool = True, min_map_ratio: float = 0.99,
     task_options: dict | None = None, background_class: str | None = None, allow_partial: bool = False,
-    recover: bool = True) -> list[TargetBuild]:
+    recover: bool = True, min_detect_agreement: float = 0.9, min_score_levels: int = 20,
+    min_score_cosine: float = 0.95, max_map_gain: float = 0.05, min_top1_agreement: float = 0.97) -> list[TargetBuild]:
     """Build one verified bundle per target.
 
     Args:
@@ -93,6 +92,7 @@ def build(
             set, else classify for one 1-D output, raw otherwise).
         input_size: (H, W) or ``"HxW"`` for an ONNX input whose height/width are symbolic.
         min_cosine: ``raw`` models: the worst output's cosine similarity below this fails a variant.
+        min_detect_agreement, min_score_levels, min_score_cosine, max_map_gain, min_top1_agreement: detect_fidelity.py.
         calib_steps, memory_check: most images int8 calibration runs (None: all); False skips the memory check.
         task_options: ``detect`` head options (``layout``, ``ssd_anchors`` ...) for the bundle and the gate.
         background_class: the label meaning "nothing there" (default ``background``; builders/openset.py).

@@ -186,10 +186,10 @@ class BuildContext:
                 res = comparison.result(images.labels if labelled else None,
                                         images.class_names if labelled else None)
                 if self.detect is not None:
-                    res.update(detect_result(self.detect, dataset, found, self.min_ratio))
+                    res.update(detect_result(self.detect, dataset, found, self.min_ratio, res, self.request))
                     self._fidelity_warning(variant, dataset, res)
                 elif labelled:
-                    res["passed"] = res.get("ratio") is not None and res["ratio"] >= self.min_ratio
+                    res.update(Comparison.gate(res, self.min_ratio, self.request.min_top1_agreement))
                 if class_rows:
                     res["openset"] = fit_variant(np.concatenate(class_rows), images.labels, self.background)
                 elif self.task == "raw":

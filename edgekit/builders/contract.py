@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgekit.builders.detect_fidelity import check_thresholds
 from edgekit.camera.base import parse_size
 from edgekit.errors import CameraError, EdgekitError, UsageError
 from edgekit.imaging.image import InputSpec
@@ -104,6 +105,12 @@ class BuildRequest:
     background_class: str | None = None
     allow_partial: bool = False
     recover: bool = True  # an int8 that misses the gate is retried (builders/recovery.py)
+    # the detect gate beyond mAP (builders/detect_fidelity.py: FidelityGate holds the same defaults)
+    min_detect_agreement: float = 0.9
+    min_score_levels: int = 20
+    min_score_cosine: float = 0.95
+    max_map_gain: float = 0.05
+    min_top1_agreement: float = 0.97  # classify, when the original is accurate (builders/verify.py: classify_gate)
 
     def __post_init__(self) -> None:
         # Frozen: normalise through object.__setattr__, once, so every reader sees one shape.
@@ -154,6 +161,7 @@ class BuildRequest:
             raise UsageError(f"--min-tpu-ops {self.min_tpu_ops} is not a share", "use a share like 0.9 (90 % of ops)")
         if self.name is not None:
             check_bundle_name(self.name)
+        check_thresholds(self)  # the detect gate's own flags
 
     def builder_overrides(self) -> dict[str, Any]:
         """The builder options this request sets (unset ones left out, so the target's apply)."""

@@ -135,6 +135,7 @@ class DetectGate:
     evaluation: DetectEval | None = None
     reference: dict[str, list[Detections]] = field(default_factory=dict)
     original: dict[str, dict | None] = field(default_factory=dict)
+    threshold: float = 0.25  # the bundle's own score threshold: the fidelity gate's agreement is taken there
 
     @classmethod
     def for_model(cls, source: Any, labels: Sequence[str], spec: InputSpec, options: dict[str, Any] | None,
@@ -162,7 +163,7 @@ class DetectGate:
                              "(--labels FILE; an eval set's categories may be fewer), or use --task raw") from exc
         detector = Detector(detect_config(spec, nc, {**opts, **EVAL_OPTIONS}), chosen, labels, spec)
         return cls(chosen, list(labels), opts, detector, _source_roles(chosen, shapes, detector.config),
-                   source.output_names, evaluation)
+                   source.output_names, evaluation, threshold=detect_config(spec, nc, opts).score_threshold)
 
     def decode(self, dataset: str, outputs: Sequence[np.ndarray], start: int) -> list[Detections]:
         """Detections of each image of a chunk (``outputs``: one batch array per output, the
@@ -221,18 +222,34 @@ def _ratio(converted: float | None, original: float | None) -> float | None:
     return round(converted / original, 4) if converted is not None and original else None
 
 
-def detect_result(gate: DetectGate, dataset: str, found: list[Detections], min_ratio: float) -> dict[str, Any]:
+def detect_result(gate: DetectGate, dataset: str, found: list[Detections], min_ratio: float,
+                  compared: dict | None = None, request: Any = None) -> dict[str, Any]:
     """A variant's detection figures on ``dataset`` for its verification: on the eval set mAP
     original / converted / ratio (and mAP@.5, per class) and the gate; on the held-back images
     the mAP against the original's detections (``agreement``), not gated. With keypoints, also
     ``keypoints``: their error against the original's on the same images
-    (:func:`edgekit.evaluation.evaluate.keypoint_error`), reported, not gated."""
+    (:func:`edgekit.evaluation.evaluate.keypoint_error`), reported, not gated.
+
+    ``fidelity`` (builders/detect_fidelity.py): agreement at the bundle's threshold, distinct
+    score levels and the score output's cosine (from ``compared``, the outputs' comparison);
+    on the eval set they are gated with ``request``'s thresholds, and ``gate_failures`` (flag ->
+    line) says which figure failed and which flag governs it."""
+    from edgekit.builders.detect_fidelity import FidelityGate, failures, figures, score_output
     from edgekit.evaluation.evaluate import keypoint_error
 
     res = _map_result(gate, dataset, found, min_ratio)
     keypoints = keypoint_error(gate.reference.get(dataset, []), found, AGREEMENT_MIN_SCORE)
     if keypoints is not None:
         res["keypoints"] = keypoints
+    scores = score_output(gate.layout, gate.roles)
+    name = gate.output_names[scores] if scores < len(gate.output_names) else None
+    res["fidelity"] = figures(gate.reference.get(dataset, []), found, gate.threshold,
+                              (compared or {}).get("outputs"), name)
+    if res["metric"] == "map":  # the eval set with its annotations: what the gate judges
+        lines = failures(res["fidelity"], res, FidelityGate.of(request), min_ratio)
+        res["passed"] = res["passed"] and not lines
+        if lines:
+            res["gate_failures"] = lines
     return res
 
 

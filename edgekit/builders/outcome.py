@@ -55,6 +55,19 @@ def outcome(results: list[TargetBuild], failures: dict[str, EdgekitError], allow
 
 #: the flag that sets each task's gate
 GATE_FLAG = {"classify": "--min-accuracy-ratio", "detect": "--min-map-ratio", "raw": "--min-cosine"}
+#: the one gate flag that is raised, not lowered, to let more through (builders/detect_fidelity.py)
+RAISE_FLAG = "--max-map-gain"
+
+
+def failed_flags(result: TargetBuild) -> list[str]:
+    """The flags governing the figures that failed in ``result``'s verifications (a detector's
+    ``gate_failures``: builders/detect_fidelity.py), else its task's :data:`GATE_FLAG`."""
+    ver = result.manifest.get("verification") or {}
+    found = [*(ver.get("models") or {}).values(), *((v or {}).get("verification") or {}
+                                                     for v in (ver.get("rejected") or {}).values())]
+    flags = [flag for v in found if isinstance(v, dict) for res in v.values() if isinstance(res, dict)
+             for flag in res.get("gate_failures") or {}]
+    return flags or [GATE_FLAG.get(result.manifest.get("task") or "classify", "--min-accuracy-ratio")]
 
 
 def gate_fix(missed: list[TargetBuild], allow_partial: bool = False) -> str:
@@ -64,10 +77,13 @@ def gate_fix(missed: list[TargetBuild], allow_partial: bool = False) -> str:
     ways = []
     if any(v.startswith("int8") for v in variants):
         ways.append("calibrate int8 with more representative images (--calib)")
-    flags = sorted({GATE_FLAG.get(r.manifest.get("task") or "classify", "--min-accuracy-ratio") for r in missed
-                    if (r.manifest.get("verification") or {}).get("gated")})
-    if flags:
-        ways.append(f"lower {' or '.join(flags)}")
+    flags = sorted({flag for r in missed if (r.manifest.get("verification") or {}).get("gated")
+                    for flag in failed_flags(r)})
+    lower = [f for f in flags if f != RAISE_FLAG]
+    if lower:
+        ways.append(f"lower {' or '.join(lower)}")
+    if RAISE_FLAG in flags:
+        ways.append(f"raise {RAISE_FLAG} (check the scores first)")
     if not flags or variants - {"int8", "int8_edgetpu"}:
         ways.append("build other --variants")
     rejected = [r.target for r in missed if r.bundle is None]

@@ -333,6 +333,8 @@ def _where(verification: dict) -> str:
 
 def _why(variant: str, res: dict, ctx: BuildContext, raw: bool) -> str:
     """Why one model missed the gate, in a few words."""
+    if res.get("gate_failures"):  # every figure that failed, with its flag (detect_fidelity.py, verify.classify_gate)
+        return f"{variant} " + "; ".join(res["gate_failures"].values())
     if ctx.task == "detect":
         if res.get("ratio") is None:
             return (f"{variant}: the original model scores mAP 0 on the eval set "

@@ -195,6 +195,11 @@ class Comparison:
             result.update(_top1(ref_top1, conv_top1, labels, class_names))
         return result
 
+    @staticmethod
+    def gate(res: dict, min_ratio: float, min_agreement: float) -> dict:
+        """:func:`classify_gate` of a result (reached through the class the build's verify step holds)."""
+        return classify_gate(res, min_ratio, min_agreement)
+
 
 def compare(reference: np.ndarray | list[np.ndarray], converted: np.ndarray | list[np.ndarray],
             labels: np.ndarray | None = None, class_names: list[str] | None = None, *,
@@ -254,6 +259,31 @@ def weak_original_warning(chunks: Iterable[np.ndarray], labels: np.ndarray, spec
             f"the gate compares converted with original, so it cannot see a wrong preprocessing: check {used} "
             "against the model's training (--colour, --mean, --std; ImageNet-trained PyTorch models take "
             "--mean 123.675,116.28,103.53 --std 58.395,57.12,57.375) and that the eval folders match its label order")
+
+
+ACCURATE_ORIGINAL = 0.9
+"""At or above this top-1 of the original on the eval set, a converted classifier is also held to
+its top-1 agreement with the original (``--min-top1-agreement``): by the ratio alone, a model
+that breaks as many answers as it mends passes. Under it, the original's own errors make
+disagreement expected, and only the ratio judges."""
+
+
+def classify_gate(res: dict, min_ratio: float, min_agreement: float) -> dict:
+    """``passed`` of a labelled classifier's eval result (:func:`compare`'s), and when its agreement
+    failed, ``gate_failures``: flag -> one line per figure that failed (the ratio's too)."""
+    ratio, original, agreement = res.get("ratio"), res.get("original"), res.get("agreement")
+    lines = {}
+    if original is not None and original >= ACCURATE_ORIGINAL and agreement is not None and agreement < min_agreement:
+        if ratio is not None and ratio < min_ratio:
+            lines["--min-accuracy-ratio"] = (f"top-1 {res['converted']:.4f} vs original {original:.4f}: ratio {ratio} "
+                                             f"< {min_ratio} (--min-accuracy-ratio)")
+        lines["--min-top1-agreement"] = (f"top-1 the same as the original's on {agreement:.4f} of the eval images < "
+                                         f"{min_agreement:g}, the original being accurate ({original:.4f} >= "
+                                         f"{ACCURATE_ORIGINAL}) (--min-top1-agreement)")
+    out: dict = {"passed": ratio is not None and ratio >= min_ratio and not lines}
+    if lines:
+        out["gate_failures"] = lines
+    return out
 
 
 WEAK_AGREEMENT = 0.9

@@ -51,6 +51,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "1-D output, raw otherwise)")
     p.add_argument("--min-map-ratio", type=float, default=0.99,
                    help="detect: fail when converted/original mAP@[.5:.95] on --eval is below this (default 0.99)")
+    _fidelity_flags(p)
     p.add_argument("-T", "--task-option", dest="task_option", action="append", type=key_value, metavar="KEY=VALUE",
                    help="detect head option written into the bundle and used by the gate, e.g. -T layout=yolo "
                         "-T score_threshold=0.4 (values are JSON); repeatable")
@@ -66,6 +67,26 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-recover", dest="recover", action="store_false",
                    help="build int8 once: no retries (worst layers in float on cpu/rpi, all calibration images) "
                         "when it misses the gate")
+
+
+def _fidelity_flags(p: argparse.ArgumentParser) -> None:
+    """The gate's figures beyond the ratio: a detector's (builders/detect_fidelity.py), a classifier's
+    top-1 agreement (builders/verify.py: classify_gate)."""
+    p.add_argument("--max-map-gain", type=float, default=0.05,
+                   help="detect: fail when converted/original mAP on --eval is above 1 + this: a conversion does not "
+                        "improve a model, its scores or boxes moved (default 0.05)")
+    p.add_argument("--min-detect-agreement", type=float, default=0.9,
+                   help="detect: fail when the detections at the bundle's score threshold on --eval agree less than "
+                        "this with the original's (2 x matched / both counts; default 0.9, 0 turns it off)")
+    p.add_argument("--min-score-levels", type=int, default=20,
+                   help="detect: fail when the detections on --eval have fewer distinct scores than this (or than "
+                        "the original's, when it has fewer; default 20, 0 turns it off)")
+    p.add_argument("--min-score-cosine", type=float, default=0.95,
+                   help="detect: fail when the score output's cosine similarity with the original's on --eval is "
+                        "below this (default 0.95, 0 turns it off)")
+    p.add_argument("--min-top1-agreement", type=float, default=0.97,
+                   help="classify: when the original's top-1 on --eval is 0.9 or more, fail a model whose top-1 is "
+                        "the original's on fewer of the images than this (default 0.97, 0 turns it off)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -87,7 +108,10 @@ def main(args: argparse.Namespace) -> int:
                         calib_steps=args.calib_steps, memory_check=not args.no_memory_check,
                         min_map_ratio=args.min_map_ratio, background_class=args.background_class,
                         task_options={k: option_value(_shallow(k, v)) for k, v in args.task_option or []},
-                        allow_partial=args.allow_partial, recover=args.recover)
+                        allow_partial=args.allow_partial, recover=args.recover,
+                        min_detect_agreement=args.min_detect_agreement, min_score_levels=args.min_score_levels,
+                        min_score_cosine=args.min_score_cosine, max_map_gain=args.max_map_gain,
+                        min_top1_agreement=args.min_top1_agreement)
     except EdgekitError as exc:
         # The report matters most when the gate failed or a target did not build: the same
         # table (or JSON) on stdout as on success, then the one-line error on stderr.
