@@ -40,7 +40,9 @@ def test_edgetpu_recovery_never_keeps_float_layers(tmp_path):
               calib_count=200, calib_steps=40)
     [r] = failed.value.results
     rows = r.manifest["verification"]["models"]["int8"]["recovery"]
-    assert [row["label"] for row in rows] == ["as built", "calibration on all 160 images"]
+    # the calibration check finds two samples' cosines further apart than the 1e-6 margin: its count first
+    assert [row["label"] for row in rows] == ["as built", "calibration on 80 images (the count the calibration check "
+                                              "recommended)", "calibration on all 160 images"]
     assert all("float" not in row["label"] for row in rows)
 
 

@@ -74,10 +74,12 @@ def test_a_sample_dependent_int8_is_warned_about_and_recorded(rare, tmp_path):
     [warning] = [line for line in log.splitlines() if "depends on its calibration sample" in line]
     assert "--seed 0's 8 images" in warning and "seed 1's 8 other images" in warning
     assert f"top-1 ratio {record['figures'][0]}" in warning and "--calib-steps 16" in warning
-    # the bundle keeps the first sample's model, then recovery calibrates on all 16 images and passes
-    assert record["of"] == "as built" and r.passed
+    # the bundle keeps the first sample's model, then recovery tries the recommended count first and passes
+    assert record["of"] == "as built" and r.passed and "recovery tries it next" in warning
     rows = r.manifest["verification"]["models"]["int8"]["recovery"]
-    assert [row["label"] for row in rows if row["kept"]] == ["calibration on all 16 images"]
+    assert [row["label"] for row in rows] == ["as built", "calibration on 16 images (the count the calibration "
+                                              "check recommended)"]
+    assert rows[1]["kept"] and rows[1]["passed"] and rows[1]["figure"] == 1.0
 
 
 @pytest.mark.slow

@@ -10,8 +10,12 @@ lose), the model is quantised once more, the same way, from another sample of as
 there are enough; the held-back ones join in when the converter saw all the others and an eval
 set is what the gate judges) and verified like the first. When the two figures differ by more than the
 margin, or one passes and the other misses, the build warns in one line naming both, and
-recommends the next doubling of the calibration count (not tried: the check costs one int8
-conversion and verification per target at most, and none when the figure is far from the gate).
+recommends the next doubling of the calibration count; when the model missed the gate, recovery
+tries that count first (builders/recovery.py, ``recommended_images``), else it is not tried. The
+check costs one int8 conversion and verification per target at most, and none when the figure is
+far from the gate: a model that passes half a margin above it is verified as shipped, and another
+sample cannot change the model kept. A model that missed the gate on another figure (a detector's
+agreement or scores, builders/detect_fidelity.py) is checked whatever its ratio.
 The model kept is always the first: another seed is a second opinion, not a search over seeds.
 ``--no-recover`` (``recover=False``) builds int8 once: no check either.
 The record: ``verification.models.int8.calibration_stability``.
@@ -51,6 +55,7 @@ class Gate:
     flag: str  # the option that sets the threshold
     threshold: float
     figure: float
+    missed: bool = False  # the model missed the gate (a detector may, on another figure, with its ratio far above)
 
     @property
     def margin(self) -> float:
@@ -68,17 +73,18 @@ def gate_of(task: str, min_ratio: float, min_cosine: float, verification: dict) 
             figures.append(float(value) if value is not None else 0.0)  # a ratio of nothing: 0 (it failed)
     if not figures:
         return None
+    missed = _missed(verification)
     if task == "raw":
-        return Gate("worst cosine", "--min-cosine", min_cosine, min(figures))
+        return Gate("worst cosine", "--min-cosine", min_cosine, min(figures), missed)
     flag = "--min-map-ratio" if task == "detect" else "--min-accuracy-ratio"
-    return Gate("mAP ratio" if task == "detect" else "top-1 ratio", flag, min_ratio, min(figures))
+    return Gate("mAP ratio" if task == "detect" else "top-1 ratio", flag, min_ratio, min(figures), missed)
 
 
 def skip_reason(gate: Gate | None, sample: tuple[np.ndarray, str] | None) -> str | None:
     """Why the check does not run (None: it runs); ``sample``: :func:`other_sample`'s answer."""
     if gate is None:
         return "no gate judged the model (give --eval)"
-    if gate.figure >= gate.threshold + NEAR * gate.margin:
+    if gate.figure >= gate.threshold + NEAR * gate.margin and not gate.missed:
         return (f"{gate.name} {gate.figure} is {gate.figure - gate.threshold:.4g} above the gate {gate.threshold:g}; "
                 f"checked under {gate.threshold + NEAR * gate.margin:.6g}, half a margin above it")
     if gate.figure < HOPELESS:
@@ -164,7 +170,8 @@ def check(ctx: BuildContext, target: Target, path: Path, model: BuiltModel, fini
     if not record["stable"]:
         record["recommendation"] = recommendation(used, pool, len(ctx.calib_all), ctx.calib_all.found,
                                                   request.holdout_fraction)
-        ctx.log.warn(f"[{target.name}] {unstable_line(record, gate)}")
+        record["recommended_images"] = 2 * used  # what recovery tries first when the model missed (recovery.py)
+        ctx.log.warn(f"[{target.name}] {unstable_line(record, gate, tried=_missed(model.verification))}")
     else:
         ctx.log.info(f"[{target.name}] int8 calibration check: {gate.name} {record['figures'][0]} with seed "
                      f"{request.seed}, {record['figures'][1]} with seed {request.seed + 1}'s sample: stable "
@@ -183,8 +190,9 @@ def _record(gate: Gate, other: Gate | None, second: dict, first: dict, seeds: tu
             "spread": spread, "stable": spread <= gate.margin and passed[0] == passed[1], "recommendation": None}
 
 
-def unstable_line(record: dict, gate: Gate) -> str:
-    """The one warning line of a check whose two samples disagree."""
+def unstable_line(record: dict, gate: Gate, tried: bool = False) -> str:
+    """The one warning line of a check whose two samples disagree; ``tried``: the model missed
+    the gate, so recovery tries the recommended count next (builders/recovery.py)."""
     (a, b), (sa, sb), (na, nb) = record["figures"], record["seeds"], record["images"]
     other = {"disjoint": f"{nb} other images", "overlapping": f"{nb} images, partly the same",
              "with_held_back": f"{nb} images, held-back ones among them"}[record["sample"]]
@@ -192,9 +200,10 @@ def unstable_line(record: dict, gate: Gate) -> str:
            if record["spread"] > gate.margin else f"they differ by {record['spread']}, within the gate's margin")
     if record["passed"][0] != record["passed"][1]:
         why += f", and only seed {sa if record['passed'][0] else sb}'s passes {gate.flag} {gate.threshold:g}"
+    then = "recovery tries it next, within its time budget" if tried else "not tried here"
     return (f"int8 depends on its calibration sample: {gate.name} {a} calibrated on --seed {sa}'s {na} images, "
             f"{b} on seed {sb}'s {other}; {why}: calibrate on more images ({record['recommendation']}; "
-            "not tried here) and compare two --seed builds")
+            f"{then}) and compare two --seed builds")
 
 
 def _missed(verification: dict) -> bool:

@@ -3,10 +3,13 @@
 Attempts, in order, each quantised by TensorFlow's post-training quantiser on the float TFLite
 graph (rewrites included) and verified like the first:
 
-1. on targets that may run float ops (cpu, rpi: not the Edge TPU, which needs full integer),
+1. when the calibration check (builders/calib_stability.py) found the int8 depends on its
+   sample, calibration on the count it recommended (as many of the drawn images as there are),
+   the row's label saying so;
+2. on targets that may run float ops (cpu, rpi: not the Edge TPU, which needs full integer),
    the layers whose int8 output differs most from the float graph's kept in float (TensorFlow's
    ``denylisted_nodes``), 3 then 10 of them;
-2. calibration on every drawn calibration image (the first saw ``--calib-steps`` of them).
+3. calibration on every drawn calibration image (the first saw ``--calib-steps`` of them).
 
 The first attempt that passes is kept; when none does, the best of them (its figure: top-1 or
 mAP ratio, else the worst output's cosine), so the ``.rejected`` evidence is the closest miss.
@@ -53,12 +56,12 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
     best, best_blob, kept = first, path.read_bytes(), 0
     float_model, rewrites = ctx.int8_float
     io_dtype = first[0].input.dtype if first[0].input.dtype in ("uint8", "int8") else "uint8"
-    for label, denied in _attempts(ctx, target, float_model, first[0]):
+    for label, denied, images in _attempts(ctx, target, float_model, first[0]):
         if time.monotonic() - started > budget:
             ctx.log.info(f"[{target.name}] int8 recovery: time budget ({budget:.0f} s) spent; stopping")
             break
         with ctx.log.step(f"[{target.name}] int8 recovery: {label}") as step:
-            representative = ctx.calib.stream(ctx._nhwc, ctx.chunk) if denied is None else ctx.representative()
+            representative = images.stream(ctx._nhwc, ctx.chunk)
             blob = quantize_int8(float_model, representative, io_dtype, denylisted_nodes=denied)
         candidate = finish(blob, rewrites, step["seconds"], report=False)
         rows.append(_row(label, candidate[0]))
@@ -82,14 +85,45 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
 
 
 def _attempts(ctx: BuildContext, target: Target, float_model: bytes, first: BuiltModel):
-    """``(label, denylisted nodes)`` of each attempt, made lazily, the likeliest to help first."""
+    """``(label, denylisted nodes, calibration images)`` of each attempt, made lazily, the likeliest
+    to help first: the calibration count the calibration check recommended when it found the int8
+    depends on its sample (a full-integer model, faster than one with float layers), then float
+    layers where the target allows them, then every calibration image."""
+    recommended = recommended_attempt(ctx, first)
+    if recommended is not None:
+        yield recommended[0], None, recommended[1]
     if not ctx.options_for(target).get("compile"):  # the Edge TPU runs full-integer models only
         worst = worst_layers(float_model, ctx)
         for count in FLOAT_LAYERS:
             if len(worst) >= count or count == FLOAT_LAYERS[0]:
-                yield f"{min(count, len(worst))} worst layers in float", worst[:count]
-    if ctx.converter_calib is not None and len(ctx.converter_calib) < len(ctx.calib):
-        yield f"calibration on all {len(ctx.calib)} images", None
+                yield f"{min(count, len(worst))} worst layers in float", worst[:count], ctx.converter_calib
+    tried = len(recommended[1]) if recommended is not None else None
+    if ctx.converter_calib is not None and tried != len(ctx.calib) > len(ctx.converter_calib):
+        yield f"calibration on all {len(ctx.calib)} images", None, ctx.calib
+
+
+def recommended_attempt(ctx: BuildContext, first: BuiltModel) -> tuple[str, Any] | None:
+    """``(label, images)`` of the attempt at the calibration count the calibration check
+    recommended (builders/calib_stability.py), or None when it recommended none or no more images
+    than the first attempt saw are at hand. At most every image drawn: the non-held-back ones
+    first, then (when an eval set, not they, is what the gate judges) the held-back ones; the
+    label says how many were used and what was recommended."""
+    record = first.verification.get("calibration_stability") or {}
+    want = record.get("recommended_images")
+    if not want or ctx.converter_calib is None:
+        return None
+    pool = len(ctx.calib)
+    held_usable = ctx.evalset is not None and ctx.task != "raw"
+    n = min(int(want), len(ctx.calib_all) if held_usable else pool)
+    if n <= len(ctx.converter_calib):
+        return None
+    if n <= pool:
+        images = ctx.calib.subset(np.arange(n))
+    else:  # the whole pool and the last of the held-back images (calib_all: held back first)
+        images = ctx.calib_all.subset(np.arange(len(ctx.calib_all) - n, len(ctx.calib_all)))
+    held = f", {n - pool} held-back among them" if n > pool else ""
+    how = "the count" if n == want else f"all there are of the {want}"
+    return f"calibration on {n} images{held} ({how} the calibration check recommended)", images
 
 
 def worst_layers(float_model: bytes, ctx: BuildContext) -> list[str]:
