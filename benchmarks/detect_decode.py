@@ -184,8 +184,8 @@ def _frames(images: Path, spec) -> list[np.ndarray]:
 
 
 def part2(model: str, images: Path, count: int, task_options: dict) -> None:
+    from edgekit.heads.table import make_decoder
     from edgekit.model import open_model
-    from edgekit.results import make_decoder
 
     with open_model(model, task="detect", task_options=task_options or None) as m:
         decode = make_decoder("detect", m.labels, m.runtime, **m.task_options)

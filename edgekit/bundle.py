@@ -199,7 +199,7 @@ def load_bundle(path: str | Path, check_hashes: bool = True, allow_rejected: boo
     except (KeyError, TypeError) as exc:
         raise BundleError(f"{mpath} has a malformed model entry: {exc}", "rebuild the bundle") from exc
     _check_task(mpath, bundle)
-    from edgekit.openset import check_manifest  # numpy: imported when a bundle is loaded, not with this module
+    from edgekit.heads.openset import check_manifest  # numpy: imported when a bundle is loaded, not with this module
 
     if problem := check_manifest(manifest.get("openset")):
         raise BundleError(f"{mpath}: {problem}", "rebuild the bundle")
@@ -232,7 +232,7 @@ def _read_manifest(mpath: Path) -> Any:
 
 def _check_task(mpath: Path, bundle: Bundle) -> None:
     """``task`` names a known head; a model's ``task_options.output_index`` points at one of its outputs."""
-    from edgekit.results import TASK_HEADS
+    from edgekit.heads.table import TASK_HEADS
 
     if bundle.task not in TASK_HEADS:
         raise BundleError(f"{mpath}: unknown task {bundle.task!r} (this edgekit knows {', '.join(TASK_HEADS)})",

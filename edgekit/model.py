@@ -22,7 +22,7 @@ __all__ = ["OpenModel", "open_model", "read_labels", "split_model_spec"]
 class OpenModel:
     """A runtime opened from a bundle or a bare model file, with what decoding needs.
 
-    ``task`` names the head that decodes its outputs (:data:`edgekit.results.TASK_HEADS`):
+    ``task`` names the head that decodes its outputs (:data:`edgekit.heads.table.TASK_HEADS`):
     the bundle's ``task``, or for a bare file ``classify`` when it has one vector output and
     ``raw`` otherwise; ``task_options`` are that head's options from the bundle (which
     output holds the class scores; the outputs' names). A context manager: leaving it
@@ -101,7 +101,7 @@ def open_model(
     extra = dict(options.pop("task_options", None) or {})
     opened = _open(spec, variant, labels, options, dict(options.pop("preprocess", None) or {}))
     if task is not None or extra:
-        from edgekit.results import TASK_HEADS
+        from edgekit.heads.table import TASK_HEADS
 
         if task is not None and task not in TASK_HEADS:
             opened.close()
@@ -245,7 +245,7 @@ def _task_options(bundle: Any, entry: Any) -> dict[str, Any]:
 
 def _bare_task(runtime: Any) -> str:
     """``classify`` for a bare model with one vector output, ``raw`` otherwise (never fake top-k)."""
-    from edgekit.results import default_task
+    from edgekit.heads.table import default_task
 
     details = getattr(runtime, "output_details", None)
     if not callable(details):

@@ -1,6 +1,6 @@
 """THE frame loop: frame -> preprocess -> infer -> decode -> record, for run, bench, serve and the robot.
 
-Decoding is the task head's (:data:`edgekit.results.TASK_HEADS`, default ``classify``).
+Decoding is the task head's (:data:`edgekit.heads.table.TASK_HEADS`, default ``classify``).
 
 >>> with open_model("dist/demo-cpu") as model, open_camera("synthetic") as cam:   # doctest: +SKIP
 ...     for result in Pipeline(model.runtime, model.labels).run(cam, max_frames=100):
@@ -38,9 +38,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgekit.errors import CameraError, first_line
+from edgekit.heads.classify import Classification
+from edgekit.heads.table import DEFAULT_TASK, TASK_HEADS, OutputDecoder, TaskResult, make_decoder
 from edgekit.imaging.image import Preprocessor
 from edgekit.metrics import Clock, PipelineMetrics, StageClock
-from edgekit.results import DEFAULT_TASK, TASK_HEADS, Classification, OutputDecoder, TaskResult, make_decoder
 
 if TYPE_CHECKING:  # the contract only: the pipeline never opens a runtime itself
     from edgekit.runtime import Runtime
@@ -63,7 +64,7 @@ def _opencv_error() -> tuple[type[BaseException], ...]:
 class FrameResult:
     """What the pipeline made of one frame: the task head's result and how long each stage took (ms).
 
-    ``result`` is whatever the decoder returned (a :class:`~edgekit.results.Classification`
+    ``result`` is whatever the decoder returned (a :class:`~edgekit.heads.classify.Classification`
     for ``classify``); ``classification`` is the same object, for classifiers.
     """
 
@@ -121,7 +122,7 @@ class Pipeline:
             with exact totals (long runs; see :mod:`edgekit.metrics`).
         metrics: a sink to record into instead of a new one (``warmup`` and ``window`` are
             then the sink's): the daemon keeps one across model reopens.
-        task: the task head, a key of :data:`edgekit.results.TASK_HEADS` (default classify).
+        task: the task head, a key of :data:`edgekit.heads.table.TASK_HEADS` (default classify).
         task_options: options of that head (unknown keys raise UsageError).
 
     ``metrics`` (a :class:`~edgekit.metrics.PipelineMetrics`) fills up as results are made.
@@ -243,6 +244,6 @@ def _decoder(
     """The task head's decoder; ``top_k`` fills the head's ``k`` unless the options set it."""
     options = dict(options or {})
     head = TASK_HEADS.get(task)
-    if head is not None and "k" in head.options and "k" not in options and "top_k" not in options:
+    if head is not None and "k" in head.option_names and "k" not in options and "top_k" not in options:
         options["k"] = top_k
     return make_decoder(task, labels, runtime, **options)

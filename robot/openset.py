@@ -4,7 +4,7 @@ A frame counts toward an announcement only when (a) its top class is not the bac
 class, (b) its score clears ``min_confidence`` and (c) its margin over the runner-up clears
 ``min_margin`` and, for a model that emits logits, its energy ``-logsumexp(z)`` is at most
 ``max_energy``. The build fits the margin on its eval set when the model has a background
-class and stores it in the bundle's manifest (``openset``, :mod:`edgekit.openset`, which also
+class and stores it in the bundle's manifest (``openset``, :mod:`edgekit.heads.openset`, which also
 holds the math); ``python -m robot.thresholds`` fits it after the build on any held-out images
 (items and plain scenes) and writes it beside the bundle, so a model without a background
 class still has a second signal. The :class:`Debouncer` then needs ``agree``
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.errors import UsageError
-from edgekit.openset import fit_margin, margins
+from edgekit.heads.openset import fit_margin, margins
 
 __all__ = ["Debouncer", "Gate", "build_thresholds", "describe_background", "fit_margin", "gate_thresholds",
            "margins", "read_thresholds", "thresholds_path", "write_thresholds"]
@@ -137,7 +137,7 @@ def build_thresholds(spec: str | Path) -> dict[str, Any] | None:
     """The open-set thresholds the build fitted for the bundle ``spec`` (``BUNDLE[:VARIANT]``):
     that model's entry of the manifest's ``openset``, or None when the build fitted none.
 
-    The loader has range-checked the entry (:func:`edgekit.openset.check_manifest`).
+    The loader has range-checked the entry (:func:`edgekit.heads.openset.check_manifest`).
     """
     from edgekit.bundle import load_bundle
     from edgekit.model import split_model_spec

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import EdgekitError, UsageError, print_error
-from edgekit.openset import fit_margin, margins
+from edgekit.heads.openset import fit_margin, margins
 from robot.openset import build_thresholds, thresholds_path, write_thresholds
 
 

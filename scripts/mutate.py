@@ -42,7 +42,8 @@ class Module:
 MODULES: dict[str, Module] = {
     "bundle": Module("edgekit/bundle.py", (
         "tests/test_bundle.py", "-k", "not adapter and not hashes_every_bundle_file_once")),
-    "results": Module("edgekit/results.py", ("tests/test_results.py", "-m", "not slow")),
+    "tensors": Module("edgekit/heads/tensors.py", ("tests/test_results.py", "-m", "not slow")),
+    "classify": Module("edgekit/heads/classify.py", ("tests/test_results.py", "-m", "not slow")),
     "metrics": Module("edgekit/metrics.py", ("tests/test_metrics.py",)),
     "image": Module("edgekit/imaging/image.py", ("tests/test_image.py",)),
     # the gate's summary over every variant; the ratio check itself (BuildContext.verify) runs only

@@ -291,8 +291,8 @@ class KerasRuntime:
 def coco_results(runtime, eval_dir: Path, labels: list[str]) -> list[dict]:
     """Detections of ``runtime`` on every image of the COCO set in ``eval_dir`` (pycocotools' result format),
     through edgekit's Preprocessor and detect head (score threshold 0.001, 100 per image, as COCO scores)."""
+    from edgekit.heads.table import make_decoder
     from edgekit.imaging.image import Preprocessor, read_image
-    from edgekit.results import make_decoder
 
     ann = json.loads((eval_dir / "annotations.json").read_text())
     prep = Preprocessor(runtime.input_spec)

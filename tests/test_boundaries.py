@@ -7,13 +7,15 @@
 - ``edgekit.commands`` is imported only by ``edgekit.cli``.
 - Nothing inside ``edgekit`` imports the top package ``edgekit`` (its ``__init__`` is the public API,
   the top of the house: an import of it from below runs back up the layers).
-- There are no import cycles between the modules of edgekit and of the robot demo (``robot/``).
+- There are no import cycles between the modules of edgekit and of the robot demo (``robot/``), counting
+  a plug-in table's rows (a ``"pkg.mod:attr"`` string, or a dotted module name) as edges to what they name.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -74,6 +76,42 @@ def import_edges(*packages: Path) -> dict[str, set[str]]:
                 targets.add(imported)
         edges[name] = targets
     return edges
+
+
+ROW = re.compile(r"((?:edgekit|robot)(?:\.[A-Za-z_]\w*)+)(?::[A-Za-z_]\w*)?")
+
+
+def _logger_names(tree: ast.AST) -> set[int]:
+    """ids of the string constants passed to ``getLogger``: a logger's name is not a reference."""
+    return {id(a) for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) == "getLogger" for a in node.args}
+
+
+def row_edges(*packages: Path) -> dict[str, set[str]]:
+    """module -> the modules its string constants name as plug-ins: a table row's ``"pkg.mod:attr"``
+    (resolved lazily, still a dependency) or a dotted module name (a lazy ``__getattr__`` map, a
+    ``-m`` child); a logger name and the module's own package path are not references."""
+    modules = {name: path for package in packages for name, path in all_modules(package).items()}
+    edges: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        loggers = _logger_names(tree)
+        targets = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in loggers:
+                match = ROW.fullmatch(node.value)
+                named = match.group(1) if match else None
+                own_package = named is not None and (name == named or name.startswith(named + "."))
+                if named in modules and not own_package and (":" in node.value or named != name):
+                    targets.add(named)
+        edges[name] = targets
+    return edges
+
+
+def all_edges(*packages: Path) -> dict[str, set[str]]:
+    """Import statements (lazy ones too) and table rows, together."""
+    imports, rows = import_edges(*packages), row_edges(*packages)
+    return {name: imports[name] | rows[name] for name in imports}
 
 
 def test_the_tree_is_what_the_rules_talk_about():
@@ -163,9 +201,30 @@ def test_the_cycle_finder_finds_cycles():
     assert find_cycles({"a": {"b"}, "b": set()}) == []
 
 
+# Known, not yet broken: target.py's builder allowlist (BUILDERS rows) names the builders, which import
+# target.py for Target. Splitting the allowlist from the Target type touches target.py and builders/;
+# listed here so any other cycle, or this one's end, fails the test.
+KNOWN_CYCLES = [["edgekit.builders.calib_stability", "edgekit.builders.context", "edgekit.builders.onnx",
+                 "edgekit.builders.quant_report", "edgekit.builders.recovery", "edgekit.builders.speed",
+                 "edgekit.builders.tflite", "edgekit.builders.tflite_onnx", "edgekit.target"]]
+
+
 def test_no_import_cycles():
-    # Lazy imports inside functions count too: a cycle hidden in a function is still a tangle.
-    assert find_cycles(import_edges(PACKAGE, ROOT / "robot")) == []
+    # Lazy imports inside functions and table rows count too: a cycle hidden in a function or behind a
+    # dotted path (a plug-in importing the table that names it) is still a tangle.
+    assert find_cycles(all_edges(PACKAGE, ROOT / "robot")) == KNOWN_CYCLES
+    assert find_cycles(import_edges(PACKAGE, ROOT / "robot")) == []  # by import statements alone: none
+
+
+def test_the_cycle_check_sees_table_rows():
+    edges = all_edges(PACKAGE)
+    assert "edgekit.runtime.litert" in edges["edgekit.runtime.registry"]  # BACKENDS
+    assert "edgekit.camera.synthetic" in edges["edgekit.camera.table"]  # SCHEMES
+    assert {"edgekit.heads.classify", "edgekit.heads.raw", "edgekit.detect.head"} <= edges["edgekit.heads.table"]
+    assert {"edgekit.detect.yolo", "edgekit.detect.ssd"} <= edges["edgekit.detect.head"]  # LAYOUTS
+    assert "edgekit.runtime.trt_engine" not in row_edges(PACKAGE)["edgekit.runtime.trt_build"]  # a logger name
+    # and the finder would see a plug-in that imported its table back
+    assert find_cycles({**edges, "edgekit.runtime.litert": {"edgekit.runtime.registry"}}) != []
 
 
 def test_the_cycle_check_sees_the_robot_demo():

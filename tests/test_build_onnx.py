@@ -115,7 +115,7 @@ def test_two_output_model_keeps_every_output_named_on_every_target(two_head_bund
 def test_int8_outputs_are_matched_by_name_not_position(two_head_bundles):
     """TF's converter names the outputs StatefulPartitionedCall:N in its own order; each model
     file's manifest names its outputs in its runtime's order, so int8 and fp32 agree by name."""
-    from edgekit.results import dequantize
+    from edgekit.heads.tensors import dequantize
 
     path = two_head_bundles["cpu"].bundle
     frames = [read_image(f) for f in sorted(CALIB.glob("*.png"))[:20]]
@@ -227,8 +227,8 @@ def test_run_decodes_a_two_output_bundle_with_the_raw_head(two_head_bundles, cap
 
 
 def test_serve_supervisor_decodes_with_the_bundle_task(two_head_bundles):
+    from edgekit.heads.raw import RawResult
     from edgekit.model import open_model
-    from edgekit.results import RawResult
 
     with open_model(two_head_bundles["edgetpu"].bundle) as model:
         assert model.task == "raw" and model.task_options["names"] == [o["name"] for o in

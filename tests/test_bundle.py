@@ -441,7 +441,7 @@ def test_a_corrupt_manifest_message_is_cut_at_300_characters(tmp_path):
 
 
 def test_a_rejected_bundle_says_why_and_unknown_tasks_list_every_known_one(tmp_path):
-    from edgekit.results import TASK_HEADS
+    from edgekit.heads.table import TASK_HEADS
 
     dest = _write(tmp_path / "b")
     _edit(dest, lambda m: m.update(verification={"passed": False, "reason": "int8 ratio 0.8 < 0.99"}))

@@ -15,8 +15,8 @@ import pytest
 
 from edgekit.evaluation.dataset import load_detection_set
 from edgekit.evaluation.evaluate import coco_map
+from edgekit.heads.table import make_decoder
 from edgekit.imaging.image import Preprocessor, read_image
-from edgekit.results import make_decoder
 from scripts import detector_data as data
 
 ROOT = Path(__file__).resolve().parents[1]

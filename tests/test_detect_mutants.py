@@ -18,7 +18,8 @@ from detect_outputs import Outputs
 from edgekit.detect import nms as nms_module
 from edgekit.detect import yolo
 from edgekit.detect.boxes import Detection, Detections, box_map
-from edgekit.detect.head import DetectConfig, detector
+from edgekit.detect.config import DetectConfig
+from edgekit.detect.head import detector
 from edgekit.detect.nms import nms
 from edgekit.detect.scores import real
 from edgekit.errors import BackendUnavailable

@@ -268,7 +268,7 @@ def _one_line(exc: EdgekitError) -> str:
     ({"num_values_per_keypoint": 1}, "num_values_per_keypoint must be a whole number from 2"),
     ({"num_keypoints": 2.5}, "num_keypoints must be a whole number"),
     ({"reverse_output_order": "yes"}, "reverse_output_order must be true or false"),
-    ({"box_format": "CXCYWH"}, "box_format must be one of UNSPECIFIED, YXHW, XYWH, XYXY"),
+    ({"box_format": "CXCYWH"}, "box_format must be one of: UNSPECIFIED, YXHW, XYWH, XYXY"),
     ({"num_keypoints": 7}, "7 keypoints of 2 values from keypoint_coord_offset 4 need 18 coordinates"),
     ({"keypoint_coord_offset": 2, "num_keypoints": 5}, "overlap the box"),
     ({"box_coord_offset": 14}, "runs past num_coords 16"),

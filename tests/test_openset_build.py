@@ -18,8 +18,8 @@ import pytest
 
 from edgekit.bundle import load_bundle
 from edgekit.errors import BundleError, UsageError
-from edgekit.openset import are_probabilities, check_manifest, energy, fit, folds, margins
-from edgekit.results import softmax
+from edgekit.heads.openset import are_probabilities, check_manifest, energy, fit, folds, margins
+from edgekit.heads.tensors import softmax
 from robot.openset import build_thresholds
 from tests.conftest import CALIB, DEMO_MODEL, EVAL
 

@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from edgekit.results import Decoder, free_energy
+from edgekit.heads.classify import Decoder, free_energy
 from robot.openset import Debouncer, Gate, gate_thresholds
 from tests.conftest import CALIB, DEMO_MODEL, EVAL
 

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from edgekit.detect.boxes import Detection, Detections
+from edgekit.heads.classify import Classification
+from edgekit.heads.tensors import Prediction
 from edgekit.outputs.overlay import colour_for, draw
-from edgekit.results import Classification, Prediction
 
 
 def _changed(a: np.ndarray, b: np.ndarray) -> np.ndarray:

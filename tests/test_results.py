@@ -10,21 +10,12 @@ from real_models import onnx_runtime
 
 from edgekit.camera import Frame
 from edgekit.errors import BackendUnavailable, UsageError
+from edgekit.heads.classify import Classification, Decoder
+from edgekit.heads.table import TASK_HEADS, TaskHead, make_decoder
+from edgekit.heads.tensors import Prediction, dequantize, looks_like_probabilities, output_quantization, softmax, top_k
 from edgekit.imaging.image import InputSpec
 from edgekit.pipeline import Pipeline
-from edgekit.results import (
-    TASK_HEADS,
-    Classification,
-    Decoder,
-    Prediction,
-    TaskHead,
-    dequantize,
-    looks_like_probabilities,
-    make_decoder,
-    output_quantization,
-    softmax,
-    top_k,
-)
+from edgekit.util.optionspec import Option
 
 
 def test_dequantize_widens_before_subtracting_the_zero_point():
@@ -150,17 +141,20 @@ def test_unknown_task_or_option_is_a_usage_error_naming_it():
             make_decoder(**bad)
 
 
+MEAN_HEAD = TaskHead(f"{__name__}:mean_head", None, "mean score", (Option("scale", "float"),))
+
+
 def test_the_table_resolves_heads_lazily_by_dotted_path(monkeypatch):
-    monkeypatch.setitem(TASK_HEADS, "mean", TaskHead(f"{__name__}:mean_head", ("scale",), "mean score"))
+    monkeypatch.setitem(TASK_HEADS, "mean", MEAN_HEAD)
     assert make_decoder("mean", scale=2.0)([np.array([[1.0, 3.0]])]) == Mean(4.0)
-    monkeypatch.setitem(TASK_HEADS, "gone", TaskHead("edgekit_no_such_module:head", (), "x", "pip install gone"))
+    monkeypatch.setitem(TASK_HEADS, "gone", TaskHead("edgekit_no_such_module:head", "pip install gone", "x", ()))
     with pytest.raises(BackendUnavailable) as exc:
         make_decoder("gone")
     assert exc.value.hint == "pip install gone"
 
 
 def test_pipeline_chooses_its_decoder_by_task(monkeypatch):
-    monkeypatch.setitem(TASK_HEADS, "mean", TaskHead(f"{__name__}:mean_head", ("scale",), "mean score"))
+    monkeypatch.setitem(TASK_HEADS, "mean", MEAN_HEAD)
     spec = InputSpec(shape=(1, 4, 4, 1), colour="gray")
     # a real model (ONNX Runtime) whose logits are 0.25 + mean, 0.75 - mean: exactly [0.25, 0.75] on the black frame
     runtime = onnx_runtime(spec, weights=[1.0, -1.0], bias=[0.25, 0.75], softmax=False)
@@ -215,7 +209,7 @@ def test_raw_head_gives_tensors_only_when_asked_and_names_from_the_bundle():
     ([[1, 4, 8400]], "raw"), ([[1, 10], [1, 4]], "raw"), ([[1, 21, 64, 64]], "raw"),
 ])
 def test_a_model_that_does_not_say_is_a_classifier_only_with_one_vector_output(shapes, task):
-    from edgekit.results import default_task
+    from edgekit.heads.table import default_task
 
     assert default_task(shapes) == task
 
@@ -357,7 +351,7 @@ def test_decoder_and_classify_refusals_say_what_is_wrong():
     assert exc.value.hint == "give one of them"
     with pytest.raises(UsageError, match=r"classify k must be a whole number of at least 1, not 0"):
         make_decoder(k=0)
-    with pytest.raises(UsageError, match="classify softmax must be auto, always or never, not 'sometimes'"):
+    with pytest.raises(UsageError, match="classify softmax must be one of: auto, always, never, not 'sometimes'"):
         make_decoder(softmax="sometimes")
     for bad in (-1, True):
         with pytest.raises(UsageError, match=f"classify output_index must be a whole number from 0 .* not {bad!r}"):
@@ -369,6 +363,9 @@ def test_decoder_and_classify_refusals_say_what_is_wrong():
     assert exc.value.hint.startswith("known tasks: classify, raw")
     with pytest.raises(UsageError) as exc:
         make_decoder("classify", topk=3)
+    assert exc.value.hint == "did you mean 'top_k'?"  # the option spec's one did-you-mean
+    with pytest.raises(UsageError) as exc:
+        make_decoder("classify", colour=3)
     assert exc.value.hint == "classify accepts: k, top_k, softmax, output_index"
 
 
@@ -389,13 +386,13 @@ def test_output_quantization_past_the_last_output_is_none():
 
 
 def test_a_model_with_a_dynamic_batch_of_minus_one_is_a_classifier():
-    from edgekit.results import default_task
+    from edgekit.heads.table import default_task
 
     assert default_task([[-1, 10]]) == "classify" and default_task([[2, 10]]) == "raw"
 
 
 def test_raw_json_form_rounds_every_statistic_to_six_digits():
-    from edgekit.results import RawDecoder
+    from edgekit.heads.raw import RawDecoder
 
     out = np.array([[1 / 3, 2 / 3, 1 / 7]], np.float64)
     d = RawDecoder(tensors=True)([out]).to_dict()["outputs"][0]
@@ -407,7 +404,7 @@ def test_raw_json_form_rounds_every_statistic_to_six_digits():
 
 
 def test_raw_decoder_defaults_and_outputs_past_its_names_and_quantisation():
-    from edgekit.results import RawDecoder
+    from edgekit.heads.raw import RawDecoder
 
     decode = RawDecoder(names=["first"], quantization=[(0.5, 0)])
     result = decode([np.array([4], np.uint8), np.array([4], np.uint8), np.zeros((1, 0), np.float32)])

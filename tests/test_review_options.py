@@ -9,8 +9,8 @@ from real_models import onnx_runtime
 
 from edgekit.detect.head import choose_layout
 from edgekit.errors import UsageError
+from edgekit.heads.classify import Decoder, classifier
 from edgekit.imaging.image import InputSpec, InputSpecError
-from edgekit.results import Decoder, classifier
 
 SPEC = InputSpec(shape=(1, 8, 8, 1), colour="gray")
 

@@ -3,7 +3,7 @@
 A classifier with a background class (the label ``background``, any case, or
 ``--background-class NAME``) and an ``--eval`` set gets, per variant, the margin over the
 runner-up (and for a model that emits logits, the energy) at which at most 1 % of the eval
-set's background images would still be announced (:func:`edgekit.openset.fit`). Per variant,
+set's background images would still be announced (:func:`edgekit.heads.openset.fit`). Per variant,
 not once on the original: an int8 model's softmax comes in steps of 1/256, so its margins are
 not the float model's. The rates are cross-validated (two folds), so the false-announcement
 rate in the log and the manifest is measured on background images the fit did not see.
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import UsageError
-from edgekit.openset import (
+from edgekit.heads.openset import (
     DEFAULT_MAX_FALSE_RATE,
     DEFAULT_MIN_SCORE,
     NO_ENERGY,
@@ -27,7 +27,7 @@ from edgekit.openset import (
     background_index,
     fit,
 )
-from edgekit.results import softmax
+from edgekit.heads.tensors import softmax
 
 NO_BACKGROUND = ("no background class: the bundle cannot tell \"nothing there\" and a plain scene gets its "
                  "most likely label (train one with a 'background' label, or name it with --background-class)")

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.errors import ModelError
+from edgekit.heads.tensors import dequantize
 from edgekit.imaging.image import InputSpec
-from edgekit.results import dequantize
 
 
 class LiteRTRunner:

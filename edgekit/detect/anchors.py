@@ -36,7 +36,10 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import ModelError, UsageError, first_line
+from edgekit.util.optionspec import Option, OptionValueError, did_you_mean
 from edgekit.util.safe_open import open_regular
+
+_DOCS = "see the SSD anchor options in edgekit.detect.anchors (MediaPipe SsdAnchorsCalculator names)"
 
 MAX_ANCHORS = 1_000_000
 """More anchors than any real SSD has (MobileNet-SSD 320: 2,034; BlazeFace: 896)."""
@@ -44,48 +47,38 @@ MAX_ANCHORS = 1_000_000
 MAX_GRID = 4096
 """The largest grid side or stride accepted."""
 
-# option -> (kind, low, high, default); kind: int, float, bool, ints, floats
-_OPTIONS: dict[str, tuple[str, float, float, Any]] = {
-    "num_layers": ("int", 1, 32, None),
-    "input_size_height": ("int", 0, 16384, 0),  # needed with strides, not with feature map sizes
-    "input_size_width": ("int", 0, 16384, 0),
-    "min_scale": ("float", 1e-6, 100.0, None),
-    "max_scale": ("float", 1e-6, 100.0, None),
-    "strides": ("ints", 1, MAX_GRID, ()),
-    "feature_map_height": ("ints", 1, MAX_GRID, ()),
-    "feature_map_width": ("ints", 1, MAX_GRID, ()),
-    "aspect_ratios": ("floats", 1e-3, 1e3, ()),
-    "anchor_offset_x": ("float", 0.0, 1.0, 0.5),
-    "anchor_offset_y": ("float", 0.0, 1.0, 0.5),
-    "reduce_boxes_in_lowest_layer": ("bool", 0, 1, False),
-    "interpolated_scale_aspect_ratio": ("float", 0.0, 1e3, 1.0),
-    "fixed_anchor_size": ("bool", 0, 1, False),
-}
+_OPTIONS = (
+    Option("num_layers", "int", None, ge=1, le=32),
+    Option("input_size_height", "int", 0, "needed with strides, not with feature map sizes", ge=0, le=16384),
+    Option("input_size_width", "int", 0, ge=0, le=16384),
+    Option("min_scale", "float", None, ge=1e-6, le=100.0),
+    Option("max_scale", "float", None, ge=1e-6, le=100.0),
+    Option("strides", "ints", (), ge=1, le=MAX_GRID),
+    Option("feature_map_height", "ints", (), ge=1, le=MAX_GRID),
+    Option("feature_map_width", "ints", (), ge=1, le=MAX_GRID),
+    Option("aspect_ratios", "floats", (), ge=1e-3, le=1e3),
+    Option("anchor_offset_x", "float", 0.5, ge=0.0, le=1.0),
+    Option("anchor_offset_y", "float", 0.5, ge=0.0, le=1.0),
+    Option("reduce_boxes_in_lowest_layer", "bool", False),
+    Option("interpolated_scale_aspect_ratio", "float", 1.0, ge=0.0, le=1e3),
+    Option("fixed_anchor_size", "bool", False),
+)
 """The ``ssd_anchors`` options (MediaPipe ``SsdAnchorsCalculatorOptions`` names) with their ranges."""
+MAX_LIST = 64
+"""The longest list option (strides, feature map sizes, aspect ratios) accepted."""
 
 
-def _bad(name: str, what: str, value: Any) -> UsageError:
-    return UsageError(f"detect ssd_anchors.{name} must be {what}, not {value!r}",
-                      "see the SSD anchor options in edgekit.detect.anchors (MediaPipe SsdAnchorsCalculator names)")
-
-
-def _scalar(name: str, kind: str, lo: float, hi: float, value: Any) -> Any:
-    return check_scalar(name, kind, lo, hi, value, _bad)
-
-
-def check_scalar(name: str, kind: str, lo: float, hi: float, value: Any, bad: Any) -> Any:
-    """``value`` as a ``bool``, ``int`` or ``float`` option in ``[lo, hi]``; ``bad(name, what, value)``
-    makes the error (each option table names its own options and docs)."""
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise bad(name, "true or false", value)
-        return value
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and lo <= value <= hi
-    if kind == "int" and ok and int(value) != value:
-        ok = False
-    if not ok:
-        raise bad(name, f"{'a whole number' if kind == 'int' else 'a number'} from {lo:g} to {hi:g}", value)
-    return int(value) if kind == "int" else float(value)
+def sub_option(table: str, option: Option, value: Any, docs: str) -> Any:
+    """``value`` of a ``detect`` sub-option table (``ssd_anchors``, ``ssd_decode``) checked against
+    ``option`` (typed, no text; a list at most :data:`MAX_LIST` long), or UsageError
+    ``detect {table}.{name} must be ..., not ...`` with ``docs`` as the fix."""
+    try:
+        if isinstance(value, (list, tuple)) and len(value) > MAX_LIST:
+            raise OptionValueError(option, value, f"a list of at most {MAX_LIST} numbers")
+        out = option.coerce(value, text=False)
+    except OptionValueError as exc:
+        raise UsageError(f"detect {table}.{option.name} must be {exc.what}, not {value!r}", docs) from None
+    return tuple(out) if isinstance(out, list) else out
 
 
 def check_ssd_anchors(options: Any) -> tuple[tuple[str, Any], ...]:
@@ -96,20 +89,17 @@ def check_ssd_anchors(options: Any) -> tuple[tuple[str, Any], ...]:
     """
     if not isinstance(options, dict):
         raise UsageError(f"detect ssd_anchors must be a table of anchor options, not {options!r}")
-    unknown = sorted(set(options) - set(_OPTIONS))
+    names = [o.name for o in _OPTIONS]
+    unknown = sorted(set(options) - set(names))
     if unknown:
-        raise UsageError(f"detect ssd_anchors has no option {unknown[0]!r}", f"known: {', '.join(_OPTIONS)}")
+        raise UsageError(f"detect ssd_anchors has no option {unknown[0]!r}", did_you_mean(unknown[0], names))
     out: dict[str, Any] = {}
-    for name, (kind, lo, hi, default) in _OPTIONS.items():
-        value = options.get(name, default)
+    for option in _OPTIONS:
+        value = options.get(option.name, option.default)
         if value is None:
-            raise UsageError(f"detect ssd_anchors needs {name}", f"give {name} with the other anchor options")
-        if kind in ("ints", "floats"):
-            if not isinstance(value, (list, tuple)) or len(value) > 64:
-                raise _bad(name, "a list of at most 64 numbers", value)
-            out[name] = tuple(_scalar(name, kind[:-1], lo, hi, v) for v in value)
-        else:
-            out[name] = _scalar(name, kind, lo, hi, value)
+            raise UsageError(f"detect ssd_anchors needs {option.name}",
+                             f"give {option.name} with the other anchor options")
+        out[option.name] = sub_option("ssd_anchors", option, value, _DOCS)
     _check_layers(out)
     return tuple(sorted(out.items()))
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from edgekit.detect.head import Candidates, DetectConfig
+from edgekit.detect.config import Candidates, DetectConfig
 from edgekit.detect.scores import Quant, real
 from edgekit.detect.ssd import class_candidates, pick, roles
 from edgekit.detect.yolo import to_xyxy

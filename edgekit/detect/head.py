@@ -19,11 +19,13 @@ import numpy as np
 
 from edgekit.detect.anchors import check_anchors, check_ssd_anchors
 from edgekit.detect.boxes import BoxMap, Detection, Detections, box_map, identity_map
+from edgekit.detect.config import OPTIONS, DetectConfig
 from edgekit.detect.nms import nms
 from edgekit.detect.ssd_decode import SsdDecode, check_ssd_decode
 from edgekit.errors import ModelError, UsageError
+from edgekit.heads.options import check_head_options
+from edgekit.heads.tensors import label_for
 from edgekit.imaging.image import InputSpec
-from edgekit.results import label_for
 from edgekit.util.plugins import resolve
 
 
@@ -50,48 +52,6 @@ LAYOUTS: dict[str, Layout] = {
     "yolo": Layout("edgekit.detect.yolo", "YOLOv8-style anchor-free [1,4+nc,N] or [1,N,4+nc]"),
 }
 """Layout name -> :class:`Layout`, in the order ``layout=auto`` tries them."""
-
-
-@dataclass(frozen=True)
-class Candidates:
-    """Boxes before NMS: ``boxes`` ``[M, 4]`` xyxy in model-input pixels, ``scores`` ``[M]``,
-    ``classes`` ``[M]``; ``final`` when the model did NMS itself; ``keypoints`` ``[M, K, 2]``
-    x, y in model-input pixels when the model regresses them (SSD ``ssd_decode``), else None."""
-
-    boxes: np.ndarray
-    scores: np.ndarray
-    classes: np.ndarray
-    final: bool = False
-    keypoints: np.ndarray | None = None
-
-
-@dataclass(frozen=True)
-class DetectConfig:
-    """What a layout's ``candidates`` needs to know (the head's options, checked)."""
-
-    input_size: tuple[int, int]  # (width, height) of the model input
-    num_classes: int | None
-    score_threshold: float = 0.25
-    iou_threshold: float = 0.45
-    max_detections: int = 100
-    max_candidates: int = 3000
-    class_agnostic: bool = False
-    box_format: str = "auto"  # auto (the layout's usual), cxcywh, xyxy
-    box_units: str = "auto"  # auto (normalised when every coordinate <= 1.5), pixels, normalized
-    anchors: np.ndarray | None = None  # SSD: [N, 4] (cy, cx, h, w) normalised (edgekit.detect.anchors)
-    ssd_anchors: tuple[tuple[str, Any], ...] = ()  # SSD: anchor generation options, checked (sorted items)
-    box_coder_scales: tuple[float, float, float, float] = (10.0, 10.0, 5.0, 5.0)
-    background_class: int | None = None  # a score column that is "no object" (SSD: often 0)
-    outputs: tuple[int, ...] | None = None  # runtime output index per layout output
-    score_activation: str = "auto"  # SSD scores: auto (sigmoid unless in [0, 1]), none, sigmoid, softmax
-    ssd_decode: SsdDecode | None = None  # SSD: MediaPipe-named decode options (None: TF-OD, box_coder_scales)
-    score_clipping_thresh: float | None = None  # sigmoid scores: logits clipped to +- this first (MediaPipe)
-
-
-OPTIONS = ("layout", "score_threshold", "iou_threshold", "max_detections", "max_candidates", "class_agnostic",
-           "box_format", "box_units", "anchors", "ssd_anchors", "box_coder_scales", "background_class", "outputs",
-           "score_activation", "ssd_decode")
-"""The ``detect`` head's options (``TASK_HEADS['detect'].options``)."""
 
 
 class Detector:
@@ -181,54 +141,30 @@ def choose_layout(layout: str, shapes: list[tuple[int, ...]], config: DetectConf
                      "export the model with one of these layouts, or use --task raw")
 
 
-def _number(name: str, value: Any, lo: float, hi: float, whole: bool = False) -> Any:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and lo <= value <= hi
-    if ok and whole and int(value) != value:
-        ok = False
-    if not ok:
-        kind = "a whole number" if whole else "a number"
-        raise UsageError(f"detect {name} must be {kind} from {lo:g} to {hi:g}, not {value!r}")
-    return int(value) if whole else float(value)
+# Checked by their own modules (a list or .npy path, tables of sub-options) or by choose_layout.
+_OWN_CHECKS = ("layout", "anchors", "ssd_anchors", "ssd_decode")
 
 
 def detect_config(spec: InputSpec | None, num_classes: int | None, options: dict[str, Any]) -> DetectConfig:
-    """Check the head's options (untrusted: they may come from a bundle) into a :class:`DetectConfig`."""
-    o = dict(options)
-    kw: dict[str, Any] = {}
-    for name, lo, hi, whole in (("score_threshold", 0.0, 1.0, False), ("iou_threshold", 0.0, 1.0, False),
-                                ("max_detections", 1, 10000, True), ("max_candidates", 1, 1_000_000, True)):
-        if name in o:
-            kw[name] = _number(name, o.pop(name), lo, hi, whole)
-    for name, choices in (("box_format", ("auto", "cxcywh", "xyxy")), ("box_units", ("auto", "pixels", "normalized")),
-                          ("score_activation", ("auto", "none", "sigmoid", "softmax"))):
-        if name in o:
-            if o[name] not in choices:
-                raise UsageError(f"detect {name} must be one of {', '.join(choices)}, not {o[name]!r}")
-            kw[name] = o.pop(name)
-    if "class_agnostic" in o:
-        if not isinstance(o["class_agnostic"], bool):
-            raise UsageError(f"detect class_agnostic must be true or false, not {o['class_agnostic']!r}")
-        kw["class_agnostic"] = o.pop("class_agnostic")
-    if o.get("background_class") is not None:
-        kw["background_class"] = _number("background_class", o.pop("background_class"), 0, 100000, True)
-    if o.get("box_coder_scales") is not None:
-        scales = o.pop("box_coder_scales")
-        if not (isinstance(scales, (list, tuple)) and len(scales) == 4):
-            raise UsageError(f"detect box_coder_scales must be 4 numbers (y, x, h, w), not {scales!r}")
-        kw["box_coder_scales"] = tuple(_number("box_coder_scales", v, 1e-6, 1e6) for v in scales)
-    if o.get("outputs") is not None:
-        outs = o.pop("outputs")
-        if not (isinstance(outs, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 64
-                                                         for i in outs)):
-            raise UsageError(f"detect outputs must be a list of output indices, not {repr(outs)[:80]}")
-        kw["outputs"] = tuple(outs)
-    if o.get("ssd_anchors") is not None:
-        kw["ssd_anchors"] = check_ssd_anchors(o.pop("ssd_anchors"))
-    if o.get("ssd_decode") is not None:
-        _decode_options(check_ssd_decode(o.pop("ssd_decode")), kw)
-    kw["anchors"] = check_anchors(o.pop("anchors", None))
+    """Check the head's options (untrusted: they may come from a bundle) against
+    :data:`edgekit.detect.config.OPTIONS` into a :class:`DetectConfig`."""
+    o = {k: v for k, v in check_head_options("detect", OPTIONS, options, skip=_OWN_CHECKS).items() if v is not None}
+    o.pop("layout", None)
+    if "box_coder_scales" in o:
+        if len(o["box_coder_scales"]) != 4:
+            raise UsageError(f"detect box_coder_scales must be 4 numbers (y, x, h, w), "
+                             f"not {options['box_coder_scales']!r}")
+        o["box_coder_scales"] = tuple(o["box_coder_scales"])
+    if "outputs" in o:
+        o["outputs"] = tuple(o["outputs"])
+    if "ssd_anchors" in o:
+        o["ssd_anchors"] = check_ssd_anchors(o["ssd_anchors"])
+    decode = o.pop("ssd_decode", None)
+    if decode is not None:
+        _decode_options(check_ssd_decode(decode), o)
+    o["anchors"] = check_anchors(o.get("anchors"))
     size = (spec.width, spec.height) if spec is not None else (1, 1)
-    return DetectConfig(input_size=size, num_classes=num_classes, **kw)
+    return DetectConfig(input_size=size, num_classes=num_classes, **o)
 
 
 def _decode_options(decode: SsdDecode, kw: dict[str, Any]) -> None:
@@ -259,7 +195,7 @@ def _shape(dims: Sequence[Any]) -> tuple[int, ...]:
 
 
 def detector(labels: Sequence[str] = (), runtime: Any = None, layout: str = "auto", **options: Any) -> Detector:
-    """The ``detect`` head's factory (:data:`edgekit.results.TASK_HEADS`): a :class:`Detector` for
+    """The ``detect`` head's factory (:data:`edgekit.heads.table.TASK_HEADS`): a :class:`Detector` for
     ``runtime``'s outputs, its layout chosen from their shapes unless ``layout`` names one."""
     spec = getattr(runtime, "input_spec", None)
     details = getattr(runtime, "output_details", None)

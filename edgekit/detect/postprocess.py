@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgekit.detect.head import Candidates, DetectConfig
+from edgekit.detect.config import Candidates, DetectConfig
 from edgekit.detect.scores import Quant, real
 from edgekit.errors import ModelError
 

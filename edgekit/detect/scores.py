@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.results import dequantize, softmax
+from edgekit.heads.tensors import dequantize, softmax
 
 Quant = tuple[float, int] | None
 """``(scale, zero_point)`` of a quantised output, None for a float one."""

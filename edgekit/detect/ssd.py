@@ -21,11 +21,11 @@ from dataclasses import replace
 import numpy as np
 
 from edgekit.detect.anchors import anchors_for
-from edgekit.detect.head import Candidates, DetectConfig
+from edgekit.detect.config import Candidates, DetectConfig
 from edgekit.detect.scores import Quant, best_class, real
 from edgekit.detect.ssd_decode import decode, tf_od, valid
 from edgekit.errors import ModelError
-from edgekit.results import softmax
+from edgekit.heads.tensors import softmax
 
 
 def roles(shapes: list[tuple[int, ...]], num_classes: int | None, coords: int = 4) -> tuple[int, int] | None:

@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.detect.anchors import check_scalar
+from edgekit.detect.anchors import sub_option
 from edgekit.errors import UsageError
+from edgekit.util.optionspec import Option, by_name, did_you_mean
 
 BOX_FORMATS = ("UNSPECIFIED", "YXHW", "XYWH", "XYXY")
 """MediaPipe's ``BoxFormat`` names (UNSPECIFIED: YXHW, or XYWH with ``reverse_output_order``)."""
@@ -35,27 +36,29 @@ BOX_FORMATS = ("UNSPECIFIED", "YXHW", "XYWH", "XYXY")
 MAX_COORDS = 4096
 """The widest regressor row accepted (palm: 18; a 133-keypoint whole-body model: 270)."""
 
-# option -> (kind, low, high); kind: int, float, bool, format. Defaults are MediaPipe's (SsdDecode).
-_OPTIONS: dict[str, tuple[str, float, float]] = {
-    "num_classes": ("int", 1, 100_000),
-    "num_boxes": ("int", 1, 1_000_000),
-    "num_coords": ("int", 4, MAX_COORDS),
-    "box_coord_offset": ("int", 0, MAX_COORDS),
-    "keypoint_coord_offset": ("int", 0, MAX_COORDS),
-    "num_keypoints": ("int", 0, MAX_COORDS // 2),
-    "num_values_per_keypoint": ("int", 2, 16),
-    "x_scale": ("float", 1e-6, 1e6),
-    "y_scale": ("float", 1e-6, 1e6),
-    "w_scale": ("float", 1e-6, 1e6),
-    "h_scale": ("float", 1e-6, 1e6),
-    "apply_exponential_on_box_size": ("bool", 0, 1),
-    "reverse_output_order": ("bool", 0, 1),
-    "box_format": ("format", 0, 0),
-    "sigmoid_score": ("bool", 0, 1),
-    "score_clipping_thresh": ("float", 1e-6, 1e6),
-    "min_score_thresh": ("float", 0.0, 1.0),
-}
-"""The ``ssd_decode`` options (MediaPipe ``TensorsToDetectionsCalculatorOptions`` names) and their ranges."""
+_OPTIONS = (
+    Option("num_classes", "int", ge=1, le=100_000),
+    Option("num_boxes", "int", ge=1, le=1_000_000),
+    Option("num_coords", "int", ge=4, le=MAX_COORDS),
+    Option("box_coord_offset", "int", ge=0, le=MAX_COORDS),
+    Option("keypoint_coord_offset", "int", ge=0, le=MAX_COORDS),
+    Option("num_keypoints", "int", ge=0, le=MAX_COORDS // 2),
+    Option("num_values_per_keypoint", "int", ge=2, le=16),
+    Option("x_scale", "float", ge=1e-6, le=1e6),
+    Option("y_scale", "float", ge=1e-6, le=1e6),
+    Option("w_scale", "float", ge=1e-6, le=1e6),
+    Option("h_scale", "float", ge=1e-6, le=1e6),
+    Option("apply_exponential_on_box_size", "bool"),
+    Option("reverse_output_order", "bool"),
+    Option("box_format", "str", choices=BOX_FORMATS),
+    Option("sigmoid_score", "bool"),
+    Option("score_clipping_thresh", "float", ge=1e-6, le=1e6),
+    Option("min_score_thresh", "float", ge=0.0, le=1.0),
+)
+"""The ``ssd_decode`` options (MediaPipe ``TensorsToDetectionsCalculatorOptions`` names) and their ranges;
+the defaults are MediaPipe's (:class:`SsdDecode`)."""
+_BY_NAME = by_name(_OPTIONS)
+_DOCS = "see the SSD decode options in docs/detection.md (MediaPipe TensorsToDetectionsCalculator names)"
 
 _REQUIRED = ("x_scale", "y_scale", "w_scale", "h_scale")
 
@@ -90,20 +93,6 @@ def tf_od(scales: tuple[float, float, float, float]) -> SsdDecode:
     return SsdDecode(x_scale=xs, y_scale=ys, w_scale=ws, h_scale=hs, apply_exponential_on_box_size=True)
 
 
-def _bad(name: str, what: str, value: Any) -> UsageError:
-    return UsageError(f"detect ssd_decode.{name} must be {what}, not {value!r}",
-                      "see the SSD decode options in docs/detection.md (MediaPipe TensorsToDetectionsCalculator names)")
-
-
-def _value(name: str, value: Any) -> Any:
-    kind, lo, hi = _OPTIONS[name]
-    if kind == "format":
-        if value not in BOX_FORMATS:
-            raise _bad(name, f"one of {', '.join(BOX_FORMATS)}", value)
-        return value
-    return check_scalar(name, kind, lo, hi, value, _bad)
-
-
 def check_ssd_decode(options: Any) -> SsdDecode:
     """The ``ssd_decode`` table checked (untrusted: it may come from a bundle) into an :class:`SsdDecode`.
 
@@ -113,15 +102,15 @@ def check_ssd_decode(options: Any) -> SsdDecode:
     if not isinstance(options, dict):
         raise UsageError(f"detect ssd_decode must be a table of decode options, not {options!r}",
                          'e.g. -T \'ssd_decode={"num_coords": 16, "x_scale": 128, ...}\'')
-    unknown = sorted(set(options) - set(_OPTIONS))
+    unknown = sorted(set(options) - set(_BY_NAME))
     if unknown:
-        raise UsageError(f"detect ssd_decode has no option {unknown[0]!r}", f"known: {', '.join(_OPTIONS)}")
+        raise UsageError(f"detect ssd_decode has no option {unknown[0]!r}", did_you_mean(unknown[0], _BY_NAME))
     missing = [name for name in _REQUIRED if name not in options]
     if missing:
         raise UsageError(f"detect ssd_decode needs {', '.join(missing)}",
                          "copy x_scale, y_scale, w_scale and h_scale from the model's MediaPipe graph "
                          "(BlazeFace: 128; TF Object Detection API models: x 10, y 10, w 5, h 5)")
-    o = {name: _value(name, value) for name, value in options.items()}
+    o = {name: sub_option("ssd_decode", _BY_NAME[name], value, _DOCS) for name, value in options.items()}
     fmt = o.pop("box_format", "UNSPECIFIED")
     reverse = o.pop("reverse_output_order", False)
     if fmt == "UNSPECIFIED":  # MediaPipe's GetBoxFormat: box_format, else reverse_output_order picks XYWH

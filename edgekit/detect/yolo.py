@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.detect.head import Candidates, DetectConfig
+from edgekit.detect.config import Candidates, DetectConfig
 from edgekit.detect.scores import Quant, above, best_class, real
 
 NORMALISED_LIMIT = 1.5

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.detect.boxes import Detections
-from edgekit.results import Classification
+from edgekit.heads.classify import Classification
 from edgekit.util.quiet import import_cv2
 
 # Colour-blind-safe first: Okabe & Ito's 7 colours (black left out: a box outline), then Paul Tol's
@@ -41,7 +41,7 @@ def draw(frame: np.ndarray, result: Any, crop: Any = None) -> np.ndarray:
 
     :class:`~edgekit.detect.boxes.Detections`: a box per object with ``label score`` on a
     filled tab in the class colour (tabs placed so that none covers another), its keypoints (if
-    any) as small dots; :class:`~edgekit.results.Classification`: the top label and score as a
+    any) as small dots; :class:`~edgekit.heads.classify.Classification`: the top label and score as a
     banner across the top, and with ``crop`` (the model input's crop, as
     :class:`~edgekit.imaging.image.InputSpec` holds it) the window the model saw outlined, the rest of
     the frame dimmed; any other result: the frame unchanged.

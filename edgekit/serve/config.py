@@ -13,7 +13,7 @@ directory, as usual on a command line.
 from __future__ import annotations
 
 import dataclasses
-import difflib
+import functools
 import math
 import os
 import socket
@@ -27,6 +27,7 @@ from edgekit.runtime import BACKENDS
 from edgekit.runtime.backends import MAX_THREADS
 from edgekit.serve.address import camera_uri_relative_to, parse_address
 from edgekit.serve.discovery import BINARY_DEVICE_CLASSES
+from edgekit.util.optionspec import Option, OptionValueError, close_match
 from edgekit.util.safe_open import NotARegularFile, read_regular
 
 if sys.version_info >= (3, 11):
@@ -200,37 +201,17 @@ _CHOICES = {
     ("mqtt", "device_class"): BINARY_DEVICE_CLASSES,
 }
 _MINIMUM = {  # (table, key) -> smallest allowed value
-    ("model", "threads"): 0,
-    ("model", "top_k"): 1,
-    ("model", "reopen_after_errors"): 1,
-    ("model", "watch_interval_s"): 0.05,
-    ("model", "warmup_frames"): 1,
-    ("model", "probation_frames"): 0,
-    ("model", "min_agreement"): 0.0,
-    ("model", "check_deadline_s"): 1.0,
+    **{("model", k): v for k, v in (("threads", 0), ("top_k", 1), ("reopen_after_errors", 1),
+        ("watch_interval_s", 0.05), ("warmup_frames", 1), ("probation_frames", 0), ("min_agreement", 0.0),
+        ("check_deadline_s", 1.0))},
     ("http", "latency_min_s"): 1e-6,
-    ("camera", "reconnect_min_s"): 0.01,
-    ("camera", "reconnect_max_s"): 0.01,
-    ("camera", "stall_timeout_s"): 0.1,
-    ("output", "max_bytes"): 1024,
-    ("output", "backups"): 0,
-    ("mqtt", "port"): 1,
-    ("mqtt", "keepalive_s"): 5,
-    ("mqtt", "stats_interval_s"): 0.1,
-    ("mqtt", "reconnect_min_s"): 1,
-    ("mqtt", "reconnect_max_s"): 1,
-    ("mqtt", "min_interval_s"): 0.0,
-    ("mqtt", "min_score"): 0.0,
-    ("mqtt", "hysteresis"): 0.0,
-    ("mqtt", "confirm_frames"): 1,
-    ("mqtt", "queue_size"): 0,
-    ("mqtt", "sensor_interval_s"): 1.0,
-    ("events", "min_score"): 0.0,
-    ("events", "min_frames"): 1,
-    ("events", "max_missing"): 1,
-    ("events", "iou"): 0.01,
-    ("events", "update_interval_s"): 0.0,
-    ("events", "snapshot_width"): 64,
+    **{("camera", k): v for k, v in (("reconnect_min_s", 0.01), ("reconnect_max_s", 0.01), ("stall_timeout_s", 0.1))},
+    **{("output", k): v for k, v in (("max_bytes", 1024), ("backups", 0))},
+    **{("mqtt", k): v for k, v in (("port", 1), ("keepalive_s", 5), ("stats_interval_s", 0.1),
+        ("reconnect_min_s", 1), ("reconnect_max_s", 1), ("min_interval_s", 0.0), ("min_score", 0.0),
+        ("hysteresis", 0.0), ("confirm_frames", 1), ("queue_size", 0), ("sensor_interval_s", 1.0))},
+    **{("events", k): v for k, v in (("min_score", 0.0), ("min_frames", 1), ("max_missing", 1), ("iou", 0.01),
+        ("update_interval_s", 0.0), ("snapshot_width", 64))},
 }
 
 
@@ -238,46 +219,56 @@ MAX_SECONDS = 365 * 86400
 MAX_CONFIG_BYTES = 1 << 20
 
 
-def _type_name(value: Any) -> str:
-    return {bool: "true/false", int: "an integer", float: "a number", str: "a string", dict: "a table",
-            tuple: "a list of strings", list: "a list of strings"}[type(value)]
+_MAXIMUM = {  # (table, key) -> largest allowed value, what is wrong above it, the fix
+    # 16 bits in CONNECT: paho's thread died on a larger keepalive
+    ("mqtt", "keepalive_s"): (65535, "is more than MQTT allows", "use 5-65535 s"),
+    ("mqtt", "port"): (65535, "is not a TCP port", "use 1-65535 (1883 is usual)"),
+    ("model", "threads"): (MAX_THREADS, f"is more than {MAX_THREADS} (4 per CPU core)",  # the runtime refuses it
+                           "use 0 (the runtime's default) or at most the number of cores"),
+}
+_TYPES = {bool: ("bool", "true/false"), int: ("int", "an integer"), float: ("float", "a number"),
+          str: ("str", "a string"), dict: ("table", "a table"), tuple: ("strings", "a list of strings")}
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise TypeError(value)
+    return tuple(value)
+
+
+@functools.cache
+def option(table: str, key: str) -> Option:
+    """The spec of ``[table] key``: its type and default from the dataclass, its choices and range
+    from the tables above (a key ending in ``_s`` is at most a year: threading's waits overflow)."""
+    default = getattr(SECTIONS[table](), key)
+    high = _MAXIMUM.get((table, key), (MAX_SECONDS if key.endswith("_s") else None,))[0]
+    kind = _TYPES[type(default)][0]
+    return Option(key, kind, default, choices=_CHOICES.get((table, key), ()), ge=_MINIMUM.get((table, key)),
+                  le=high, parse=_strings if kind == "strings" else None)
 
 
 def _check_value(where: str, table: str, key: str, value: Any, default: Any) -> Any:
-    """Type- and range-check one value; returns it converted (an int where a float is expected)."""
-    expected = type(default)
-    ok = isinstance(value, expected) and not (expected is int and isinstance(value, bool))
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
-        value, ok = float(value), True
-    if expected is tuple and isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-        value, ok = tuple(value), True
-    if not ok:
-        raise UsageError(
-            f"{where}: [{table}] {key} must be {_type_name(default)}, got {value!r}",
-            f"see `edgekit serve --write-example-config -` for the [{table}] table",
-        )
-    if expected is float and not math.isfinite(value):
+    """Type- and range-check one value against :func:`option`; returns it converted (an int where a
+    float is expected, a list of strings as a tuple)."""
+    spec, at = option(table, key), f"{where}: [{table}] {key}"
+    if spec.type == "float" and isinstance(value, float) and not math.isfinite(value):
         # nan slips through every "< minimum" check (and would make a backoff loop spin)
-        raise UsageError(f"{where}: [{table}] {key} = {value!r} is not a finite number", "give a real number")
-    choices = _CHOICES.get((table, key))
-    if choices is not None and value not in choices:
-        raise UsageError(
-            f"{where}: [{table}] {key} = {value!r} is not one of {', '.join(repr(c) for c in choices)}",
-            f"set [{table}] {key} to one of those",
-        )
-    low = _MINIMUM.get((table, key))
-    if low is not None and value < low:
-        raise UsageError(f"{where}: [{table}] {key} = {value!r} is below the minimum {low}", "raise it")
-    if key.endswith("_s") and value > MAX_SECONDS:  # threading's waits overflow (a 1e300 s wait killed a thread)
-        raise UsageError(f"{where}: [{table}] {key} = {value!r} is more than a year", f"use at most {MAX_SECONDS}")
-    if (table, key) == ("mqtt", "keepalive_s") and value > 65535:  # 16 bits in CONNECT: paho's thread died
-        raise UsageError(f"{where}: [mqtt] keepalive_s = {value} is more than MQTT allows", "use 5-65535 s")
-    if (table, key) == ("mqtt", "port") and value > 65535:
-        raise UsageError(f"{where}: [mqtt] port = {value} is not a TCP port", "use 1-65535 (1883 is usual)")
-    if (table, key) == ("model", "threads") and value > MAX_THREADS:  # the runtime refuses it at start
-        raise UsageError(f"{where}: [model] threads = {value} is more than {MAX_THREADS} (4 per CPU core)",
-                         "use 0 (the runtime's default) or at most the number of cores")
-    return value
+        raise UsageError(f"{at} = {value!r} is not a finite number", "give a real number")
+    try:
+        if value is None:  # a dict from code may hold None; to an Option it means "the default"
+            raise OptionValueError(spec, value, spec.takes(), wrong_type=True)
+        return spec.coerce(value, text=False)
+    except OptionValueError as exc:
+        if exc.wrong_type:
+            raise UsageError(f"{at} must be {_TYPES[type(default)][1]}, got {value!r}",
+                             f"see `edgekit serve --write-example-config -` for the [{table}] table") from None
+        if spec.choices:
+            raise UsageError(f"{at} = {value!r} is not one of {', '.join(repr(c) for c in spec.choices)}",
+                             f"set [{table}] {key} to one of those") from None
+        if spec.ge is not None and value < spec.ge:
+            raise UsageError(f"{at} = {value!r} is below the minimum {spec.ge}", "raise it") from None
+        what, fix = _MAXIMUM.get((table, key), (0, "is more than a year", f"use at most {MAX_SECONDS}"))[1:]
+        raise UsageError(f"{at} = {value!r} {what}", fix) from None
 
 
 def _section(where: str, table: str, raw: Any, base_dir: Path | None) -> Any:
@@ -289,8 +280,8 @@ def _section(where: str, table: str, raw: Any, base_dir: Path | None) -> Any:
     values = {}
     for key, value in raw.items():
         if key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(names)}"
+            close = close_match(key, names)
+            hint = f"did you mean {close!r}?" if close else f"known keys: {', '.join(names)}"
             raise UsageError(f"{where}: unknown key {key!r} in [{table}]", hint)
         value = _check_value(where, table, key, value, getattr(defaults, key))
         if base_dir is not None and (table, key) in _PATH_KEYS and value not in ("", "-", "auto"):
@@ -306,8 +297,8 @@ def from_dict(raw: dict[str, Any], where: str = "config", base_dir: Path | None 
     tables = {}
     for table, value in raw.items():
         if table not in SECTIONS:
-            close = difflib.get_close_matches(table, list(SECTIONS), n=1)
-            hint = f"did you mean [{close[0]}]?" if close else f"known tables: {', '.join(SECTIONS)}"
+            close = close_match(table, SECTIONS)
+            hint = f"did you mean [{close}]?" if close else f"known tables: {', '.join(SECTIONS)}"
             raise UsageError(f"{where}: unknown table [{table}]", hint)
         tables[table] = _section(where, table, value, base_dir)
     return check(ServeConfig(**tables, source=where))

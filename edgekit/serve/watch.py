@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.results import Decoder
+from edgekit.heads.classify import Decoder
 
 SETTLE_S = 10.0  # a bundle whose files changed this recently and do not match yet is still being copied
 CHECK_DEADLINE_S = 300.0
