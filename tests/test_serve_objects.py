@@ -14,7 +14,8 @@ from edgekit.serve.config import ServeConfig, from_dict, override
 from edgekit.serve.discovery import BINARY_DEVICE_CLASSES, discovery_messages
 from edgekit.serve.objects import MAX_TRACKS, ObjectTracker, iou
 from edgekit.serve.publish import count_labels
-from edgekit.serve.sensors import SensorFeed, top_score
+from edgekit.serve.record import as_record
+from edgekit.serve.sensors import SensorFeed
 from edgekit.serve.supervisor import manifest_name, model_identity
 from edgekit.serve.systemd import results_path
 
@@ -135,7 +136,7 @@ def test_sensor_feed_is_sent_on_change_and_at_least_every_interval():
     now[0] = 13.5
     assert feed_.offer(record, "person", changed=False) is not None  # 10 s since the last one
     assert feed_.set_counts({"person": 1}) == []
-    assert top_score({"top": [{"score": 0.25}, {"score": 0.5}]}) == 0.5 and top_score({}) == 0.0
+    assert as_record({"top": [{"score": 0.25}, {"score": 0.5}]}).top_score == 0.5 and as_record({}).top_score == 0.0
 
 
 def test_discovery_payloads_match_home_assistants_schema():

@@ -299,7 +299,7 @@ class MqttPublisher:
             for topic, payload in self._state_messages(state, previous):
                 self._publish(topic, payload, 1, retain=True)
         with self._lock:
-            sensors = self._sensors.offer(record.to_dict(), state_text(state), state != previous)
+            sensors = self._sensors.offer(record, state_text(state), state != previous)
         if sensors is not None:  # QoS 0, not queued: the newest is sent again on connect
             self._publish(self._sensors.topic, sensors, 0, retain=True, queue=False)
         if not publish:

@@ -16,19 +16,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from edgekit.serve.discovery import label_topics
-
-
-def top_score(record: dict[str, Any]) -> float:
-    """The best score of a result: a classifier's top-1 or a detector's best box (0 when none)."""
-    items = record.get("detections")
-    if items is None:
-        items = record.get("top") or []
-    scores = [float(p.get("score", 0.0)) for p in items if isinstance(p, dict)]
-    return round(max(scores, default=0.0), 4)
+from edgekit.serve.record import ResultRecord, as_record
 
 
 class SensorFeed:
@@ -69,20 +61,21 @@ class SensorFeed:
         """Every count topic with its current value (retained again on each connect)."""
         return [(topic, str(self.counts[label])) for label, topic in self.count_topics.items()]
 
-    def offer(self, record: dict[str, Any], state: str, changed: bool) -> str | None:
+    def offer(self, record: ResultRecord | Mapping[str, Any], state: str, changed: bool) -> str | None:
         """The sensor JSON when one is due after this result (a changed state or count, or
-        ``interval_s`` since the last), else None."""
+        ``interval_s`` since the last), else None. ``record`` is the daemon's typed record (a
+        plain dict in the published shape is read into one)."""
         now = self._clock()
         if not (changed or self._due or now - self._last >= self.interval_s):
             return None
         self._due, self._last = False, now
-        boxes = record.get("detections")
-        body: dict[str, Any] = {"state": state, "score": top_score(record)}
-        if isinstance(boxes, list):
-            body["count"] = sum(1 for d in boxes if isinstance(d, dict) and float(d.get("score", 0)) >= self.min_score)
+        record = as_record(record)
+        body: dict[str, Any] = {"state": state, "score": record.top_score}
+        if record.detections is not None:
+            body["count"] = sum(1 for d in record.detections if d.score >= self.min_score)
         if self.count_topics:
             body["counts"] = {topic.rsplit("/", 1)[1]: self.counts[label] for label, topic in self.count_topics.items()}
-        body["time"] = record.get("time", round(time.time(), 3))
+        body["time"] = record.time
         self.payload = json.dumps(body, separators=(",", ":"))
         return self.payload
 
