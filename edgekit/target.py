@@ -7,7 +7,6 @@ installed edgekit knows them; ``--target path/to/file.toml`` loads a custom one.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import re
 import shutil
@@ -143,7 +142,6 @@ def _target_from(raw: dict[str, Any], path: Path) -> Target:
     for key in ("builder", "adapter"):
         if ":" not in get(key, str):
             raise TargetError(f"target file {path}: {key} {raw[key]!r} is not 'package.module:name'", _TARGET_FIX)
-    check_builder(raw["builder"], path)
     check_adapter(raw["adapter"], path)
     requires = {key: tuple(get(key, list, [])) for key in ("build_requires", "run_requires")}
     for key, names in requires.items():
@@ -158,40 +156,6 @@ def _target_from(raw: dict[str, Any], path: Path) -> Target:
         run_hint=get("run_hint", str, "pip install 'edgekit-vision[litert]'"),
         build=dict(get("build", dict, {})), runtime_options=dict(options), source=str(path),
     )
-
-
-#: edgekit's own builders. A target file names what gets imported and called on this machine, so
-#: (as a bundle's adapter must be a row of edgekit.runtime.backends) its builder must be one of
-#: these, one an installed package declares, or one the user names in TRUSTED_BUILDERS_ENV.
-BUILDERS = ("edgekit.builders.tflite:build", "edgekit.builders.onnx:build")
-#: the entry-point group through which an installed package offers a builder (pyproject:
-#: ``[project.entry-points."edgekit.builders"] mine = "mypkg.build:build"``)
-BUILDER_ENTRY_POINTS = "edgekit.builders"
-#: comma-separated "package.module:name" builders the user trusts (a builder under development)
-TRUSTED_BUILDERS_ENV = "EDGEKIT_TRUSTED_BUILDERS"
-
-
-def known_builders() -> list[str]:
-    """Every builder a target file may name: edgekit's, installed packages' and the user's."""
-    import os
-    from importlib.metadata import entry_points
-
-    found = list(BUILDERS)
-    # a broken installed distribution's metadata: its builders are not offered (refused as unknown)
-    with contextlib.suppress(Exception):
-        found += [ep.value.replace(" ", "") for ep in entry_points(group=BUILDER_ENTRY_POINTS)]
-    found += [b.strip() for b in os.environ.get(TRUSTED_BUILDERS_ENV, "").split(",") if b.strip()]
-    return found
-
-
-def check_builder(builder: str, path: Path | str) -> None:
-    """Refuse (before anything is imported) a builder that is not in :func:`known_builders`."""
-    if builder in known_builders():
-        return
-    raise TargetError(f"target file {path}: builder {builder!r} is not an edgekit builder (known: "
-                      f"{', '.join(BUILDERS)})"[:400],
-                      f"use one of those; for your own builder, declare it in the '{BUILDER_ENTRY_POINTS}' "
-                      f"entry-point group of its package or name it in {TRUSTED_BUILDERS_ENV}")
 
 
 def check_adapter(adapter: str, path: Path | str) -> None:

@@ -204,15 +204,10 @@ def test_the_cycle_finder_finds_cycles():
 # Known, not yet broken: target.py's builder allowlist (BUILDERS rows) names the builders, which import
 # target.py for Target. Splitting the allowlist from the Target type touches target.py and builders/;
 # listed here so any other cycle, or this one's end, fails the test.
-KNOWN_CYCLES = [["edgekit.builders.calib_stability", "edgekit.builders.context", "edgekit.builders.onnx",
-                 "edgekit.builders.quant_report", "edgekit.builders.recovery", "edgekit.builders.speed",
-                 "edgekit.builders.tflite", "edgekit.builders.tflite_onnx", "edgekit.target"]]
-
-
 def test_no_import_cycles():
     # Lazy imports inside functions and table rows count too: a cycle hidden in a function or behind a
     # dotted path (a plug-in importing the table that names it) is still a tangle.
-    assert find_cycles(all_edges(PACKAGE, ROOT / "robot")) == KNOWN_CYCLES
+    assert find_cycles(all_edges(PACKAGE, ROOT / "robot")) == []
     assert find_cycles(import_edges(PACKAGE, ROOT / "robot")) == []  # by import statements alone: none
 
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from edgekit.builders.trust import check_builder
 from edgekit.errors import TargetError, UsageError
 from edgekit.target import Target, load_target
 from edgekit.util.plugins import resolve
@@ -53,6 +54,8 @@ def resolve_targets(request: BuildRequest) -> list[BuildTarget]:
     resolved = []
     overrides = request.builder_overrides()
     for target in targets:
+        # the allowlist first: can_build's lookup of a dotted module imports its parent package
+        check_builder(target.builder, target.source)
         ok, why = target.can_build()
         if not ok:  # before the model is loaded, not after minutes of work
             raise TargetError(f"cannot build {target.name} here: {why}",

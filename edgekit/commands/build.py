@@ -184,7 +184,10 @@ def _row(r, model: dict, v: dict, cov: dict | None, task: str | None) -> tuple:
     """One model's row of :func:`format_table`."""
     m = r.manifest
     ev = v.get("eval") or v.get("holdout") or {}
-    agree = ev.get("agreement", (v.get("holdout") or {}).get("agreement"))
+    # a detector's: its detections at the bundle's threshold vs the original's (the gated figure), else the
+    # held-back agreement; a classifier's: top-1 agreement
+    detections = (ev.get("fidelity") or {}).get("detections") or {}
+    agree = detections.get("agreement", ev.get("agreement", (v.get("holdout") or {}).get("agreement")))
     if cov:
         deleg = f"{cov['delegated_nodes']}/{cov['total_nodes']} XNNPACK"
     elif m.get("edgetpu"):
