@@ -15,7 +15,7 @@ against the original on the calibration images before quantising it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -32,6 +32,10 @@ class Rewrite:
     op: str
     count: int
     into: str
+    expect: tuple | None = field(default=None, compare=False, repr=False)
+    """Per output, what turns the original graph's output into this rewrite's (None: unchanged);
+    not in the manifest. A verification that compares the rewritten model with the original
+    should compare against it (a YOLO output's boxes are normalised and clamped)."""
 
     def to_dict(self) -> dict:
         return {"op": self.op, "count": self.count, "into": self.into}
@@ -143,12 +147,12 @@ def rewrite_checked(blob: bytes, representative, log, target: str) -> tuple[byte
 
 
 def accelerator_rewrites(original: bytes, blob: bytes, images: list[np.ndarray]
-                         ) -> tuple[bytes, list[Rewrite], list[np.ndarray] | None]:
+                         ) -> tuple[bytes, list[Rewrite], list | None]:
     """Layout and output rewrites for int8 accelerators on ``blob`` (``original`` rewritten so
     far): layout TRANSPOSE pairs dropped and Edge TPU-mapped ops ordered first
     (builders/tflite_layout.py), a YOLO output's pixel boxes normalised (builders/tflite_yolo.py).
-    Returns the graph, what was rewritten, and per output what the rewritten one is multiplied
-    by to give the original's values (None: the same values)."""
+    Returns the graph, what was rewritten, and per output what turns the original's values into
+    the rewritten graph's (None: the same values)."""
     from edgekit.builders import tflite_layout, tflite_yolo
     from edgekit.tflite.edgetpu_ops import SUPPORTED_OPS
 
@@ -162,9 +166,12 @@ def accelerator_rewrites(original: bytes, blob: bytes, images: list[np.ndarray]
         axis, _ = tflite_yolo.normalise_boxes(model) or found[1:]
         sg = model.subgraphs[0]
         shape, (w, h) = tuple(int(d) for d in sg.tensors[int(sg.outputs[0])].shape), tflite_yolo.input_size(model)
-        factors = [tflite_yolo.undo(shape, axis, (w, h))]
+        clamped = tflite_yolo.clamp_corners(model, tflite_yolo.yolo_output(model)[0])
+        factors = [tflite_yolo.expected(shape, axis, (w, h), clamped)]
         done.append(Rewrite("YOLO pixel boxes", 1, f"boxes / {w}x{h} (normalised to [0, 1] like the scores; "
-                                                   "decoded as box_units=auto)"))
+                                                   "decoded as box_units=auto)"
+                                                   + ("; corners clamped to the input" if clamped else ""),
+                            expect=tuple(factors)))
     before, after = tflite_layout.defer_unmapped(model, lambda name: name in SUPPORTED_OPS)
     if after > before:
         done.append(Rewrite("op order", after - before, f"Edge TPU-mapped ops first: first unmapped op at "
@@ -189,13 +196,13 @@ def _outputs(blob: bytes, images: list[np.ndarray]) -> list[list[np.ndarray]]:
     return outs
 
 
-def _relative_error(a: bytes, b: bytes, images: list[np.ndarray], factors: list[np.ndarray] | None = None) -> float:
+def _relative_error(a: bytes, b: bytes, images: list[np.ndarray], expect: list | None = None) -> float:
     """The largest output difference of two float models over ``images``, relative to the range;
-    ``factors``: per output, what ``b``'s is multiplied by first (a rewrite that rescaled it)."""
+    ``expect``: per output, what turns ``a``'s into what ``b`` should give (a rewrite that rescaled it)."""
     worst = 0.0
     for ref, got in zip(_outputs(a, images), _outputs(b, images)):
         for i, (r, g) in enumerate(zip(ref, got)):
-            g = g * factors[i] if factors is not None and factors[i] is not None else g
+            r = expect[i](r) if expect is not None and expect[i] is not None else r
             span = float(np.max(np.abs(r))) or 1.0
             worst = max(worst, float(np.max(np.abs(r - g))) / span)
     return worst

@@ -137,7 +137,9 @@ def test_normalised_boxes_decode_to_the_same_detections(yolo_like):
         ref = yolo.candidates([_run(yolo_like, x)], config, [None])
         got = yolo.candidates([_run(rewritten, x)], config, [None])
         assert len(ref.scores) > 0
-        np.testing.assert_allclose(got.boxes, ref.boxes, rtol=1e-5, atol=1e-4 * SIZE)
+        # the same once clipped to the input, as the head maps every box (corners clamped in the graph)
+        np.testing.assert_allclose(np.clip(got.boxes, 0, SIZE), np.clip(ref.boxes, 0, SIZE), atol=1e-4 * SIZE)
+        assert got.boxes.min() >= 0 and got.boxes.max() <= SIZE
         np.testing.assert_array_equal(got.scores, ref.scores)
 
 
