@@ -1,24 +1,24 @@
 """The task head table: task name -> the decoder factory that gives a model's outputs their meaning.
 
 :data:`TASK_HEADS` maps a task name to the dotted path of a decoder factory, its install hint,
-a summary and the options it takes (:class:`~edgekit.util.optionspec.Option`, the same list the
-factory checks against), fsspec style: resolved on first use, so a head's dependencies load
-only when a model needs it. :func:`make_decoder` builds one, refusing options the head does not
-take. The pipeline picks its decoder from this table, never by ``if task == ...``. The heads
-import :mod:`edgekit.heads.tensors`, never this module, so a row naming one is no import cycle.
+a summary and the dotted path of the options it takes (:class:`~edgekit.util.optionspec.Option`,
+the same list the factory checks against), fsspec style: both resolved on first use, so a head's
+dependencies load only when a model needs it, and this table imports no head. The heads import
+:mod:`edgekit.heads.tensors` and :mod:`edgekit.heads.options`, which lie below every head (the
+detect package's too), never this module. :func:`make_decoder` builds a decoder, refusing options
+the head does not take. The pipeline picks its decoder from this table, never by ``if task == ...``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Protocol
 
 import numpy as np
 
-from edgekit.detect import config as detect_config
 from edgekit.errors import UsageError
-from edgekit.heads import classify, raw
 from edgekit.heads.options import unknown_option
 from edgekit.util.optionspec import Option
 from edgekit.util.plugins import resolve
@@ -40,14 +40,21 @@ class TaskHead:
     hint, summary, options).
 
     ``path`` is ``"package.module:callable"``, called as ``factory(labels, runtime, **options)``
-    and returning an :data:`OutputDecoder`; ``options`` are the options it accepts;
-    ``install_hint`` is shown when its module cannot be imported.
+    and returning an :data:`OutputDecoder`; ``declared_options`` are the options it accepts, or
+    the dotted path of its module's list (``"package.module:OPTIONS"``, read on first use as
+    :attr:`options`); ``install_hint`` is shown when its module cannot be imported.
     """
 
     path: str
     install_hint: str | None
     summary: str
-    options: tuple[Option, ...]
+    declared_options: str | tuple[Option, ...]
+
+    @property
+    def options(self) -> tuple[Option, ...]:
+        """The options the head accepts (its module's own list, the one its factory checks against)."""
+        spec = self.declared_options
+        return _options(spec) if isinstance(spec, str) else tuple(spec)
 
     @property
     def option_names(self) -> tuple[str, ...]:
@@ -60,19 +67,25 @@ DEFAULT_TASK = "classify"
 TASK_HEADS: dict[str, TaskHead] = {
     "classify": TaskHead(
         "edgekit.heads.classify:classifier", None,
-        "top-k classes with labels (softmax auto|always|never)", classify.OPTIONS,
+        "top-k classes with labels (softmax auto|always|never)", "edgekit.heads.classify:OPTIONS",
     ),
     "raw": TaskHead(
         "edgekit.heads.raw:raw", None,
-        "every output's name, shape, dtype and min/max/mean/std (tensors=True: the values too)", raw.OPTIONS,
+        "every output's name, shape, dtype and min/max/mean/std (tensors=True: the values too)",
+        "edgekit.heads.raw:OPTIONS",
     ),
     "detect": TaskHead(
         "edgekit.detect.head:detector", "pip install opencv-python-headless (NMS)",
         "boxes, labels and scores after class-aware NMS, in source-frame pixels "
-        "(YOLO, SSD with anchors, or NMS in the graph)", detect_config.OPTIONS,
+        "(YOLO, SSD with anchors, or NMS in the graph)", "edgekit.detect.config:OPTIONS",
     ),
 }
 """Task name -> :class:`TaskHead`. Add a task by adding a row and a factory module."""
+
+
+@cache
+def _options(path: str) -> tuple[Option, ...]:
+    return tuple(resolve(path))
 
 
 def default_task(output_shapes: Sequence[Sequence[Any]]) -> str:
