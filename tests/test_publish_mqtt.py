@@ -346,7 +346,10 @@ def test_a_state_change_made_while_disconnected_is_retained_once_connected(tmp_p
         pub.start()
         pub.publish_result({"top": [{"label": "cat", "score": 0.9}]})  # dropped: nobody to send it to
         broker.start()
+        watch = Subscriber(broker.port, "edgekit/door/state")  # sees the state however it comes (live or retained)
         wait_until(pub.connected.is_set, 15, what="connected")
+        wait_until(lambda: watch.on("/state"), 15, what="the state sent on connect")  # the broker has it now
+        watch.close()
         late = Subscriber(broker.port, "edgekit/door/state")
         retained = wait_until(lambda: late.on("/state"), what="retained state")
         late.close()
