@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgekit.builders import tflite_edit
+from edgekit.builders import tflite_edit, tflite_ops
 
 HARD_SWISH, RELU_0_TO_1 = 117, 152  # tflite::BuiltinOperator
 ADD, MUL, RELU6 = 0, 18, 21
@@ -85,40 +85,8 @@ def _expand(model, sg, op, code: int) -> list:
             _op(model, sg, MUL, [clipped, _scalar(model, sg, 1 / 6)], out)]
 
 
-def _temp(model, sg, like: int, suffix: str) -> int:
-    """A new float activation tensor shaped like tensor ``like``."""
-    schema, _ = tflite_edit._schema()
-    ref = sg.tensors[like]
-    tensor = schema.TensorT()
-    tensor.shape, tensor.type = ref.shape, tflite_edit.FLOAT32
-    tensor.shapeSignature = ref.shapeSignature
-    tensor.name = (ref.name or b"") + b"/" + suffix.encode()
-    tensor.buffer = 0
-    sg.tensors.append(tensor)
-    return len(sg.tensors) - 1
-
-
-def _scalar(model, sg, value: float) -> int:
-    """A new float32 constant of one element (broadcast by ADD and MUL)."""
-    schema, _ = tflite_edit._schema()
-    tensor = schema.TensorT()
-    tensor.shape, tensor.type, tensor.name = [1], tflite_edit.FLOAT32, f"const_{value:.6g}".encode()
-    tensor.buffer = tflite_edit._new_buffer(model, np.array([value], np.float32))
-    sg.tensors.append(tensor)
-    return len(sg.tensors) - 1
-
-
-def _op(model, sg, builtin: int, inputs: list[int], output: int):
-    """A new operator with its options (ADD and MUL without a fused activation)."""
-    schema, _ = tflite_edit._schema()
-    op = schema.OperatorT()
-    op.opcodeIndex = tflite_edit._builtin_code(model, schema, builtin, 1)
-    op.inputs, op.outputs = inputs, [output]
-    if builtin == ADD:
-        op.builtinOptionsType, op.builtinOptions = schema.BuiltinOptions.AddOptions, schema.AddOptionsT()
-    elif builtin == MUL:
-        op.builtinOptionsType, op.builtinOptions = schema.BuiltinOptions.MulOptions, schema.MulOptionsT()
-    return op
+# the shared graph edits (builders/tflite_ops.py), by the names this module's code uses
+_temp, _scalar, _op = tflite_ops.temp, tflite_ops.scalar, tflite_ops.op
 
 
 CHECK_IMAGES = 8

@@ -61,7 +61,8 @@ class Scaler:
         return self._memo[key]
 
     def _scaled(self, t: int, c: np.ndarray, depth: int) -> int:
-        from edgekit.builders.tflite_rewrite import _op, _temp
+        from edgekit.builders.tflite_ops import op as _op
+        from edgekit.builders.tflite_ops import temp as _temp
 
         op = self.producers.get(t)
         code = tflite_edit._opcode(self.model, op.opcodeIndex) if op is not None else None
@@ -106,7 +107,7 @@ class Scaler:
         """A copy of ``op`` on ``inputs`` (options kept) writing a new tensor shaped like ``like``."""
         import copy
 
-        from edgekit.builders.tflite_rewrite import _temp
+        from edgekit.builders.tflite_ops import temp as _temp
 
         new = copy.deepcopy(op)
         new.inputs = inputs

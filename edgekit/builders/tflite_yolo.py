@@ -138,7 +138,9 @@ def clamp_corners(model, index: int) -> bool:
     head reach several input widths (3.5 here), and the int8 output's one scale pays for that
     range: 0.014 steps for the scores instead of 0.004. Only NMS between boxes that leave the
     input can differ. Returns whether the decode was found."""
-    from edgekit.builders.tflite_rewrite import _op, _scalar, _temp
+    from edgekit.builders.tflite_ops import op as _op
+    from edgekit.builders.tflite_ops import scalar as _scalar
+    from edgekit.builders.tflite_ops import temp as _temp
 
     sg = model.subgraphs[0]
     found = _corners(model, sg, int(sg.operators[index].inputs[0]))
