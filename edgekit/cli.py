@@ -59,9 +59,11 @@ EXAMPLES = {
 """2-4 real examples per verb, shown at the end of its --help (each runs after ``make demo``;
 tests/test_cli_grammar.py parses every one)."""
 
-EXIT_CODES = ("exit codes: 0 ok; 1 the work ran but its result is not valid (a bench run that missed its "
-              "minimums); 2 an error, in one line with a fix (arguments, model, images, bundle, camera, "
-              "device, disk); 3 accuracy gate failed (build); 130/143 interrupted")
+EXIT_CODES = ("exit codes: 0 ok; 1 runtime failure (a camera that cannot be opened or was lost, a missing "
+              "accelerator or delegate, a full disk or unwritable output; also a bench run that missed its "
+              "minimums); 2 usage or input error, in one line with a fix (arguments, camera URI, model, images, "
+              "bundle); 3 accuracy gate failed (build); 130/143 interrupted")
+"""The exit codes, as each error class carries them (edgekit.errors: EXIT_RUNTIME, EXIT_USAGE, EXIT_GATE)."""
 
 
 def _epilog(verb: str) -> str:

@@ -6,11 +6,23 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+# The exit codes every edgekit command line and the robot demo's scripts use. Each error class
+# carries its own, so a script can tell "fix your command" (2) from "the world failed" (1)
+# without parsing the message.
+EXIT_OK = 0
+EXIT_RUNTIME = 1  # camera, device, disk: the command was right, the run failed
+EXIT_USAGE = 2  # arguments, model, images, bundle, URI: input the user must fix
+EXIT_GATE = 3  # the converted model missed its accuracy gate
+
 
 class EdgekitError(Exception):
-    """Base class: a message saying what is wrong and a hint saying what to do."""
+    """Base class: a message saying what is wrong and a hint saying what to do.
 
-    exit_code = 2
+    ``exit_code`` is what the command line exits with: 2 (usage/input) unless a subclass says
+    otherwise.
+    """
+
+    exit_code = EXIT_USAGE
 
     def __init__(self, message: str, hint: str | None = None):
         super().__init__(message)
@@ -52,7 +64,7 @@ class BundleError(EdgekitError):
 class VerificationFailed(EdgekitError):
     """The converted model lost more accuracy than allowed (``results`` holds every target's outcome)."""
 
-    exit_code = 3
+    exit_code = EXIT_GATE
     results: list = []
 
     def with_results(self, results: list) -> VerificationFailed:
@@ -64,8 +76,33 @@ class BackendUnavailable(EdgekitError):
     """A runtime library, delegate or provider that is not installed or not usable."""
 
 
+class DeviceError(BackendUnavailable):
+    """An accelerator that is not there or fails at run time (no Edge TPU on the bus, no CUDA device,
+    a provider ONNX Runtime dropped): the command was right, the machine was not (exit 1)."""
+
+    exit_code = EXIT_RUNTIME
+
+
+class DelegateError(DeviceError):
+    """A runtime delegate (libedgetpu) that is missing or cannot be loaded when a model runs (exit 1)."""
+
+
 class CameraError(EdgekitError):
-    """A camera that cannot be opened or stopped delivering frames."""
+    """A camera URI or option that cannot work (exit 2); see :class:`CameraUnavailable` for a camera
+    that is named right but cannot be reached."""
+
+
+class CameraUnavailable(CameraError):
+    """A camera or stream that cannot be opened now or was lost while running (a dead device, a
+    refused RTSP connection, a stalled grabber): exit 1. ``except CameraError`` still catches it."""
+
+    exit_code = EXIT_RUNTIME
+
+
+class OutputError(EdgekitError):
+    """An output that cannot be written: a full disk, an unwritable folder, stdout failing (exit 1)."""
+
+    exit_code = EXIT_RUNTIME
 
 
 class CompilerError(EdgekitError):

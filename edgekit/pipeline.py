@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edgekit.errors import CameraError, first_line
+from edgekit.errors import CameraUnavailable, first_line
 from edgekit.heads.classify import Classification
 from edgekit.heads.table import DEFAULT_TASK, TASK_HEADS, OutputDecoder, TaskResult, make_decoder
 from edgekit.imaging.image import Preprocessor
@@ -231,7 +231,7 @@ class Pipeline:
         self._corrupt_in_a_row += 1
         log.debug("unusable frame %s skipped: %s", frame.index, problem)
         if self.max_corrupt is not None and self._corrupt_in_a_row >= self.max_corrupt:
-            raise CameraError(
+            raise CameraUnavailable(
                 f"the camera sent {self._corrupt_in_a_row} unusable frames in a row (last: {problem})",
                 "check the camera/stream; frames must be non-empty uint8 gray, BGR or BGRA images",
             )

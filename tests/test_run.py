@@ -180,7 +180,8 @@ def test_compiled_edgetpu_model_without_a_tpu(tmp_path, capsys):
         },
     )
     if not _have_libedgetpu():
-        _fails(["run", str(b), "--camera", "synthetic"], capsys, "libedgetpu.so.1 is not installed")
+        _fails(["run", str(b), "--camera", "synthetic"], capsys, "libedgetpu.so.1 is not installed",
+               code=1)  # a missing delegate at run time: a runtime failure
         _fails(["run", str(b), "--camera", "synthetic", "--device", "usb:x"], capsys, "bad Edge TPU device")
 
 
@@ -227,12 +228,12 @@ def test_camera_that_stops_mid_run(bundle, capsys, monkeypatch):
 
 def test_camera_with_no_frames_at_all(bundle, capsys, monkeypatch):
     use_source(monkeypatch, ScriptedSource(0))
-    _fails(["run", str(bundle), "--camera", "x"], capsys, "delivered no usable frames")
+    _fails(["run", str(bundle), "--camera", "x"], capsys, "delivered no usable frames", code=1)  # runtime
 
 
 def test_corrupt_frames(bundle, capsys, monkeypatch):
     use_source(monkeypatch, ScriptedSource(100, frame=np.zeros((0, 5, 3), np.uint8)))
-    _fails(["run", str(bundle), "--camera", "x"], capsys, "unusable frames in a row")
+    _fails(["run", str(bundle), "--camera", "x"], capsys, "unusable frames in a row", code=1)  # a broken camera
 
 
 def test_ctrl_c_ends_cleanly_with_a_summary(bundle, capsys, monkeypatch):

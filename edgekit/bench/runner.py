@@ -31,7 +31,14 @@ import numpy as np
 
 from edgekit.bench.caveats import noise_warnings
 from edgekit.bench.report import BenchReport, RunResult, VariantResult
-from edgekit.errors import BackendUnavailable, CameraError, EdgekitError, ModelError, UnknownOptionError, UsageError
+from edgekit.errors import (
+    BackendUnavailable,
+    CameraUnavailable,
+    EdgekitError,
+    ModelError,
+    UnknownOptionError,
+    UsageError,
+)
 from edgekit.metrics import machine_context
 from edgekit.model import OpenModel, open_model, split_model_spec
 from edgekit.pipeline import Pipeline
@@ -122,7 +129,7 @@ def camera_frames(uri: str, n: int = 32, **options: Any) -> list[np.ndarray]:
     finally:
         source.close()
     if not frames:
-        raise CameraError(f"camera {uri} delivered no usable frames", "check the URI and that it has frames")
+        raise CameraUnavailable(f"camera {uri} delivered no usable frames", "check the URI and that it has frames")
     return frames
 
 

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from edgekit.camera.mailbox import FrameMailbox
-from edgekit.errors import CameraError, UsageError
+from edgekit.errors import CameraError, CameraUnavailable, UsageError
 from edgekit.metrics import rate
 
 DEFAULT_TIMEOUT_S = 5.0  # a live camera silent this long mid-run is reported as stopped
@@ -312,7 +312,7 @@ class LatestFrameSource(_SourceBase):
         return None
 
     def _grabber_failed(self) -> CameraError:
-        return CameraError(
+        return CameraUnavailable(
             f"{self.name}: frame grabber failed ({type(self._fatal).__name__}: {self._fatal})",
             "this is a bug in the source's read function; run with --debug for the traceback",
         )
@@ -320,11 +320,11 @@ class LatestFrameSource(_SourceBase):
     def _stalled(self, first: bool, timeout_s: float) -> CameraError:
         why = f"; last error: {self._last_error}" if self._last_error else ""
         if first:
-            return CameraError(
+            return CameraUnavailable(
                 f"{self.name}: opened but delivered no frame within {timeout_s:g} s{why}",
                 "check the camera/stream is live; slow streams may need a larger open_timeout_s=",
             )
-        return CameraError(
+        return CameraUnavailable(
             f"{self.name}: camera stopped delivering frames (none for {timeout_s:g} s){why}",
             "check the cable, power or network; pass timeout_s= to wait longer",
         )

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from edgekit.camera.base import Frame, _SourceBase
-from edgekit.errors import CameraError
+from edgekit.errors import CameraError, CameraUnavailable
 from edgekit.imaging.image import IMAGE_SUFFIXES, ImageReadError, read_image, require_image_decoder
 
 VIDEO_SUFFIXES = (
@@ -280,8 +280,10 @@ class _FolderReader:
             return read_image(path)
         except (ImageReadError, OSError):
             if not path.parent.is_dir():  # the folder went away mid-run: not one bad image, the end of the source
-                raise CameraError(f"folder {path.parent} disappeared while its images were being read",
-                                  "check the disk or mount, and that nothing moves the folder during a run") from None
+                raise CameraUnavailable(
+                    f"folder {path.parent} disappeared while its images were being read",
+                    "check the disk or mount, and that nothing moves the folder during a run",
+                ) from None
             return None
 
     def skip(self) -> bool:

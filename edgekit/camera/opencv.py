@@ -22,7 +22,7 @@ from edgekit.camera.base import (
     parse_size,
     redact_uri,
 )
-from edgekit.errors import CameraError, first_line
+from edgekit.errors import CameraError, CameraUnavailable, first_line
 from edgekit.util.quiet import import_cv2
 
 log = logging.getLogger(__name__)
@@ -105,10 +105,11 @@ class OpenCVSource(LatestFrameSource):
             except cv2.error as exc:  # its text is a multi-line overload report: one line of it
                 text = str(exc)
                 why = "a params= value is not a 32-bit integer" if "'params'" in text else first_line(text)
+                # OpenCV refused its arguments (a params= value): input to fix, not a dead camera
                 raise CameraError(f"{label}: cannot open ({why})", hint) from exc
         if not getattr(cap, "isOpened", lambda: True)():
             cap.release()
-            raise CameraError(f"{label}: cannot open", hint or "check the device or URL")
+            raise CameraUnavailable(f"{label}: cannot open", hint or "check the device or URL")
         try:
             info = _configure_capture(cap, fourcc=fourcc, size=parse_size(size), fps=fps, buffer_size=buffer_size)
             read = _reduced_reader(cap, parse_size(decode_size), info, label) if decode_size else cap.read

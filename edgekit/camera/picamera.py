@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.camera.base import DEFAULT_OPEN_TIMEOUT_S, DEFAULT_TIMEOUT_S, LatestFrameSource, parse_size
-from edgekit.errors import CameraError
+from edgekit.errors import CameraError, CameraUnavailable
 
 
 def _yuv420_to_bgr(array: np.ndarray, width: int, height: int) -> np.ndarray:
@@ -118,7 +118,7 @@ def _open(camera_num: int, label: str) -> Any:
     try:
         return picamera2_cls(camera_num)
     except Exception as exc:  # picamera2 raises IndexError/RuntimeError when no camera is there
-        raise CameraError(
+        raise CameraUnavailable(
             f"{label}: cannot open ({type(exc).__name__}: {exc})",
             "is the camera connected and detected? try `rpicam-hello --list-cameras`",
         ) from exc

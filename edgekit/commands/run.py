@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from edgekit.errors import CameraError, EdgekitError, UsageError
+from edgekit.errors import CameraError, CameraUnavailable, EdgekitError, UsageError
 from edgekit.modelinfo.preprocessing import add_preprocess_options, preprocess_flags
 from edgekit.options import (
     add_bundle_options,
@@ -151,7 +151,7 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
         if error is not None:
             raise error
         if pipeline.metrics.frames == 0 and not interrupted:  # Ctrl-C before the first frame: not the camera's fault
-            raise CameraError(
+            raise CameraUnavailable(
                 f"camera {_shown(args.camera)} delivered no usable frames",
                 "check the URI and that the camera/file has frames",
             )

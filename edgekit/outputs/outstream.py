@@ -18,11 +18,9 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from edgekit.errors import EdgekitError
+from edgekit.errors import OutputError  # exit 1: the command was right, the disk was not
 
-
-class OutputError(EdgekitError):
-    """Standard output cannot be written (a full disk, a file too large, an I/O error)."""
+__all__ = ["OutputError", "guarded_stdout"]
 
 
 class _Guarded:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.errors import EdgekitError
+from edgekit.errors import EXIT_USAGE, OutputError
 from edgekit.util.quiet import import_cv2
 
 log = logging.getLogger("edgekit.outputs.recording")
@@ -38,11 +38,18 @@ _PROBE_FRAMES = 10  # frames held back to measure the rate of a source that stat
 _FIX = "give a folder or a .mp4/.avi path in a writable place with free space"
 
 
-class SaveError(EdgekitError):
-    """The recording could not be written (unwritable place, full disk, codec missing)."""
+class SaveError(OutputError):
+    """The recording could not be written (unwritable place, full disk, codec missing): exit 1."""
 
     def __init__(self, message: str, hint: str | None = None):
         super().__init__(message, hint or _FIX)
+
+
+class SaveTargetError(SaveError):
+    """A --save target that cannot be a recording (a suffix edgekit does not write, a folder of
+    other files): input the user must fix, exit 2."""
+
+    exit_code = EXIT_USAGE
 
 
 def open_recording(target: str | Path, fps: float | None = None, quality: int = 90) -> Recording:
@@ -55,8 +62,8 @@ def open_recording(target: str | Path, fps: float | None = None, quality: int = 
     if path.suffix.lower() in VIDEO_CODECS:
         return VideoRecording(path, fps)
     if path.suffix and not path.is_dir():
-        raise SaveError(f"--save {target}: {path.suffix} is not a video format edgekit writes",
-                        "give a folder (one JPEG per frame) or a path ending in .mp4 or .avi")
+        raise SaveTargetError(f"--save {target}: {path.suffix} is not a video format edgekit writes",
+                              "give a folder (one JPEG per frame) or a path ending in .mp4 or .avi")
     return FolderRecording(path, quality)
 
 
@@ -101,10 +108,10 @@ class FolderRecording(Recording):
     def __init__(self, path: Path, quality: int = 90):
         super().__init__(path)
         if path.exists() and not path.is_dir():
-            raise SaveError(f"--save {path}: exists and is not a folder")
+            raise SaveTargetError(f"--save {path}: exists and is not a folder")
         if path.is_dir() and any(not _is_frame(p) for p in path.iterdir()):
-            raise SaveError(f"--save {path}: the folder holds other files than frames",
-                            "give a new or empty folder (an earlier recording's frames are replaced)")
+            raise SaveTargetError(f"--save {path}: the folder holds other files than frames",
+                                  "give a new or empty folder (an earlier recording's frames are replaced)")
         self.quality = int(quality)
         self._cv2 = import_cv2("--save")
         try:
@@ -157,7 +164,7 @@ class VideoRecording(Recording):
     def __init__(self, path: Path, fps: float | None = None):
         super().__init__(path)
         if path.is_dir():
-            raise SaveError(f"--save {path}: is a folder, not a video file")
+            raise SaveTargetError(f"--save {path}: is a folder, not a video file")
         self.fps = float(fps) if fps and 0 < fps < 1000 else None
         self._cv2 = import_cv2("--save")
         try:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from edgekit.errors import BackendUnavailable, ModelError, first_line
+from edgekit.errors import BackendUnavailable, DelegateError, DeviceError, ModelError, first_line
 from edgekit.imaging.image import InputSpec, InputSpecError
 from edgekit.runtime.backends import MAX_THREADS
 from edgekit.util.optionspec import Option, defaults
@@ -79,14 +79,14 @@ def load_edgetpu_delegate(mod: Any, device: str | None) -> Any:
     try:
         ctypes.CDLL(EDGETPU_LIBRARY)
     except OSError as exc:
-        raise BackendUnavailable(
+        raise DelegateError(
             f"the Edge TPU runtime library {EDGETPU_LIBRARY} is not installed",
             "install libedgetpu1-std from Coral's apt repository (built for this LiteRT version)",
         ) from exc
     try:
         return mod.load_delegate(EDGETPU_LIBRARY, {"device": device} if device else {})
     except (ValueError, OSError) as exc:
-        raise BackendUnavailable(
+        raise DeviceError(
             f"no Edge TPU found (device {device or 'any'}): {first_line(exc)}",
             "plug in the Coral, check `lsusb`/udev permissions, or pick another --device (usb:N, pci:N)",
         ) from exc

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from edgekit.errors import BackendUnavailable, ModelError, first_line
+from edgekit.errors import BackendUnavailable, DeviceError, ModelError, first_line
 from edgekit.imaging.image import InputSpec
 from edgekit.runtime.backends import MAX_THREADS
 from edgekit.util.optionspec import Option, defaults
@@ -55,7 +55,7 @@ def check_providers(requested: list[str], used: list[str], allow_fallback: bool,
     """The requested providers missing from ``used``; BackendUnavailable if any and not ``allow_fallback``."""
     dropped = [p for p in requested if p not in used]
     if dropped and not allow_fallback:
-        raise BackendUnavailable(f"ONNX Runtime would silently run without {dropped} (using {used})", hint)
+        raise DeviceError(f"ONNX Runtime would silently run without {dropped} (using {used})", hint)
     return dropped
 
 

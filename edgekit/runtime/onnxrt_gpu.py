@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import edgekit.runtime.trt_engine as trt_engine  # not `from edgekit.runtime`: its registry names this module
-from edgekit.errors import BackendUnavailable, ModelError, first_line
+from edgekit.errors import BackendUnavailable, DeviceError, ModelError, first_line
 from edgekit.imaging.image import InputSpec
 from edgekit.runtime.backends import MAX_INDEX, MAX_MIB, MAX_THREADS
 from edgekit.runtime.onnxrt import OnnxRuntime, provider_names, session_options
@@ -147,7 +147,7 @@ class OnnxRuntimeGPU(OnnxRuntime):
         missing = [p for p in self.providers_requested if p not in available]
         if missing and not allow_fallback:
             # Fail before building a session: the message names what this onnxruntime build has.
-            raise BackendUnavailable(
+            raise DeviceError(
                 f"{', '.join(missing)} not available in this onnxruntime {ort.__version__} "
                 f"(it has {', '.join(available)})",
                 GPU_HINT,

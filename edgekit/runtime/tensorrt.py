@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 import edgekit.runtime.trt_engine as trt_engine  # not `from edgekit.runtime`: its registry names this module
-from edgekit.errors import BackendUnavailable, ModelError
+from edgekit.errors import BackendUnavailable, DeviceError, ModelError
 from edgekit.imaging.image import InputSpec
 from edgekit.metrics import LatencyRecorder
 from edgekit.runtime.backends import MAX_INDEX, MAX_MIB
@@ -244,7 +244,7 @@ class TensorRTRuntime:
             )
             call(cudart, cudart.cudaEventRecord(e1, self._stream), "cudaEventRecord")
             if not self._context.execute_async_v3(int(self._stream)):
-                raise BackendUnavailable("TensorRT execute_async_v3 failed", "TensorRT's log above says why")
+                raise DeviceError("TensorRT execute_async_v3 failed", "TensorRT's log above says why")
             call(cudart, cudart.cudaEventRecord(e2, self._stream), "cudaEventRecord")
             for b in self._outputs:
                 call(

@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import BackendUnavailable, ModelError, UsageError
+from edgekit.errors import BackendUnavailable, DeviceError, ModelError, UsageError
 from edgekit.runtime.trt_build import (  # noqa: F401 - re-exported
     PRECISIONS,
     WORKSPACE_MB,
@@ -97,7 +97,7 @@ def cuda_call(cudart: Any, result: Any, what: str = "CUDA call") -> Any:
         name = getattr(err, "name", str(err))
         with contextlib.suppress(Exception):  # the name lookup is a nicety; never mask the real error
             name = cudart.cudaGetErrorName(err)[1].decode()
-        raise BackendUnavailable(
+        raise DeviceError(
             f"{what} failed: {name}", "check the GPU with `edgekit doctor` (driver, CUDA, free memory)"
         )
     if not values:
@@ -109,7 +109,7 @@ def gpu_info(cudart: Any, device: int = 0) -> GpuInfo:
     """Name and compute capability of CUDA device ``device``."""
     count = cuda_call(cudart, cudart.cudaGetDeviceCount(), "cudaGetDeviceCount")
     if not count or device >= count:
-        raise BackendUnavailable(f"no CUDA device {device} (found {count or 0})", "check the GPU with `edgekit doctor`")
+        raise DeviceError(f"no CUDA device {device} (found {count or 0})", "check the GPU with `edgekit doctor`")
     props = cuda_call(cudart, cudart.cudaGetDeviceProperties(device), "cudaGetDeviceProperties")
     name = props.name
     if isinstance(name, (bytes, bytearray)):

@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from edgekit.errors import UsageError
+from edgekit.errors import OutputError, UsageError
 
 
 def write_text_atomic(path: str | Path, text: str, force: bool = False) -> Path:
@@ -25,7 +25,7 @@ def write_text_atomic(path: str | Path, text: str, force: bool = False) -> Path:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     except OSError as exc:
-        raise UsageError(f"cannot write to {path.parent}: {exc.strerror}", "choose a writable directory") from exc
+        raise OutputError(f"cannot write to {path.parent}: {exc.strerror}", "choose a writable directory") from exc
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -35,7 +35,7 @@ def write_text_atomic(path: str | Path, text: str, force: bool = False) -> Path:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(exc, OSError):  # a full disk, a quota, a read-only remount: nothing was written
-            raise UsageError(f"cannot write {path}: {exc.strerror or exc}", "free some space, or choose another path"
-                             ) from exc
+            raise OutputError(f"cannot write {path}: {exc.strerror or exc}", "free some space, or choose another path"
+                              ) from exc
         raise
     return path

@@ -12,7 +12,7 @@ import contextlib
 import socket
 import ssl
 
-from edgekit.errors import CameraError, first_line
+from edgekit.errors import EXIT_RUNTIME, EXIT_USAGE, CameraError, first_line
 
 CONFIGURE_HINT = "run: python -m anki_vector.configure (wire-pod users: python -m anki_vector.configure_pod)"
 RETRYABLE = frozenset({"not_found", "disconnected", "stalled", "control"})
@@ -32,6 +32,11 @@ class VectorError(CameraError):
     def __init__(self, reason: str, message: str, hint: str | None = None):
         super().__init__(message, hint)
         self.reason = reason
+
+    @property
+    def exit_code(self) -> int:  # type: ignore[override]
+        """1 for a robot that is asleep, away or stopped streaming (runtime); 2 for a setup the user must fix."""
+        return EXIT_RUNTIME if self.retryable or self.reason in ("sdk", "image") else EXIT_USAGE
 
     @property
     def retryable(self) -> bool:

@@ -1,6 +1,7 @@
 """Fault catalogue, cameras: bad URIs and options, through `edgekit run` in this process.
 
-Each must be one line with a fix and exit 2, quickly (no retrying forever, no MemoryError, no
+Each must be one line with a fix and exit 2 (a stream that refuses the connection: exit 1, a
+runtime failure, see test_fault_exit_codes.py), quickly (no retrying forever, no MemoryError, no
 cv2.error traceback on the first frame).
 """
 
@@ -92,8 +93,9 @@ def test_plain_file_that_is_not_a_video(tmp_path, capsys, cpu_bundle):
 
 
 def test_stream_nobody_serves(capsys, cpu_bundle):
-    """A refused TCP connection on loopback: an error within the open timeout, not a hang."""
-    assert_refused(_run(capsys, cpu_bundle, "rtsp://127.0.0.1:9/none", "open_timeout_s=2"), "")
+    """A refused TCP connection on loopback: an error within the open timeout, not a hang; exit 1
+    (the URI is right, the stream is not there: a runtime failure, not a usage error)."""
+    assert_refused(_run(capsys, cpu_bundle, "rtsp://127.0.0.1:9/none", "open_timeout_s=2"), "", code=1)
 
 
 def test_ffmpegs_own_words_stay_off_the_screen_beside_our_error_line(cpu_bundle):
@@ -104,5 +106,5 @@ def test_ffmpegs_own_words_stay_off_the_screen_beside_our_error_line(cpu_bundle)
     run = subprocess.run([sys.executable, "-m", "edgekit.cli", "run", str(cpu_bundle), "--camera",
                           "rtsp://127.0.0.1:9/none", "-O", "open_timeout_s=2"], capture_output=True, text=True,
                          timeout=120)
-    assert run.returncode == 2 and "cannot open" in run.stderr
+    assert run.returncode == 1 and "cannot open" in run.stderr
     assert "tcp @" not in run.stderr and "Traceback" not in run.stderr

@@ -236,7 +236,7 @@ def test_save_video_onto_a_full_disk(capsys, cpu_bundle, full_disk):  # noqa: F8
     (full_disk / "filler").write_bytes(b"\0" * (128 << 10))
     result = edgekit(capsys, "run", str(cpu_bundle), "--camera", "synthetic:640x480", "--max-frames", "200",
                      "--quiet", "--save", str(full_disk / "out.mp4"))
-    assert_refused(result, "out.mp4")
+    assert_refused(result, "out.mp4", code=1)  # a full disk: a runtime failure
     assert _left(full_disk) == ["filler"], _left(full_disk)
 
 
@@ -310,7 +310,7 @@ def test_camera_numbers_out_of_range(tmp_path, capsys, cpu_bundle, camera, optio
 
 
 def test_dev_video_path_is_a_v4l2_camera(capsys, cpu_bundle):
-    line = assert_refused(_run(capsys, cpu_bundle, camera="/dev/video97"), "")
+    line = assert_refused(_run(capsys, cpu_bundle, camera="/dev/video97"), "", code=1)  # no such camera: runtime
     assert "unknown camera" not in line and "/dev/video97" in line
 
 
@@ -454,7 +454,7 @@ def test_stdout_redirected_to_a_full_disk(tmp_path, cpu_bundle, full_disk, verb,
     with open(full_disk / "out.json", "wb") as out:
         proc = subprocess.run([sys.executable, "-m", "edgekit.cli", *argv], stdout=out, stderr=subprocess.PIPE,
                               text=True, timeout=120, cwd=ROOT, env=env)
-    assert proc.returncode == 2, (proc.returncode, proc.stderr)  # bench exited 0 with the report cut off
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)  # bench exited 0 with the report cut off; 1: I/O
     assert "No space left" in proc.stderr and "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
 
 
@@ -493,7 +493,7 @@ def test_inspect_json_redirected_to_a_full_disk(tmp_path, cpu_bundle, full_disk)
     with open(full_disk / "filler", "ab") as out:
         proc = subprocess.run([sys.executable, "-m", "edgekit.cli", "inspect", str(cpu_bundle), "--json"], stdout=out,
                               stderr=subprocess.PIPE, text=True, timeout=120, cwd=ROOT, env=env)
-    assert proc.returncode == 2 and "No space left" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and "No space left" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
 def test_huge_manifest_is_refused_before_it_is_read(tmp_path, capsys, cpu_bundle):
@@ -739,4 +739,4 @@ def test_any_verb_printing_to_a_full_disk(tmp_path, cpu_bundle, full_disk, argv)
     with open(full_disk / "filler", "ab") as out:
         proc = subprocess.run([sys.executable, "-m", "edgekit.cli", *[a.format(bundle=cpu_bundle) for a in argv]],
                               stdout=out, stderr=subprocess.PIPE, text=True, timeout=120, cwd=ROOT, env=env)
-    assert proc.returncode == 2 and "No space left" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and "No space left" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -78,7 +78,7 @@ def test_bench_report_onto_a_full_disk(capsys, full_disk, cpu_bundle):
     report = full_disk / "report.json"
     result = edgekit(capsys, "bench", str(cpu_bundle), "--min-count", "5", "--repeats", "1", "--warmup", "0",
                      "--json-file", str(report), "--quiet")
-    assert_refused(result, "report.json")
+    assert_refused(result, "report.json", code=1)  # a full disk: a runtime failure
     assert _left(full_disk) == ["filler"], _left(full_disk)
 
 
@@ -90,5 +90,5 @@ def test_deployment_files_onto_a_full_disk(capsys, full_disk, argv):
     _fill(full_disk)
     (full_disk / "deploy").mkdir(exist_ok=True) if argv[0] == "deploy" else None
     result = edgekit(capsys, *[a.format(mnt=full_disk) for a in argv])
-    assert_refused(result, "")
+    assert_refused(result, "", code=1)  # a full disk: a runtime failure
     assert set(_left(full_disk)) <= {"filler", "deploy"}, _left(full_disk)
