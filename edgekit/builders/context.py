@@ -10,7 +10,7 @@ grow with the number of images (benchmarks/build_scaling.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -157,12 +157,16 @@ class BuildContext:
         decoded a chunk at a time each time it is walked."""
         return self.converter_calib.stream(self._nhwc, self.chunk)
 
-    def verify(self, variant: str, run: Callable[[np.ndarray], np.ndarray], spec: InputSpec) -> dict:
+    def verify(self, variant: str, run: Callable[[np.ndarray], np.ndarray], spec: InputSpec,
+               expect: Sequence[Callable | None] | None = None) -> dict:
         """Run a converted variant on the eval and held-back images and compare every output with the original.
 
         ``run`` maps a batch of input tensors (for ``spec``) to float outputs: one array per
         source output, in the source's order, one row per image. It is called once per chunk
-        of images (:attr:`chunk` of them at most).
+        of images (:attr:`chunk` of them at most). ``expect``: per source output, what turns the
+        original's output into what this variant is meant to give (a graph rewrite that changed
+        it, builders/tflite_rewrite.py :func:`source_expect`), so cosine and SQNR compare like with
+        like; the detections are decoded from the original's own outputs either way.
         """
         prep = Preprocessor(spec)
         out: dict[str, Any] = {}
@@ -177,7 +181,7 @@ class BuildContext:
                 class_rows: list[np.ndarray] = []  # the open-set fit's input (a few KB: N x classes)
                 for batch in images.batches(prep, self.chunk):
                     refs, outputs = [next(r) for r in references], run(batch)
-                    comparison.add(refs, outputs)
+                    comparison.add(_expected(refs, expect), outputs)
                     if labelled and self.background is not None:
                         class_rows.append(np.asarray(outputs[self.class_output]).reshape(len(batch), -1))
                     if self.detect is not None:
@@ -197,6 +201,13 @@ class BuildContext:
                 out[dataset] = res
                 self.log.info(f"  {variant} on {res['n']} {dataset} images: " + _summary(res))
         return out
+
+
+def _expected(refs: list[np.ndarray], expect: Sequence[Callable | None] | None) -> list[np.ndarray]:
+    """The original's outputs as the variant is meant to give them (see :meth:`BuildContext.verify`)."""
+    if not expect:
+        return refs
+    return [f(r) if f is not None else r for r, f in zip(refs, [*expect, *[None] * len(refs)])]
 
 
 def _detect_fidelity(variant: str, dataset: str, res: dict) -> str | None:

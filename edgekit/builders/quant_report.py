@@ -33,7 +33,7 @@ import io
 import itertools
 import math
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -203,23 +203,30 @@ def hint_text(finding: dict) -> str:
             "(ultralytics/yolov5#10164)")
 
 
-def reference_sample(ctx: BuildContext, rows: int = HINT_IMAGES) -> Iterable[tuple[str, np.ndarray]]:
+def reference_sample(ctx: BuildContext, rows: int = HINT_IMAGES,
+                     expect: Sequence[Callable | None] | None = None) -> Iterable[tuple[str, np.ndarray]]:
     """The original model's outputs on the first ``rows`` eval (else held-back) images, one
-    output at a time; a classifier's class output is left out (its scores are meant to differ)."""
+    output at a time; a classifier's class output is left out (its scores are meant to differ).
+    ``expect``: per output, what a graph rewrite made of it (a YOLO output's boxes normalised,
+    builders/tflite_rewrite.py), applied: the int8 model quantises that, not the original's."""
     spools = ctx.reference.get("eval") or ctx.reference.get("holdout") or []
     skip = ctx.class_output if ctx.task == "classify" else None
     for i, (name, spool) in enumerate(zip(ctx.source.output_names, spools)):
         if i != skip and len(spool):
-            yield name, spool.read(np.arange(min(rows, len(spool))))
+            values = spool.read(np.arange(min(rows, len(spool))))
+            change = expect[i] if expect is not None and i < len(expect) else None
+            yield name, (change(values) if change is not None else values)
 
 
 def quantization_report(ctx: BuildContext, make_converter: Callable[[TensorStream], Any],
-                        outputs: Mapping[str, str] | None = None) -> dict:
+                        outputs: Mapping[str, str] | None = None,
+                        expect: Sequence[Callable | None] | None = None) -> dict:
     """The report for ``ctx``'s int8 conversion: worst layers, mixed-range findings, hints.
 
     ``make_converter`` gives the int8 ``TFLiteConverter`` calibrating on the stream it is
     handed (``ctx.representative()``); ``outputs`` maps the int8 model's output tensor names
-    to the outputs' names.
+    to the outputs' names; ``expect`` what rewrites made of each output (:func:`reference_sample`:
+    an output a rewrite already normalised gets no "normalise the boxes" hint).
     A debugger failure (the API is experimental) is recorded as ``error`` and the hints are
     still given: the report explains a gate failure, it never causes one.
     """
@@ -230,7 +237,7 @@ def quantization_report(ctx: BuildContext, make_converter: Callable[[TensorStrea
     except Exception as exc:  # noqa: BLE001 - TensorFlow raises anything; a diagnosis must not end the build
         first = first_line(exc, 200)
         report.update(worst_layers=[], images=0, error=f"QuantizationDebugger failed: {first}")
-    mixed = [f for name, values in reference_sample(ctx) for f in mixed_ranges({name: values})]
+    mixed = [f for name, values in reference_sample(ctx, expect=expect) for f in mixed_ranges({name: values})]
     report["mixed_ranges"] = mixed
     report["hints"] = [hint_text(f) for f in mixed]
     return report

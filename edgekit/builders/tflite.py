@@ -151,12 +151,14 @@ def _written(ctx: BuildContext, target: Target, saved: Path | None, path: Path, 
              io_dtype: str, quant_report: bool, rewrites: list, seconds: float,
              report: bool = True) -> tuple[BuiltModel, dict]:
     """See :func:`_finisher`."""
+    from edgekit.builders.tflite_rewrite import manifest_extra, source_expect
     from edgekit.builders.verify import LiteRTRunner
     from edgekit.runtime.litert import spec_from_details
 
     path.write_bytes(blob)
     order = (output_order(path, [o.key for o in ctx.source.outputs]) if saved is not None
              else same_outputs(path, len(ctx.source.outputs)))
+    expect = source_expect(rewrites, order)  # the rewrites' output positions: the graph's order, before any reorder
     if order != sorted(order):  # the converter listed them by key: the file gets the model's own order back
         from edgekit.builders.tflite_edit import reorder_outputs
 
@@ -171,15 +173,14 @@ def _written(ctx: BuildContext, target: Target, saved: Path | None, path: Path, 
     coverage = {k: desc[k] for k in ("total_nodes", "delegated_nodes", "cpu_nodes")}
     coverage["delegate"] = "XNNPACK" if delegate == "xnnpack" else "none"
     with LiteRTRunner(path, order, delegate=delegate) as runner:
-        verification = ctx.verify(variant, lambda tensors: _checked(path, runner(tensors)), spec)
+        verification = ctx.verify(variant, lambda tensors: _checked(path, runner(tensors)), spec, expect)
     missed = _missed(verification)
     if variant == "int8" and report and (missed or quant_report or _weak_ungated(ctx, target, verification)):
         tensors = {o["tensor"]: o["name"] for o in outputs}
-        verification["quantization"] = _quant_report(ctx, target, saved, io_dtype, missed, tensors)
+        verification["quantization"] = _quant_report(ctx, target, saved, io_dtype, missed, tensors, expect)
     model = BuiltModel(name=variant, file=path.name, format="tflite", precision=PRECISION[variant], input=spec,
                        outputs=outputs, convert_seconds=seconds, bytes=len(blob), verification=verification,
-                       extra={**task_extra(ctx.class_output, order),
-                              **({"rewrites": [r.to_dict() for r in rewrites]} if rewrites else {})},
+                       extra=manifest_extra(rewrites, task_extra(ctx.class_output, order)),
                        runtime_options=None if delegate == "xnnpack" else {"delegate": delegate})
     return model, coverage
 
@@ -366,8 +367,9 @@ def _weak_ungated(ctx: BuildContext, target: Target, verification: dict) -> bool
 
 
 def _quant_report(ctx: BuildContext, target: Target, saved: Path, io_dtype: str, missed: bool,
-                  tensors: dict[str, str]) -> dict:
-    """Per-layer quantisation error and the mixed-range hints, logged line by line."""
+                  tensors: dict[str, str], expect: list | None = None) -> dict:
+    """Per-layer quantisation error and the mixed-range hints (on the outputs as ``expect`` says
+    the rewritten model gives them), logged line by line."""
     from edgekit.builders.quant_report import quantization_report, report_lines
 
     why = "int8 missed the gate" if missed else "int8"
@@ -376,7 +378,7 @@ def _quant_report(ctx: BuildContext, target: Target, saved: Path, io_dtype: str,
                      "ONNX source (not available for a .tflite source)")
         return {"available": False, "reason": "per-layer report needs a Keras, SavedModel or ONNX source"}
     with ctx.log.step(f"[{target.name}] {why}: per-layer quantisation error"):
-        report = quantization_report(ctx, lambda rep: converter(saved, "int8", rep, io_dtype), tensors)
+        report = quantization_report(ctx, lambda rep: converter(saved, "int8", rep, io_dtype), tensors, expect)
     for line in report_lines(report):
         (ctx.log.warn if line.startswith(("hint:", "QuantizationDebugger")) else ctx.log.info)(line)
     return report

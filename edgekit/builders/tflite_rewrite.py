@@ -37,8 +37,47 @@ class Rewrite:
     not in the manifest. A verification that compares the rewritten model with the original
     should compare against it (a YOLO output's boxes are normalised and clamped)."""
 
+    task_options: dict | None = field(default=None, compare=False, repr=False)
+    """What the rewritten model's task head must be told (a YOLO output's ``box_units``), laid
+    over the model's ``task_options`` in the manifest (:func:`manifest_extra`)."""
+
     def to_dict(self) -> dict:
         return {"op": self.op, "count": self.count, "into": self.into}
+
+
+def source_expect(rewrites: list[Rewrite], order: list[int]) -> list | None:
+    """Per source output ``j``, what turns the original's output into what the rewritten model
+    gives at its output ``order[j]`` (None: unchanged); None when no rewrite changed an output.
+    Verification compares a variant with the original through it (builders/context.py)."""
+    steps = [r.expect for r in rewrites if r.expect]
+    if not steps:
+        return None
+
+    def chain(position: int):
+        funcs = [e[position] for e in steps if position < len(e) and e[position] is not None]
+        if not funcs:
+            return None
+        return lambda ref: _apply(funcs, ref)
+
+    return [chain(position) for position in order]
+
+
+def _apply(funcs: list, ref: np.ndarray) -> np.ndarray:
+    for f in funcs:
+        ref = f(ref)
+    return ref
+
+
+def manifest_extra(rewrites: list[Rewrite], extra: dict) -> dict:
+    """A model entry's ``extra`` with what ``rewrites`` add: their list (``rewrites``) and the
+    task options they imply laid over ``extra``'s (the rewritten model's own truth wins)."""
+    if not rewrites:
+        return extra
+    options = {k: v for r in rewrites for k, v in (r.task_options or {}).items()}
+    out = {**extra, "rewrites": [r.to_dict() for r in rewrites]}
+    if options:
+        out["task_options"] = {**(extra.get("task_options") or {}), **options}
+    return out
 
 
 REWRITES = {HARD_SWISH: ("HARD_SWISH", "x * RELU6(x + 3) / 6"), RELU_0_TO_1: ("RELU_0_TO_1", "RELU6(6x) / 6")}
@@ -137,9 +176,9 @@ def accelerator_rewrites(original: bytes, blob: bytes, images: list[np.ndarray]
         clamped = tflite_yolo.clamp_corners(model, tflite_yolo.yolo_output(model)[0])
         factors = [tflite_yolo.expected(shape, axis, (w, h), clamped)]
         done.append(Rewrite("YOLO pixel boxes", 1, f"boxes / {w}x{h} (normalised to [0, 1] like the scores; "
-                                                   "decoded as box_units=auto)"
+                                                   "box_units=normalized in the manifest)"
                                                    + ("; corners clamped to the input" if clamped else ""),
-                            expect=tuple(factors)))
+                            expect=tuple(factors), task_options={"box_units": "normalized"}))
     before, after = tflite_layout.defer_unmapped(model, lambda name: name in SUPPORTED_OPS)
     if after > before:
         done.append(Rewrite("op order", after - before, f"Edge TPU-mapped ops first: first unmapped op at "

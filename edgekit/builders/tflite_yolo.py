@@ -7,9 +7,9 @@ model's mAP is 0.000 while its output cosine is 0.998 (the boxes carry the cosin
 box rows by the input size in the graph, as Ultralytics' own Edge TPU export does, puts boxes and
 scores in one [0, 1] range: 1/255 steps for the scores, 0.6 px for the boxes.
 
-The rewritten model's boxes are normalised: edgekit's YOLO decoder takes them as such
-(``box_units=auto``: every coordinate <= 1.5, :mod:`edgekit.detect.yolo`), and the build records
-the rewrite in the model's manifest entry (``rewrites``).
+The rewritten model's boxes are normalised: the build records the rewrite in the model's manifest
+entry (``rewrites``) and says so to the detect head (``task_options.box_units = "normalized"``), so
+run, bench and serve do not depend on ``box_units=auto``'s range rule (:mod:`edgekit.detect.yolo`).
 """
 
 from __future__ import annotations
@@ -165,13 +165,15 @@ def expected(shape: tuple[int, ...], axis: int, size: tuple[int, int], clamped: 
     ``clamped``, their corners clipped to the input (for the rewrites' check)."""
 
     def reshape(ref: np.ndarray) -> np.ndarray:
-        out = np.array(ref, np.float64) / undo(shape, axis, size)
+        # the original's layout may be the graph's transposed ([1, N, 4+nc] for [1, 4+nc, N])
+        flip = np.ndim(ref) == 3 and ref.shape[axis] != shape[axis] and ref.shape[3 - axis] == shape[axis]
+        out = np.array(np.swapaxes(ref, 1, 2) if flip else ref, np.float64) / undo(shape, axis, size)
         if clamped:
             rows = np.moveaxis(out, axis, 0)  # a view: written through
             c, half = rows[0:2].copy(), rows[2:4] / 2
             lo, hi = np.clip(c - half, 0, 1), np.clip(c + half, 0, 1)
             rows[0:2], rows[2:4] = (lo + hi) / 2, hi - lo
-        return out
+        return np.swapaxes(out, 1, 2) if flip else out
 
     return reshape
 
