@@ -34,8 +34,8 @@ class Rewrite:
     into: str
     expect: tuple | None = field(default=None, compare=False, repr=False)
     """Per output, what turns the original graph's output into this rewrite's (None: unchanged);
-    not in the manifest. A verification that compares the rewritten model with the original
-    should compare against it (a YOLO output's boxes are normalised and clamped)."""
+    not in the manifest. Verification compares the rewritten model with the original through
+    it (:func:`source_expect`; a YOLO output's boxes are normalised and clamped)."""
 
     task_options: dict | None = field(default=None, compare=False, repr=False)
     """What the rewritten model's task head must be told (a YOLO output's ``box_units``), laid
