@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from daemon_throughput import build_model, write_clip  # noqa: E402 - sibling bench script
 
-from edgekit.metrics import machine_context  # noqa: E402
+from edgekit.bench.machine import machine_context  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

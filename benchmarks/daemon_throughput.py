@@ -35,8 +35,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from edgekit.bench.machine import machine_context
 from edgekit.camera import Frame, OpenCVSource, open_camera
-from edgekit.metrics import machine_context, summarize
+from edgekit.metrics import summarize
 from edgekit.pipeline import Pipeline
 from edgekit.runtime import open_runtime
 from edgekit.serve.config import ServeConfig, override

@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     workdir = work_dir(args.workdir, "edgekit-precision-")
 
-    from edgekit.metrics import machine_context
+    from edgekit.bench.machine import machine_context
 
     ctx = machine_context()
     print(

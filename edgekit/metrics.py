@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 
 # Machine context moved to its own module (one idea per module); kept importable from here.
-from edgekit.bench.machine import machine_context  # noqa: F401
 
 Clock = Callable[[], int]
 """A function returning nanoseconds from a monotonic clock (``time.perf_counter_ns``)."""

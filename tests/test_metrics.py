@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from edgekit.bench import machine
-from edgekit.metrics import LatencyRecorder, PipelineMetrics, StageClock, fps, machine_context, summarize
+from edgekit.bench.machine import machine_context
+from edgekit.metrics import LatencyRecorder, PipelineMetrics, StageClock, fps, summarize
 
 
 class FakeClock:

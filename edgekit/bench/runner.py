@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.bench.caveats import noise_warnings
+from edgekit.bench.machine import machine_context
 from edgekit.bench.report import BenchReport, RunResult, VariantResult
 from edgekit.errors import (
     BackendUnavailable,
@@ -39,7 +40,6 @@ from edgekit.errors import (
     UnknownOptionError,
     UsageError,
 )
-from edgekit.metrics import machine_context
 from edgekit.model import OpenModel, open_model, split_model_spec
 from edgekit.pipeline import Pipeline
 

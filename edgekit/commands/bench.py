@@ -191,8 +191,8 @@ def _bench(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     """``--eval DIR``: the accuracy table (and the JSON report with ``--json``)."""
     from edgekit.bench.accuracy import evaluate, format_eval
+    from edgekit.bench.machine import machine_context
     from edgekit.bench.report import jsonable
-    from edgekit.metrics import machine_context
     from edgekit.util.atomic import write_text_atomic
 
     options = _model_options(args)
