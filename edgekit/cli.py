@@ -9,20 +9,22 @@ those modules import heavy libraries (TensorFlow, ONNX) only inside ``main``, so
 
 Every verb takes ``-v/--verbose`` (repeat for DEBUG: library chatter such as LiteRT's delegate
 banner and OpenCV's warnings) and ``-q/--quiet`` (errors only); ``--json`` always means "JSON
-on stdout". Shell completion: ``pip install argcomplete`` (the ``completion`` extra), then
-``eval "$(register-python-argcomplete edgekit)"``.
+on stdout" and ``--json-file FILE`` the same JSON in FILE. Shell completion: ``pip install
+argcomplete`` (the ``completion`` extra), then ``eval "$(register-python-argcomplete edgekit)"``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
 import sys
 import traceback
+from collections.abc import Iterator
 
-from edgekit.errors import EdgekitError, print_error
+from edgekit.errors import EdgekitError, OutputError, print_error
 
 VERBS = {
     "build": ("edgekit.commands.build", "convert a model into verified bundles for one or more targets"),
@@ -100,8 +102,38 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
         add_verbosity(p)
         module.configure(p)
+        add_json_file(p)
         p.set_defaults(_main=module.main, _parser=p)
     return parser
+
+
+def add_json_file(parser: argparse.ArgumentParser) -> None:
+    """``--json-file FILE`` on a verb that has ``--json`` and no file form of its own: what ``--json``
+    prints, written to FILE instead of stdout (one grammar on every verb; bench has its own)."""
+    options = parser._option_string_actions
+    if "--json" in options and "--json-file" not in options:
+        parser.add_argument("--json-file", dest="json_to_file", metavar="FILE",
+                            help="write the JSON that --json prints to FILE instead of stdout")
+
+
+@contextlib.contextmanager
+def json_to_file(args: argparse.Namespace) -> Iterator[None]:
+    """Within the block, stdout is ``args.json_to_file`` (and ``--json`` is on) when it was given."""
+    path = getattr(args, "json_to_file", None)
+    if not path:
+        yield
+        return
+    args.json = True
+    try:
+        stream = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise OutputError(f"--json-file {path}: cannot write it: {exc.strerror or exc}",
+                          "give a path in an existing, writable folder") from exc
+    try:
+        with contextlib.redirect_stdout(stream):
+            yield
+    finally:
+        stream.close()
 
 
 def add_verbosity(parser: argparse.ArgumentParser) -> None:
@@ -179,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     from edgekit.outputs.outstream import guarded_stdout  # stdout on a full disk: an EdgekitError, not a traceback
 
     try:
-        with guarded_stdout():
+        with json_to_file(args), guarded_stdout():
             return int(args._main(args) or 0)
     except EdgekitError as exc:
         if args.debug:

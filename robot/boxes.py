@@ -150,7 +150,7 @@ def _open_detector(args: argparse.Namespace, runtime: Any, labels: Sequence[str]
     if runtime is not None:
         return runtime, list(labels or []), getattr(runtime, "name", type(runtime).__name__), {}
     if not args.bundle:
-        raise UsageError("--bundle is required", "give a detector's bundle (task detect in its edgekit.json)")
+        raise UsageError("no bundle given", "give a detector's bundle first (task detect in its edgekit.json)")
     from edgekit.model import open_model
     from edgekit.options import runtime_options
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from edgekit.errors import EdgekitError, UsageError, print_error
 from edgekit.imaging.image import convert_colour, crop_center
+from robot.cli import add_json, emit_json, parse, script_parser
 
 SEED_LABELS = [*string.ascii_lowercase, "background"]
 ROTATIONS = (-10.0, -5.0, 5.0, 10.0)  # degrees; small turns of the hand, as the seed augments
@@ -226,9 +227,16 @@ def collect(
     return saved
 
 
+EXAMPLES = [
+    "python -m robot.collect --serial 00e20100 --out data/signs",
+    "python -m robot.collect --camera v4l2:0 --out data/signs --labels a,b,c,background --json",
+]
+"""Real command lines, shown at the end of --help (tests/test_cli_grammar.py parses each)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m robot.collect`` argument parser."""
-    p = argparse.ArgumentParser(prog="python -m robot.collect", description=__doc__.splitlines()[0])
+    p = script_parser("collect", __doc__, EXAMPLES)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--serial", help="the robot's serial")
     src.add_argument("--fake", metavar="FRAMES", help="a loopback FakeVector showing this folder or video")
@@ -240,12 +248,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rotate-augment", action="store_true",
                    help=f"also save copies rotated by {', '.join(f'{a:g}' for a in ROTATIONS)} degrees")
     p.add_argument("--fps", type=float, default=15.0, help="FakeVector frame rate (--fake)")
+    add_json(p, "the count saved per label")
     return p
 
 
 def main(argv: Sequence[str] | None = None, keys: KeySource | None = None, log: TextIO | None = None) -> int:
     """Entry point; ``keys`` replaces the terminal/stdin key reader (tests)."""
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), argv)
     log = log or sys.stderr
     labels = [s.strip() for s in args.labels.split(",") if s.strip()] if args.labels else SEED_LABELS
     try:
@@ -261,6 +270,7 @@ def main(argv: Sequence[str] | None = None, keys: KeySource | None = None, log: 
     except KeyboardInterrupt:
         return 130
     total = sum(saved.values())
+    emit_json(args, {"out": str(args.out), "saved": dict(sorted(saved.items())), "total": total})
     print(f"saved {total} images to {args.out}: " + ", ".join(f"{k} {v}" for k, v in sorted(saved.items())),
           file=log)
     return 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -118,10 +117,9 @@ def finish_run(args: argparse.Namespace, report: DemoReport, truth: list[str] | 
         acceptance = score_run(report.announcements, truth, args.fps, bg_label, rearm_s=args.rearm)
         print_acceptance(acceptance, out)
         data["acceptance"] = acceptance
-    if args.json:
-        from edgekit.util.atomic import write_text_atomic
+    from robot.cli import emit_json
 
-        write_text_atomic(args.json, json.dumps(data, indent=2, default=str), force=True)
+    emit_json(args, data)  # --json: one line on stdout; --json-file: the file (NaN as null)
     if report.failure is not None:
         raise report.failure
     if report.errors:

@@ -30,6 +30,7 @@ from edgekit.errors import CameraError, EdgekitError, UsageError, print_error
 from edgekit.metrics import RUN_WINDOW
 from edgekit.options import add_runtime_options, runtime_options
 from edgekit.pipeline import Pipeline
+from robot.cli import add_bundle, add_json, parse, script_parser
 from robot.demo import Announcement, DemoReport, Speaker, finish_run, open_robot
 from robot.openset import Debouncer, describe_background, gate_thresholds
 from robot.report import print_report
@@ -110,10 +111,18 @@ def run_demo(
 # Command line
 
 
+EXAMPLES = [
+    "python -m robot.signs dist/demo-cpu --fake eval/fashion/bag --fps 15",
+    "python -m robot.signs dist/signs-edgetpu --serial 00e20100 --json-file run.json",
+    "python -m robot.signs dist/detector-cpu --task detect --serial 00e20100 --min-confidence 0.5",
+]
+"""Real command lines, shown at the end of --help (tests/test_cli_grammar.py parses each)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m robot.signs`` argument parser."""
-    p = argparse.ArgumentParser(prog="python -m robot.signs", description=__doc__.splitlines()[0])
-    p.add_argument("--bundle", metavar="DIR", help="bundle from edgekit build (BUNDLE[:VARIANT])")
+    p = script_parser("signs", __doc__, EXAMPLES)
+    add_bundle(p, "bundle from edgekit build (a directory, optionally :variant); required unless a test injects one")
     p.add_argument("--task", choices=("classify", "detect"),
                    help="classify: the sign demo (default); detect: a detector's boxes on the face (robot.boxes)")
     p.add_argument("--face-every", type=float, default=0.1, metavar="S",
@@ -149,8 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     fake.add_argument("--fps", type=float, default=15.0, help="camera frame rate (default 15, a real Vector's)")
     fake.add_argument("--hold", type=int, default=10, help="frames each image is shown (default 10)")
     fake.add_argument("--loop", action="store_true", help="repeat the frames until --duration/--max-frames/Ctrl-C")
-    p.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
-    p.add_argument("--quiet", action="store_true", help="print only the summary")
+    add_json(p, "the run's report")
     return p
 
 
@@ -161,8 +169,8 @@ def main(argv: Sequence[str] | None = None, runtime: Any = None, labels: Sequenc
     Returns the exit code: 0, 1 when the robot failed to say or show an announcement, 2 for
     edgekit errors (message and fix on stderr), 130 on Ctrl-C.
     """
-    args = build_parser().parse_args(argv)
-    out = out or sys.stdout
+    args = parse(build_parser(), argv)
+    out = out or (sys.stderr if args.json is True else sys.stdout)  # --json: stdout holds JSON only
     try:
         return _run(args, runtime, labels, out)
     except EdgekitError as exc:
@@ -217,7 +225,8 @@ def _open_runtime(args: argparse.Namespace, runtime: Any, labels: Sequence[str] 
     """The bundle's runtime and labels (or the injected ones), closed by ``stack``."""
     if runtime is None:
         if not args.bundle:
-            raise UsageError("--bundle is required", "build one with: edgekit build MODEL --target cpu")
+            raise UsageError("no bundle given", "give BUNDLE[:VARIANT] first; build one with: edgekit build MODEL "
+                             "--target cpu")
         from edgekit.model import open_model
 
         model = stack.enter_context(open_model(args.bundle, **runtime_options(args)))

@@ -20,6 +20,7 @@ models without one, for scenes the eval set lacks (``--background-dir``), or aft
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 import time
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ import numpy as np
 
 from edgekit.errors import EdgekitError, UsageError, print_error
 from edgekit.heads.openset import fit_margin, margins
+from robot.cli import add_bundle, add_json, emit_json, parse, script_parser
 from robot.openset import build_thresholds, thresholds_path, write_thresholds
 
 
@@ -100,10 +102,17 @@ def fit(scores: np.ndarray, truth: np.ndarray, background: int | None, min_confi
     }
 
 
+EXAMPLES = [
+    "python -m robot.thresholds dist/demo-cpu --eval eval/fashion",
+    "python -m robot.thresholds dist/demo-cpu:int8 --eval eval/fashion --max-false-rate 0.02 --json",
+]
+"""Real command lines, shown at the end of --help (tests/test_cli_grammar.py parses each)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m robot.thresholds`` argument parser."""
-    p = argparse.ArgumentParser(prog="python -m robot.thresholds", description=__doc__.splitlines()[0])
-    p.add_argument("--bundle", required=True, help="bundle from edgekit build (BUNDLE[:VARIANT])")
+    p = script_parser("thresholds", __doc__, EXAMPLES)
+    add_bundle(p, "bundle from edgekit build (a directory, optionally :variant)")
     p.add_argument("--eval", required=True, metavar="DIR", help="ImageFolder: DIR/<label>/*.png, DIR/background/")
     p.add_argument("--background-dir", action="append", default=[], metavar="DIR",
                    help="more plain-scene images (repeatable)")
@@ -112,12 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-false-rate", type=float, default=0.01,
                    help="share of plain scenes allowed to count toward an announcement (default 0.01)")
     p.add_argument("--out", help="default: <bundle>.signs.json beside the bundle")
+    add_json(p, "the fitted thresholds")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: 0, or 2 with one line on stderr for bad input."""
-    args = build_parser().parse_args(argv)
+    """Entry point: 0, or the error's exit code (2: bad input) with one line on stderr."""
+    args = parse(build_parser(), argv, bundle_required=True)
+    log = sys.stderr if args.json is True else sys.stdout  # --json: stdout holds JSON only
     try:
         from edgekit.model import open_model
         from robot.signs import background_index
@@ -133,19 +144,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             bg = background_index(labels)
             result = {"bundle": model.name, **fit(scores, truth, bg, args.min_confidence, args.max_false_rate)}
         out = write_thresholds(args.out or thresholds_path(args.bundle), result)
+        emit_json(args, {**result, "written": str(out)})
     except EdgekitError as exc:
         return print_error("robot.thresholds", exc)
+    if args.quiet:  # -q: errors and the warning below only
+        log = io.StringIO()  # a sink for the lines -q leaves out
     print(f"min margin {result['min_margin']:.3f} (score >= {args.min_confidence}): plain scenes counted "
           f"{result['background_false_rate_without_margin']:.1%} -> {result['background_false_rate']:.1%} "
           f"of {result['scenes']}; items kept {result['item_recall_without_margin']:.1%} -> "
-          f"{result['item_recall']:.1%} of {result['items']}; wrote {out}")
+          f"{result['item_recall']:.1%} of {result['items']}; wrote {out}", file=log)
     built = build_thresholds(args.bundle)
     if built is not None and not args.out:
         print(f"note: the build fitted margin {built['min_margin']:.3f} into the bundle's manifest; "
-              f"robot.signs uses that one unless given --thresholds {out}")
+              f"robot.signs uses that one unless given --thresholds {out}", file=log)
     if result["item_recall"] < 0.5 * result["item_recall_without_margin"]:
         print("warning: no margin keeps the items and rejects the plain scenes: this model is confidently "
-              "wrong on scenes; train it with a background class (python -m robot.train --background N)")
+              "wrong on scenes; train it with a background class (python -m robot.train --background N)",
+              file=sys.stderr)
     return 0
 
 

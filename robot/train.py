@@ -28,6 +28,8 @@ import numpy as np
 
 from edgekit.errors import EdgekitError, print_error
 from edgekit.imaging.image import InputSpec, Preprocessor
+from edgekit.util.finite_json import strict_dumps
+from robot.cli import parse, script_parser
 
 # The seed robot pipeline: gray, a centred 200x200 window of Vector's 640x360 frame.
 SEED_CROP = (200, 200)
@@ -143,8 +145,15 @@ def train(args: argparse.Namespace) -> dict:
     return summary
 
 
+EXAMPLES = [
+    "python -m robot.train --data data/signs --out models/signs.keras",
+    "python -m robot.train --data data/signs --out models/signs.keras --background 2000 --epochs 30 -v",
+]
+"""Real command lines, shown at the end of --help (tests/test_cli_grammar.py parses each)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m robot.train", description=__doc__.splitlines()[0])
+    p = script_parser("train", __doc__, EXAMPLES)
     p.add_argument("--data", required=True,
                    help="ImageFolder dir, Kaggle Vector dir, Sign-Language-MNIST .csv, or 'fashion-mnist'")
     p.add_argument("--arch", choices=["anki", "edge", "resnet"], default="edge")
@@ -163,17 +172,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=4.0)
     p.add_argument("--alpha", type=float, default=0.5, help="weight of the hard labels when distilling")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--verbose", action="store_true")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), argv)
     try:
         summary = train(args)
     except EdgekitError as exc:
         return print_error("robot.train", exc)
-    print(json.dumps(summary))
+    print(strict_dumps(summary))  # the summary line scripts read: finite JSON (a NaN loss is null)
     return 0
 
 

@@ -86,3 +86,112 @@ def test_shell_completion_offers_target_names_and_deploy_kinds():
     assert target_completer(prefix="cpu,ed") == ["cpu,edgetpu"]
     names = next(a for a in verb_parser("deploy")._actions if a.dest == "names")
     assert set(names.completer(prefix="")) == {"config", "systemd", "prometheus", "alerts", "all"}
+
+
+@pytest.mark.parametrize("verb", list(VERBS))
+def test_every_verb_with_json_also_writes_it_to_a_file(verb):
+    assert "--json-file" in visible_flags(verb_parser(verb))
+
+
+def test_json_file_writes_what_json_prints(tmp_path, capsys):
+    out = tmp_path / "targets.json"
+    assert main(["targets", "--json-file", str(out)]) == 0
+    assert capsys.readouterr().out == "" and out.read_text().lstrip().startswith("[")
+    assert main(["targets", "--json-file", str(tmp_path / "no" / "t.json")]) == 1  # an unwritable output
+    assert "--json-file" in capsys.readouterr().err
+
+
+def test_the_exit_codes_are_documented_as_split():
+    assert "1 runtime failure" in EXIT_CODES and "2 usage or input error" in EXIT_CODES
+    assert "3 accuracy gate" in EXIT_CODES and "130/143" in EXIT_CODES
+
+
+# ---- the robot demo's scripts: the same grammar ------------------------------------------------
+
+ROBOT = ["signs", "thresholds", "collect", "train"]
+ROBOT_WITH_BUNDLE = ["signs", "thresholds"]
+
+
+def robot_parser(name: str) -> argparse.ArgumentParser:
+    import importlib
+
+    return importlib.import_module(f"robot.{name}").build_parser()
+
+
+@pytest.mark.parametrize("name", ROBOT)
+def test_robot_scripts_have_the_verbosity_flags_and_examples(name):
+    p = robot_parser(name)
+    assert {"-v", "--verbose", "-q", "--quiet"} <= visible_flags(p)
+    from robot.cli import EXIT_CODES as ROBOT_EXIT_CODES
+
+    text = p.format_help()
+    assert text.rstrip().endswith(ROBOT_EXIT_CODES)
+    examples = [line.strip() for line in text.split("examples:")[1].splitlines() if line.startswith("  python ")]
+    assert 2 <= len(examples) <= 4
+
+
+@pytest.mark.parametrize(("name", "example"), [
+    (n, e) for n in ROBOT for e in __import__(f"robot.{n}", fromlist=["EXAMPLES"]).EXAMPLES])
+def test_every_robot_example_parses_without_a_note(name, example, capsys):
+    from robot.cli import parse
+
+    words = shlex.split(example)
+    assert words[:3] == ["python", "-m", f"robot.{name}"]
+    parse(robot_parser(name), words[3:])
+    assert "deprecated" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ROBOT_WITH_BUNDLE)
+def test_robot_bundle_is_the_first_argument_and_bundle_is_a_noted_alias(name, capsys):
+    from robot.cli import parse
+
+    p = robot_parser(name)
+    first = positionals(p)[0]
+    assert first.metavar == "BUNDLE[:VARIANT]" and "--bundle" not in visible_flags(p)
+    rest = ["--fake", "x"] if name == "signs" else ["--eval", "x"]
+    assert parse(p, ["dist/demo-cpu:int8", *rest]).bundle == "dist/demo-cpu:int8"
+    assert "deprecated" not in capsys.readouterr().err
+    assert parse(robot_parser(name), ["--bundle", "dist/demo-cpu", *rest]).bundle == "dist/demo-cpu"
+    assert "--bundle is deprecated; use BUNDLE[:VARIANT]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["signs", "thresholds", "collect"])
+def test_robot_json_is_stdout_and_json_file_a_file(name, capsys):
+    from robot.cli import parse
+
+    rest = {"signs": ["dist/demo-cpu", "--fake", "x"], "thresholds": ["dist/demo-cpu", "--eval", "x"],
+            "collect": ["--camera", "synthetic", "--out", "d"]}[name]
+    args = parse(robot_parser(name), [*rest, "--json"])
+    assert args.json is True and args.json_file is None
+    args = parse(robot_parser(name), [*rest, "--json-file", "r.json"])
+    assert args.json is False and args.json_file == "r.json"
+    assert "deprecated" not in capsys.readouterr().err
+    args = parse(robot_parser(name), [*rest, "--json", "old.json"])  # the old spelling: a file, with a note
+    assert args.json is False and args.json_file == "old.json"
+    assert "--json FILE is deprecated; use --json-file old.json" in capsys.readouterr().err
+
+
+def test_robot_json_before_the_bundle_is_the_switch():
+    from robot.cli import parse
+
+    args = parse(robot_parser("signs"), ["--json", "dist/demo-cpu", "--fake", "x"])
+    assert args.json is True and args.bundle == "dist/demo-cpu"
+
+
+@pytest.mark.parametrize("name", ROBOT)
+def test_a_wrong_robot_flag_prints_that_scripts_usage(name, capsys):
+    from robot.cli import parse
+
+    with pytest.raises(SystemExit) as exit_:
+        parse(robot_parser(name), ["--frobnicate"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith(f"usage: python -m robot.{name} ")
+
+
+def test_robot_json_is_finite(capsys):
+    import argparse as ap
+
+    from robot.cli import emit_json
+
+    emit_json(ap.Namespace(json=True, json_file=None), {"score": float("nan"), "p50": float("inf"), "n": 3})
+    assert capsys.readouterr().out.strip() == '{"score": null, "p50": null, "n": 3}'

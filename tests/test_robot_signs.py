@@ -196,7 +196,7 @@ def test_cli_errors_are_one_line_with_a_fix(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "robot.signs: error:" in err and "does not exist" in err
     rc = main(["--fake", str(tmp_path)])
-    assert rc == 2 and "--bundle is required" in capsys.readouterr().err
+    assert rc == 2 and "no bundle given" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------
