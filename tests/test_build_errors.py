@@ -101,7 +101,7 @@ def test_output_not_writable(tmp_path, capsys):
     argv = base(tmp_path)
     argv[argv.index("--out") + 1] = str(blocker / "dist")
     code, err = run_cli(capsys, *argv)
-    assert code == 2 and "cannot write" in error_line(err)
+    assert code == 1 and "cannot write" in error_line(err)  # an output that cannot be written: a runtime failure
 
 
 def test_accuracy_gate_failure_leaves_no_good_looking_bundle(tmp_path, capsys):

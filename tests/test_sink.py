@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from edgekit.errors import UsageError
+from edgekit.errors import OutputError
 from edgekit.serve import sink as sink_module
 from edgekit.serve.sink import JsonLinesSink
 
@@ -124,9 +124,9 @@ def test_a_file_with_no_newline_at_all_is_emptied(tmp_path):
     assert target.read_bytes() == b""
 
 
-def test_results_path_under_a_file_is_one_usage_error(tmp_path):
+def test_results_path_under_a_file_is_one_output_error(tmp_path):
     (tmp_path / "afile").write_text("")
-    with pytest.raises(UsageError, match="cannot write results to") as info:
+    with pytest.raises(OutputError, match="cannot write results to") as info:  # exit 1: the file cannot be written
         JsonLinesSink(str(tmp_path / "afile" / "x.jsonl"))
     assert "writable folder" in info.value.hint and "afile is not a folder" in info.value.message
 

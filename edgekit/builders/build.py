@@ -34,6 +34,7 @@ from edgekit.errors import (
     CompilerError,
     EdgekitError,
     ModelError,
+    OutputError,
     TargetError,
     UsageError,
 )
@@ -205,7 +206,7 @@ def _disk_full_is_one_line(out: Path) -> Iterator[None]:
         tmp = tempfile.gettempdir()
         in_tmp = str(getattr(exc, "filename", "") or "").startswith(tmp) or f"{tmp}/edgekit-build-" in text
         where = f"the temporary directory {tmp} (TMPDIR)" if in_tmp else f"--out {out}"
-        raise UsageError(f"no space left on the disk holding {where}; nothing was written",
+        raise OutputError(f"no space left on the disk holding {where}; nothing was written",
                          "free some space, or point TMPDIR/--out at a larger disk") from exc
 
 

@@ -23,7 +23,7 @@ from edgekit.builders.openset import manifest_entry as openset_entry
 from edgekit.builders.resources import peak_rss
 from edgekit.builders.targets import BuildTarget
 from edgekit.bundle import BundleWriter, sha256_file
-from edgekit.errors import EdgekitError, UsageError
+from edgekit.errors import EdgekitError, OutputError
 from edgekit.target import Target, merge_options
 
 
@@ -43,7 +43,7 @@ def build_target(ctx: BuildContext, planned: BuildTarget, t_start: float) -> Tar
         writer_cm = BundleWriter(dest)
         writer = writer_cm.__enter__()
     except OSError as exc:
-        raise UsageError(f"cannot write to {out}: {exc.strerror}", "choose a writable --out directory") from exc
+        raise OutputError(f"cannot write to {out}: {exc.strerror}", "choose a writable --out directory") from exc
     try:
         output = builder(ctx, target, writer.dir)
         if not isinstance(output, BuilderOutput):

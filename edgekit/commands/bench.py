@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from edgekit.errors import BackendUnavailable, UsageError
+from edgekit.errors import BackendUnavailable, OutputError, UsageError
 from edgekit.modelinfo.preprocessing import add_preprocess_options, preprocess_flags
 from edgekit.options import (
     add_bundle_options,
@@ -125,7 +125,7 @@ def _preflight(args: argparse.Namespace) -> None:
         if target and Path(target).is_dir():  # found after the whole benchmark, as an IsADirectoryError
             raise UsageError(f"--{flag.replace('_', '-')} {target} is a directory", "name a file in it")
         if target and not os.access(Path(target).resolve().parent, os.W_OK):
-            raise UsageError(
+            raise OutputError(
                 f"--{flag.replace('_', '-')} {target}: cannot write to {Path(target).resolve().parent}",
                 "choose an existing, writable directory",
             )

@@ -64,7 +64,7 @@ def check_model(path: str, where: str) -> None:
     """The model path is set and exists; a bundle's manifest reads (hashes are checked at load)."""
     if not path:
         raise UsageError(f"{where}no model to serve",
-                         "give --bundle DIR (or --model FILE) or set [model] path")
+                         "give the bundle first (edgekit serve BUNDLE[:VARIANT]) or set [model] path")
     from edgekit.model import split_model_spec
 
     target, _variant = split_model_spec(path)

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import UsageError
+from edgekit.errors import OutputError
 from edgekit.util.finite_json import strict_dumps
 
 log = logging.getLogger("edgekit.serve")
@@ -66,7 +66,7 @@ class JsonLinesSink:
     (kept as an alias of ``failed``). ``healthy`` is False from a failed write until the next
     successful one; ``last_error`` says why. Thread-safe; ``write`` never raises for I/O errors.
 
-    Raises UsageError at construction when the file cannot be created (its folder is a file,
+    Raises OutputError (exit 1) at construction when the file cannot be created (its folder is a file,
     no permission): a configuration problem, reported before the daemon starts.
     """
 
@@ -89,7 +89,7 @@ class JsonLinesSink:
                 # mkdir says "File exists" when a part of the folder path is a file: say which
                 blocker = next((p for p in Path(target).parents if p.exists()), None)
                 why = f"{blocker} is not a folder" if blocker and not blocker.is_dir() else exc.strerror or exc
-                raise UsageError(f"cannot write results to {target}: {why}",
+                raise OutputError(f"cannot write results to {target}: {why}",
                                  "give [output] jsonl a file in a writable folder ('-' for stdout)") from exc
 
     @property

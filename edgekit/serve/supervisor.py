@@ -197,7 +197,8 @@ class ModelSupervisor:
 
         m = self.config.model
         if not m.path:
-            raise UsageError("no model to serve", "give --bundle DIR (or --model FILE) or set [model] path")
+            raise UsageError("no model to serve",
+                             "give the bundle first (edgekit serve BUNDLE[:VARIANT]) or set [model] path")
         path = self.active_path or m.path
         opened = open_model(path, variant=m.name or None, labels=m.labels or None, **model_options(self.config))
         try:

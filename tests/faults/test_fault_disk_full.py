@@ -47,7 +47,7 @@ def _build(out: Path) -> list[str]:
 
 @pytest.mark.slow
 def test_build_onto_a_full_disk(capsys, full_disk):
-    assert_refused(edgekit(capsys, *_build(full_disk / "dist")), "space")
+    assert_refused(edgekit(capsys, *_build(full_disk / "dist")), "space", code=1)  # a runtime failure
     assert _left(full_disk) in ([], ["dist"]), _left(full_disk)
 
 
@@ -56,7 +56,7 @@ def test_build_with_the_temp_dir_on_a_full_disk(tmp_path, capsys, full_disk, mon
     monkeypatch.setattr(tempfile, "tempdir", str(full_disk))
     monkeypatch.setenv("TMPDIR", str(full_disk))
     result = edgekit(capsys, *_build(tmp_path / "dist"))
-    assert_refused(result, "space")
+    assert_refused(result, "space", code=1)
     assert _left(full_disk) == [], _left(full_disk)
     assert not (tmp_path / "dist").exists() or list((tmp_path / "dist").iterdir()) == []
 
