@@ -11,7 +11,7 @@ exits non-zero when any command that ran failed.
     python -m scripts.docs_check [--list] [--only TEXT] [--timeout S]
 
 The cheap half (every ``edgekit`` command parses with its verb, in the current grammar) runs
-in ``make test``: tests/test_docs_commands.py.
+in ``make test``: tests/house/test_docs_commands.py.
 """
 
 from __future__ import annotations

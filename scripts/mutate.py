@@ -31,48 +31,55 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @dataclass(frozen=True)
 class Module:
-    """One core module: the file mutated, the pytest arguments that select its tests, and
-    optionally mutmut name globs (``edgekit.x.x_func*``) when only some functions are core."""
+    """One core module: the file mutated, pytest arguments that narrow its tests (``-k``, ``-m``), and
+    optionally mutmut name globs (``edgekit.x.x_func*``) when only some functions are core. Its tests
+    are found by the layout's path rule (:func:`tests_of`), not listed by hand."""
 
     source: str
-    tests: tuple[str, ...]
+    select: tuple[str, ...] = ()
     only: tuple[str, ...] = field(default=())
 
 
+def tests_of(source: str) -> list[str]:
+    """The path rule of the mirrored test layout: ``edgekit/<package>/<module>.py`` is tested in
+    ``tests/<package>/``, a top-level ``edgekit/<module>.py`` in ``tests/test_<module>*.py``."""
+    parts = Path(source).relative_to("edgekit").parts
+    if len(parts) > 1:
+        return [f"tests/{parts[0]}"]
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob(f"test_{Path(source).stem}*.py"))
+
+
 MODULES: dict[str, Module] = {
-    "bundle": Module("edgekit/bundle.py", (
-        "tests/test_bundle.py", "-k", "not adapter and not hashes_every_bundle_file_once")),
-    "tensors": Module("edgekit/heads/tensors.py", ("tests/test_results.py", "-m", "not slow")),
-    "classify": Module("edgekit/heads/classify.py", ("tests/test_results.py", "-m", "not slow")),
-    "metrics": Module("edgekit/metrics.py", ("tests/test_metrics.py",)),
-    "image": Module("edgekit/imaging/image.py", ("tests/test_image.py",)),
+    "bundle": Module("edgekit/bundle.py", ("-k", "not adapter and not hashes_every_bundle_file_once and not faults")),
+    "tensors": Module("edgekit/heads/tensors.py", ("-m", "not slow")),
+    "classify": Module("edgekit/heads/classify.py", ("-m", "not slow")),
+    "metrics": Module("edgekit/metrics.py"),
+    "image": Module("edgekit/imaging/image.py"),
     # the gate's summary over every variant; the ratio check itself (BuildContext.verify) runs only
-    # inside a real build, so its `>=` boundary is held by the slow tests/test_gate.py builds
-    "gate": Module("edgekit/builders/publish.py", ("tests/test_gate.py", "-m", "not slow"),
+    # inside a real build, so its `>=` boundary is held by the slow tests/builders/test_verify_gate.py builds
+    "gate": Module("edgekit/builders/publish.py", ("-m", "not slow", "-k", "verify"),
                    ("edgekit.builders.publish.x_verification_summary*", "edgekit.builders.publish.x__why*")),
     # the tests that convert a model (the `model` fixture) are left out by name
     "compiler_report": Module("edgekit/builders/edgetpu_report.py", (
-        "tests/test_edgetpu_compiler.py", "-k", "not (test_find_compiler or test_absent_compiler or test_all_mapped "
-        "or test_partly_mapped or test_zero_ops or test_compiler_failure or test_exit_0_without or test_timeout_kills "
-        "or test_bad_min_runtime or test_threshold_validates or test_build_step or test_real_compiler_maps)")),
+        "-m", "not slow", "-k", "edgetpu_compiler and not (test_find_compiler or test_absent_compiler or "
+        "test_all_mapped or test_partly_mapped or test_zero_ops or test_compiler_failure or test_exit_0_without or "
+        "test_timeout_kills or test_bad_min_runtime or test_threshold_validates or test_build_step or "
+        "test_real_compiler_maps)")),
     # the daemon's fault paths: failure streak, reopen with backoff, close (opening a bundle is test_daemon's)
-    "supervisor": Module("edgekit/serve/supervisor.py", (
-        "tests/test_daemon_parts.py", "-k", "supervisor and not configured"), tuple(
-            f"edgekit.serve.supervisor.x\u01c1ModelSupervisor\u01c1{f}__mutmut_*"
-            for f in ("failed", "succeeded", "retry", "close", "ok", "open"))),
-    "mailbox": Module("edgekit/camera/mailbox.py", ("tests/test_mailbox.py", "tests/test_camera.py", "-k", "mailbox")),
+    "supervisor": Module("edgekit/serve/supervisor.py", ("-k", "supervisor and not configured"), tuple(
+        f"edgekit.serve.supervisor.x\u01c1ModelSupervisor\u01c1{f}__mutmut_*"
+        for f in ("failed", "succeeded", "retry", "close", "ok", "open"))),
+    "mailbox": Module("edgekit/camera/mailbox.py", ("-k", "mailbox")),
     # the detect head: YOLO decoding, NMS, boxes back onto the frame (the TF-converted models are slow tests)
-    "detect_yolo": Module("edgekit/detect/yolo.py", ("tests/test_detect_decode.py", "tests/test_detect_mutants.py")),
-    "detect_nms": Module("edgekit/detect/nms.py", ("tests/test_detect_decode.py", "tests/test_detect_mutants.py")),
-    "detect_boxes": Module("edgekit/detect/boxes.py", (
-        "tests/test_detect_boxes.py", "tests/test_detect_decode.py", "tests/test_detect_mutants.py")),
+    "detect_yolo": Module("edgekit/detect/yolo.py", ("-m", "not slow")),
+    "detect_nms": Module("edgekit/detect/nms.py", ("-m", "not slow")),
+    "detect_boxes": Module("edgekit/detect/boxes.py", ("-m", "not slow")),
 }
 
 
 def _setup_cfg(module: Module) -> str:
     """The [mutmut] section for one module (setup.cfg lists: one value a line)."""
-    tests = [t for t in module.tests if t.startswith("tests/")]
-    args = [t for t in module.tests if not t.startswith("tests/")]
+    tests, args = tests_of(module.source), list(module.select)
     lines = ["[mutmut]", "source_paths = edgekit", f"only_mutate = {module.source}",
              "also_copy =", "    models", "    calib", "    eval", "    deploy",
              "pytest_add_cli_args_test_selection ="]

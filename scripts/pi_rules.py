@@ -1,4 +1,4 @@
-"""``make pi-check``'s comparison rules and its one table: pure functions, no I/O (tests/test_pi_check.py).
+"""``make pi-check``'s comparison rules and its one table: pure functions, no I/O (tests/scripts/test_pi_rules.py).
 
 The rules (issue 26): a classifier's top-1 is the same on at least 99.5 % of the images; a quantised
 output's bytes differ by at most 1 LSB; a float output by at most 1e-4 of the tensor's largest

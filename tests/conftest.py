@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Builds time their variants for 1.5 s per target by default; the suite builds some eighty
-# targets, and only tests/test_build_speed.py is about those figures (it sets its own budget).
+# targets, and only tests/builders/test_speed.py is about those figures (it sets its own budget).
 os.environ.setdefault("EDGEKIT_BUILD_TIMING_S", "0.3")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +47,40 @@ def demo_bundles(tmp_path_factory):
 @pytest.fixture(scope="session")
 def model(tmp_path_factory):
     """``model(name)`` -> path of a small .tflite from tests/tflite_models.py, converted once per session."""
-    from tests import tflite_models
+    from tests.helpers import tflite_models
 
     directory = tmp_path_factory.mktemp("tflite")
     return lambda name: tflite_models.model_path(name, directory)
+
+
+def _is_fault_case(request) -> bool:
+    # the fault catalogue: test_faults_*.py beside each area, test_bundle_faults*.py, and tests/faults/ (the
+    # catalogues that cross every area: a full disk, fuzzed loaders)
+    return "faults" in request.node.path.stem or request.node.path.parent.name == "faults"
+
+
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch) -> Path:
+    """The system temp dir of this case (and of the processes it starts) is its own."""
+    tmp = tmp_path / "systmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    return tmp
+
+
+@pytest.fixture(autouse=True)
+def _fault_cases_get_a_private_tmp(request):
+    """Every case of the fault catalogue runs with its own system temp dir, so what it leaves behind is found."""
+    if _is_fault_case(request):
+        request.getfixturevalue("private_tmp")
+
+
+@pytest.fixture(scope="session")
+def cpu_bundle(tmp_path_factory) -> Path:
+    """The demo model built for the cpu target (fp32 only, 20 calibration images): a real bundle."""
+    from edgekit.builders.build import build
+
+    out = tmp_path_factory.mktemp("fault-dist")
+    (result,) = build(DEMO_MODEL, ["cpu"], [CALIB], out=out, calib_count=20, quiet=True, variants=["fp32"])
+    return result.bundle

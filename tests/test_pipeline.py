@@ -7,7 +7,6 @@ import itertools
 
 import numpy as np
 import pytest
-from real_models import onnx_runtime
 
 from edgekit.camera import Frame, open_camera
 from edgekit.errors import CameraError, ModelError
@@ -15,6 +14,7 @@ from edgekit.imaging.image import InputSpec
 from edgekit.model import open_model, split_model_spec
 from edgekit.pipeline import Pipeline, is_valid_frame
 from edgekit.runtime.fake import FakeRuntime
+from tests.helpers.real_models import onnx_runtime
 
 SPEC = InputSpec(shape=(1, 8, 8, 1), colour="gray")
 

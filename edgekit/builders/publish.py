@@ -8,6 +8,7 @@ build had produced it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import platform
 import shutil
@@ -23,7 +24,7 @@ from edgekit.builders.openset import manifest_entry as openset_entry
 from edgekit.builders.resources import peak_rss
 from edgekit.builders.targets import BuildTarget
 from edgekit.bundle import BundleWriter, sha256_file
-from edgekit.errors import EdgekitError, OutputError
+from edgekit.errors import EdgekitError, OutputError, UsageError
 from edgekit.target import Target, merge_options
 
 
@@ -43,7 +44,9 @@ def build_target(ctx: BuildContext, planned: BuildTarget, t_start: float) -> Tar
         writer_cm = BundleWriter(dest)
         writer = writer_cm.__enter__()
     except OSError as exc:
-        raise OutputError(f"cannot write to {out}: {exc.strerror}", "choose a writable --out directory") from exc
+        # --out (or a folder above it) is a file: a path to fix (2); a disk that refuses writing: 1
+        error = UsageError if exc.errno in (errno.EEXIST, errno.ENOTDIR) else OutputError
+        raise error(f"cannot write to {out}: {exc.strerror}", "choose a writable --out directory") from exc
     try:
         output = builder(ctx, target, writer.dir)
         if not isinstance(output, BuilderOutput):

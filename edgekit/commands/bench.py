@@ -125,7 +125,9 @@ def _preflight(args: argparse.Namespace) -> None:
         if target and Path(target).is_dir():  # found after the whole benchmark, as an IsADirectoryError
             raise UsageError(f"--{flag.replace('_', '-')} {target} is a directory", "name a file in it")
         if target and not os.access(Path(target).resolve().parent, os.W_OK):
-            raise OutputError(
+            # a folder that is not there is a mistyped path (2); one that is there but refuses writing, 1
+            error = OutputError if Path(target).resolve().parent.is_dir() else UsageError
+            raise error(
                 f"--{flag.replace('_', '-')} {target}: cannot write to {Path(target).resolve().parent}",
                 "choose an existing, writable directory",
             )

@@ -2,7 +2,7 @@
 does, for installs without OpenCV (a Pi's or a Coral board's ``[litert]``).
 
 OpenCV's rules (``dnn/src/nms.inl.hpp``, ``core/types.hpp``; checked against opencv-python-headless
-5.0 by tests/test_detect_nms_numpy.py), all kept here:
+5.0 by tests/detect/test_nms_numpy.py), all kept here:
 
 - only scores > 0 take part (the score threshold :mod:`edgekit.detect.nms` passes), visited best
   score first, equal scores in index order (a stable sort);

@@ -103,7 +103,7 @@ def area_shrink_matches_opencv(src: tuple[int, int], dst: tuple[int, int]) -> bo
     the input run lengths per block, and both libraries compute it in float32 and round once.
     When ``py * px`` is odd no output can be an exact tie (``k + 1/2``): with ``py * px <= 1024``
     the nearest is at least 1/2048 away, while float32's rounding error on these sums of 8-bit
-    values is typically about 1e-5, so both round the same way (tests/test_image.py compares
+    values is typically about 1e-5, so both round the same way (tests/imaging/test_image.py compares
     exactly, on a photo and on noise). With an even product ties occur and float error decides
     them: up to one grey level apart, so OpenCV is used there.
     Faster: OpenCV has a fixed-point path for whole ratios (2x, 3x...), which wins; elsewhere its

@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import OutputError
+from edgekit.errors import OutputError, UsageError
 from edgekit.util.finite_json import strict_dumps
 
 log = logging.getLogger("edgekit.serve")
@@ -88,8 +88,10 @@ class JsonLinesSink:
             except OSError as exc:
                 # mkdir says "File exists" when a part of the folder path is a file: say which
                 blocker = next((p for p in Path(target).parents if p.exists()), None)
-                why = f"{blocker} is not a folder" if blocker and not blocker.is_dir() else exc.strerror or exc
-                raise OutputError(f"cannot write results to {target}: {why}",
+                not_a_folder = blocker is not None and not blocker.is_dir()
+                why = f"{blocker} is not a folder" if not_a_folder else exc.strerror or exc
+                error = UsageError if not_a_folder else OutputError  # a path to fix (2), or a disk that refuses (1)
+                raise error(f"cannot write results to {target}: {why}",
                                  "give [output] jsonl a file in a writable folder ('-' for stdout)") from exc
 
     @property

@@ -6,7 +6,7 @@ The damaged case is the field's (BlazeFace): score logits spanning about [-266, 
 per tensor to int8 leave a handful of distinct scores. The passing case is the demo detector's
 int8 as measured (models/detector.onnx, calib/detect, eval/detect, cpu): agreement 0.9654,
 124 distinct scores (948 in float), output0 cosine 0.999915, mAP ratio 0.9911.
-(Named ..._gate: tests/test_detect_fidelity.py holds the warnings' tests under the bare name.)
+(Named ..._gate: tests/builders/test_detect_fidelity.py holds the warnings' tests under the bare name.)
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Recovery's attempts (edgekit/builders/recovery.py), without a build: the calibration count the
 calibration check recommended is tried first and its row says so, and one recovery path per
 target kind: cpu and rpi keep layers in float, the Edge TPU only recalibrates (full integer),
-jetson builds no int8 (n/a). The slow builds of each path: tests/test_build_recovery.py."""
+jetson builds no int8 (n/a). The slow builds of each path: tests/builders/test_recovery_builds.py."""
 
 from __future__ import annotations
 

@@ -1,0 +1,113 @@
+"""``edgekit serve`` with a detector: boxes in the JSON lines, over a real mosquitto and in /stats,
+state changes when the set of labels seen changes, decode and nms as their own stages in /stats
+and Prometheus. The detector is a real ONNX model run by ONNX Runtime, opened from its bundle
+by the daemon itself."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import cv2
+import numpy as np
+import pytest
+
+from edgekit.camera import open_camera
+from edgekit.serve.daemon import Daemon
+from tests.helpers.detector_model import FRAME_H, FRAME_W, detector_bundle, expected_box, scene
+from tests.helpers.waiting import wait_until
+from tests.serve.test_daemon_services import Subscriber, broker, make_config, running  # noqa: F401
+
+pytest.importorskip("prometheus_client", reason="pip install 'edgekit-vision[serve]'")
+
+# a looped scene: cat alone, then cat and dog, then nothing (10 frames each at 30 fps)
+PHASES = [(True, False), (True, True), (False, False)]
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    return detector_bundle(tmp_path_factory.mktemp("det") / "twobox-cpu")
+
+
+@pytest.fixture(scope="module")
+def frames(tmp_path_factory):
+    d = tmp_path_factory.mktemp("scenes")
+    for p, (left, right) in enumerate(PHASES):
+        for i in range(10):
+            cv2.imwrite(str(d / f"{p * 10 + i:03d}.png"), scene(left, right, seed=i))
+    return d
+
+
+def detector_daemon(tmp_path, bundle, frames, port, **mqtt) -> Daemon:
+    config = make_config(tmp_path, port, model={"path": str(bundle)},
+                         mqtt={"publish": "change", "confirm_frames": 2, "labels_of_interest": ["dog"], **mqtt})
+    return Daemon(config, camera_factory=lambda uri, options: open_camera(f"folder:{frames}", fps=30, loop=True))
+
+
+def http_get(daemon: Daemon, path: str) -> bytes:
+    host, port = daemon.http_address
+    with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=5) as resp:
+        return resp.read()
+
+
+def test_detections_over_mqtt_in_stats_and_metrics(tmp_path, broker, bundle, frames):  # noqa: F811
+    sub = Subscriber(broker.port)
+    try:
+        with running(detector_daemon(tmp_path, bundle, frames, broker.port)) as daemon:
+            # two rounds of the scene: every state seen at least twice
+            wait_until(lambda: len(sub.on("/state")) >= 6, 20, what="six state changes")
+            stats = json.loads(http_get(daemon, "/stats"))
+            metrics = http_get(daemon, "/metrics").decode()
+    finally:
+        sub.close()
+    sent = [payload for payload, _ in sub.on("/state")]
+    # the retained state is sent again on connect: a state published before the connection was up can arrive twice
+    states = [p for i, p in enumerate(sent) if i == 0 or p != sent[i - 1]]
+    cycle = ["cat", "cat,dog", "none"]
+    start = states.index("cat")
+    assert states[start:start + 5] == (cycle * 2)[:5], states  # one message per change, none in between
+    dog = [payload for payload, _ in sub.on("/label/dog")]
+    assert "ON" in dog and "OFF" in dog
+
+    results = [json.loads(payload) for payload, _ in sub.on("/result")]
+    for r in results:  # each published result carries its boxes, in frame pixels
+        labels = sorted(d["label"] for d in r["detections"])
+        assert r["state"] == (",".join(labels) or "none") and r["count"] == len(labels)
+        assert r["image_size"] == [FRAME_W, FRAME_H]
+        for d in r["detections"]:
+            np.testing.assert_allclose(d["box"], expected_box(["cat", "dog"].index(d["label"])), atol=0.5)
+        assert r["ms"]["decode"] >= 0 and r["ms"]["nms"] >= 0
+    assert {r["state"] for r in results} >= {"cat", "cat,dog", "none"}
+    # change mode: far fewer messages than frames
+    assert len(results) < stats["frames"]["processed"] / 3
+
+    last = stats["last_result"]
+    assert set(last) >= {"frame", "time", "detections", "count", "image_size"}
+    for stage in ("decode", "nms"):
+        assert stats["latency_ms"][stage]["count"] > 0
+        count = next(float(line.split()[-1]) for line in metrics.splitlines()
+                     if line.startswith(f"edgekit_{stage}_seconds_count"))
+        assert count > 0, stage
+
+    lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert len(lines) >= stats["frames"]["processed"] - 1  # every frame in the record of truth
+    assert {tuple(sorted(d["label"] for d in r["detections"])) for r in lines} == {("cat",), ("cat", "dog"), ()}
+
+
+def test_min_score_keeps_weak_detections_out_of_the_state(tmp_path, broker, bundle, frames):  # noqa: F811
+    # the detector's scores are 0.65: above its own threshold (0.3), below [mqtt] min_score 0.7
+    sub = Subscriber(broker.port)
+    try:
+        with running(detector_daemon(tmp_path, bundle, frames, broker.port, min_score=0.7)) as daemon:
+            wait_until(lambda: daemon.stats()["frames"]["processed"] >= 40, 20, what="40 frames")
+            wait_until(lambda: sub.on("/state"), 5, what="the first state")
+            mqtt = daemon.stats()["mqtt"]
+    finally:
+        sub.close()
+    sent = [payload for payload, _ in sub.on("/state")]  # "none" twice when it was made before the connection
+    assert [p for i, p in enumerate(sent) if i == 0 or p != sent[i - 1]] == ["none", ""]  # "": the clean stop
+    # only the first result was offered to the broker (a subscriber learns where things start)
+    assert mqtt["published"] + mqtt["dropped"] == 1 and mqtt["suppressed"] >= 39
+    assert mqtt["state_changes"] == 1  # the first: none
+    lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert any(r["detections"] for r in lines)  # the JSON lines still carry every detection
