@@ -153,7 +153,8 @@ def test_a_partial_bundle_holds_the_variants_that_passed_and_names_the_one_that_
     assert v["passed"] is True and v["reason"] is None and list(v["models"]) == ["fp32", "fp16"]
     lost = v["rejected"]["int8"]
     assert lost["kept_in"] == "demo-cpu.rejected" and lost["file"] == "demo_int8.tflite"
-    assert lost["reason"].startswith("int8 ratio 0.") and "< 0.5" in lost["reason"]
+    assert lost["reason"].startswith("int8 top-1 0.") and "ratio 0." in lost["reason"]
+    assert "< 0.5 (--min-accuracy-ratio)" in lost["reason"]  # the figure and the flag that governs it
     assert lost["verification"]["eval"]["passed"] is False and lost["verification"]["eval"]["converted"] < 0.5
     assert set(bundle.manifest["delegation"]) == {"fp32", "fp16"}
 
@@ -165,7 +166,7 @@ def test_the_rejected_variant_is_kept_as_evidence_with_every_variants_numbers(mi
     assert [m.name for m in evidence.models] == ["int8"] and evidence.manifest["default_model"] == "int8"
     assert sorted(evidence.manifest["files"]) == ["build.log", "demo_int8.tflite", "labels.txt"]
     v = evidence.manifest["verification"]
-    assert v["passed"] is False and v["reason"].startswith("int8 ratio")
+    assert v["passed"] is False and v["reason"].startswith("int8 top-1 ") and "(--min-accuracy-ratio)" in v["reason"]
     assert [v["models"][n]["eval"]["passed"] for n in ("fp32", "fp16", "int8")] == [True, True, False]
     assert v["published"] == {"bundle": "demo-cpu", "models": ["fp32", "fp16"]}
     edgetpu = _manifest(dist / "demo-edgetpu.rejected")  # a single-variant target: rejected as a whole
@@ -179,7 +180,7 @@ def test_the_table_goes_to_stdout_with_the_rejected_variant_and_target(mixed):
     assert "PASS" in rows[("cpu", "demo_fp32.tflite")] and "PASS" in rows[("cpu", "demo_fp16.tflite")]
     assert "FAIL" in rows[("cpu", "demo-cpu.rejected/demo_int8.tflite")]
     assert "FAIL" in rows[("edgetpu", "demo_int8.tflite")] and "PASS" in rows[("rpi", "demo_fp32.tflite")]
-    assert f"cpu: {dist / 'demo-cpu'} without int8 (int8 ratio " in out and "edgetpu: REJECTED (int8 ratio" in out
+    assert f"cpu: {dist / 'demo-cpu'} without int8 (int8 top-1 " in out and "edgetpu: REJECTED (int8 top-1 " in out
     assert "model file" not in err  # the table is not split between the two streams
 
 

@@ -188,7 +188,8 @@ def test_a_broken_non_default_variant_fails_the_build_but_the_default_is_written
     black.mkdir()
     for i in range(4):
         cv2.imwrite(str(black / f"{i}.png"), np.zeros((32, 32), np.uint8))
-    with pytest.raises(VerificationFailed, match=r"cpu: int8 ratio 0\.\d+ < 0\.5") as err:
+    gate_line = r"cpu: int8 top-1 [\d.]+ vs original [\d.]+: ratio 0\.\d+ < 0\.5"
+    with pytest.raises(VerificationFailed, match=gate_line) as err:
         build(DEMO_MODEL, ["cpu"], [black], out=tmp_path / "dist", eval_dir=EVAL, quiet=True,
               variants=["fp32", "int8"], min_accuracy_ratio=0.5)
     [r] = err.value.results
