@@ -13,6 +13,7 @@ import pytest
 from edgekit.builders import tflite_edit, tflite_layout, tflite_yolo
 from edgekit.builders.tflite_rewrite import accelerator_rewrites, rewrite_checked
 from edgekit.tflite.edgetpu_ops import SUPPORTED_OPS
+from tests.helpers.yolo_graph import images, yolo_tflite
 
 SIZE, NC = 64, 2
 
@@ -22,37 +23,11 @@ def yolo_like() -> bytes:
     """``x [1, 64, 64, 3]`` -> conv, SiLU, a C2f-style split/concat in NCHW, conv -> two heads:
     pixel boxes decoded as YOLOv8 does (anchors and distances in cells, x each anchor's stride) and
     sigmoid scores, concatenated into ``[1, 4 + 2, 4096]``."""
-    import tensorflow as tf
-
-    rng = np.random.default_rng(0)
-
-    def w(*shape):
-        return tf.constant(rng.normal(0, 0.4, shape).astype(np.float32))
-
-    w1, w2, wb, ws = w(1, 1, 3, 8), w(1, 1, 8, 8), w(1, 1, 8, 4), w(1, 1, 8, NC)
-    # YOLOv8's decode: anchors in cells of their level, distances in cells, then x stride; two levels
-    stride = np.repeat(np.array([1.0, 2.0], np.float32), SIZE * SIZE // 2)[None]
-    centres = (np.stack(np.meshgrid(np.arange(SIZE), np.arange(SIZE)), 0).reshape(2, -1) + 0.5).astype(np.float32)
-    anchors = tf.constant((centres / stride)[None])
-
-    @tf.function(input_signature=[tf.TensorSpec([1, SIZE, SIZE, 3], tf.float32)])
-    def f(x):
-        c = tf.nn.silu(tf.nn.conv2d(x, w1, 1, "SAME"))
-        nchw = [tf.transpose(c[..., :4], [0, 3, 1, 2]), tf.transpose(c[..., 4:], [0, 3, 1, 2])]
-        y = tf.nn.silu(tf.nn.conv2d(tf.transpose(tf.concat(nchw, 1), [0, 2, 3, 1]), w2, 1, "SAME"))
-        box = tf.reshape(tf.transpose(tf.nn.conv2d(y, wb, 1, "SAME"), [0, 3, 1, 2]), [1, 4, SIZE * SIZE])
-        score = tf.reshape(tf.transpose(tf.nn.conv2d(y, ws, 1, "SAME"), [0, 3, 1, 2]), [1, NC, SIZE * SIZE])
-        d = tf.sigmoid(box) * 4.0
-        x1y1, x2y2 = anchors - d[:, :2], anchors + d[:, 2:]
-        box = tf.concat([(x1y1 + x2y2) * 0.5, x2y2 - x1y1], 1) * stride
-        return tf.concat([box, tf.sigmoid(score)], 1)
-
-    return tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()], f).convert()
+    return yolo_tflite(SIZE, NC, c2f=True)
 
 
 def _images(n: int = 6, seed: int = 1) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return [rng.random((1, SIZE, SIZE, 3), dtype=np.float32) for _ in range(n)]
+    return images(n, SIZE, seed)
 
 
 def _run(blob: bytes, x: np.ndarray) -> np.ndarray:
