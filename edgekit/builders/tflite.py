@@ -9,7 +9,6 @@ NaN without any error.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,10 +16,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from edgekit.builders.contract import BuilderOutput, BuiltModel, task_extra
-from edgekit.builders.log import progress
-from edgekit.builders.tflite_quantize import NATIVE_LOG, converter_error
+from edgekit.builders.tflite_convert import convert, converter, output_order, same_outputs
+from edgekit.builders.tflite_int8 import int8_model
 from edgekit.errors import ModelError
-from edgekit.util.quiet import converter_level, native_stderr_to_log
 
 if TYPE_CHECKING:
     from edgekit.builders.context import BuildContext
@@ -29,53 +27,6 @@ if TYPE_CHECKING:
 PRECISION = {"fp32": "float32", "fp16": "float16-weights", "int8": "int8"}
 VARIANTS = tuple(PRECISION)
 """What this builder makes; ``edgekit build`` refuses any other variant before it starts."""
-
-
-def convert(saved_model: Path, variant: str, representative: Iterable[np.ndarray] | None = None,
-            io_dtype: str = "uint8") -> bytes:
-    """Convert a static-shape SavedModel to a TFLite flatbuffer of the given variant.
-
-    ``representative``: the int8 calibration tensors, one image each (no batch axis); an array,
-    or a sized re-iterable such as :class:`~edgekit.builders.calibration.TensorStream` that decodes
-    them lazily. TensorFlow's calibrator keeps running min/max statistics: one image at a time.
-    """
-    conv = converter(saved_model, variant, representative, io_dtype)
-    try:
-        with native_stderr_to_log(NATIVE_LOG, converter_level):  # MLIR's and absl's notes: DEBUG
-            return conv.convert()
-    except Exception as exc:  # the converter raises ConverterError and friends
-        raise ModelError(f"TFLite conversion ({variant}) failed: {converter_error(str(exc)) or type(exc).__name__}",
-                         "the model uses ops TFLite cannot convert; see build.log with --debug") from exc
-
-
-def converter(saved_model: Path, variant: str, representative: Iterable[np.ndarray] | None = None,
-              io_dtype: str = "uint8"):
-    """The ``TFLiteConverter`` :func:`convert` runs, set up for ``variant`` (the quantisation
-    report's debugger calibrates with the very same settings)."""
-    from edgekit.builders.source_model import import_tf
-
-    tf = import_tf()  # TF's C++ log level set first: an ONNX build imports TensorFlow here, not at loading
-
-    conv = tf.lite.TFLiteConverter.from_saved_model(str(saved_model))
-    if variant == "fp16":
-        conv.optimizations = [tf.lite.Optimize.DEFAULT]
-        conv.target_spec.supported_types = [tf.float16]
-    elif variant == "int8":
-        if representative is None or not len(representative):
-            raise ModelError("int8 conversion needs calibration images", "pass --calib DIR")
-        conv.optimizations = [tf.lite.Optimize.DEFAULT]
-
-        def rep():
-            for x in progress(representative, "int8 calibration", total=len(representative)):
-                yield [np.asarray(x, np.float32)[None]]
-
-        conv.representative_dataset = rep
-        conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-        conv.inference_input_type = {"uint8": tf.uint8, "int8": tf.int8}[io_dtype]
-        conv.inference_output_type = conv.inference_input_type
-    elif variant != "fp32":
-        raise ModelError(f"unknown TFLite variant {variant!r}", "use fp32, fp16 or int8")
-    return conv
 
 
 def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
@@ -110,7 +61,7 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
         rep = ctx.representative() if variant == "int8" else None
         rewrites: list = []
         if variant == "int8":
-            blob, rewrites = _int8(ctx, target, saved, rep, io_dtype)
+            blob, rewrites = int8_model(ctx, target, saved, rep, io_dtype)
         elif saved is None:
             blob = convert_tflite(ctx, variant, rep, io_dtype)
         elif variant == "fp32":  # kept: an int8 with graph rewrites starts from it
@@ -122,10 +73,8 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
     if variant == "int8" and ctx.request.recover:  # builders/calib_stability.py, then builders/recovery.py
         from edgekit.builders import calib_stability, recovery, tflite_quantize
 
-        plain = saved is not None and not rewrites  # the converter made it, not the quantiser: again so
         model = calib_stability.check(ctx, target, out_dir / model.file, model, finish,
-                                      lambda rep: convert(saved, "int8", rep, io_dtype) if plain
-                                      else tflite_quantize.quantize_int8(ctx.int8_float[0], rep, io_dtype))
+                                      lambda rep: tflite_quantize.quantize_int8(ctx.int8_float[0], rep, io_dtype))
         if _missed(model.verification):
             model, coverage = recovery.recover(ctx, target, out_dir / model.file, (model, coverage), finish,
                                                step["seconds"])
@@ -185,49 +134,6 @@ def _written(ctx: BuildContext, target: Target, saved: Path | None, path: Path, 
     return model, coverage
 
 
-def _int8(ctx: BuildContext, target: Target, saved: Path | None, representative, io_dtype: str) -> tuple[bytes, list]:
-    """The int8 model and the graph rewrites it holds (builders/tflite_rewrite.py).
-
-    When the float graph has ops int8 back ends do not map (HARD_SWISH, RELU_0_TO_1), the float
-    TFLite model is rewritten and quantised by TensorFlow's post-training quantiser, the same
-    steps the converter runs; otherwise a SavedModel is converted as it always was.
-    """
-    from edgekit.builders import tflite_quantize
-    from edgekit.builders.tflite_rewrite import box_clamp, rewrite_checked, score_clamp
-
-    if saved is None:
-        float_model = ctx.source.handle.blob
-    else:
-        if ctx.float_tflite is None:
-            ctx.float_tflite = convert(saved, "fp32")
-        float_model = ctx.float_tflite
-    rewritten, done = rewrite_checked(float_model, representative, ctx.log, target.name)
-    for clamp in (score_clamp(ctx.detect), box_clamp(ctx.detect)):
-        if clamp is not None:
-            rewritten, rewrite = _clamped(ctx, rewritten, *clamp, saved is not None)
-            done = [*done, rewrite]
-            ctx.log.info(f"[{target.name}] int8: {rewrite.op} into {rewrite.into} before quantising (one int8 "
-                         "scale for values spanning hundreds leaves a coarse step where the detections are)")
-    ctx.int8_float = (rewritten, done)  # what a recovery attempt quantises again (builders/recovery.py)
-    if saved is not None and not done:
-        return convert(saved, "int8", representative, io_dtype), []
-    return tflite_quantize.quantize_int8(rewritten, representative, io_dtype), done
-
-
-def _clamped(ctx: BuildContext, blob: bytes, output: int, bound: float, by_key: bool) -> tuple[bytes, object]:
-    """The float model with the source's ``output`` clamped to +-``bound`` (builders/tflite_rewrite.py)."""
-    from edgekit.builders.tflite_rewrite import Rewrite, clamp_outputs
-
-    position = output
-    if by_key:  # the converter lists a SavedModel's outputs by signature key: find where this one lies
-        probe = ctx.workdir / "float_outputs.tflite"
-        probe.write_bytes(blob)
-        position = output_order(probe, [o.key for o in ctx.source.outputs])[output]
-    name = ctx.source.outputs[output].name
-    return clamp_outputs(blob, [position], bound), Rewrite(f"'{name}' clamp", 1,
-                                                           f"[-{bound:g}, {bound:g}] (MINIMUM, MAXIMUM)")
-
-
 def convert_tflite(ctx: BuildContext, variant: str, representative, io_dtype: str) -> bytes:
     """A variant of a float .tflite source, made on its own graph (builders/tflite_edit.py):
     fp32 float32 weights, fp16 float16 weights, int8 full-integer with ``io_dtype`` I/O."""
@@ -241,18 +147,6 @@ def convert_tflite(ctx: BuildContext, variant: str, representative, io_dtype: st
     if variant == "int8":
         return tflite_quantize.quantize_int8(blob, representative, io_dtype)
     raise ModelError(f"unknown TFLite variant {variant!r}", "use fp32, fp16 or int8")
-
-
-def same_outputs(path: Path, count: int) -> list[int]:
-    """The output order of a variant made on a .tflite source's own graph: the source's, as the
-    graph edits and TensorFlow's quantiser keep the subgraph's output list (checked by count)."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    found = len(Interpreter(model_path=str(path)).get_output_details())
-    if found != count:
-        raise ModelError(f"{path.name} has {found} outputs after conversion, the original {count}",
-                         "report it with build.log")
-    return list(range(count))
 
 
 def _open_details(ctx: BuildContext, target: Target, path: Path) -> tuple[str, tuple]:
@@ -297,29 +191,6 @@ def check_shapes(ctx: BuildContext, outputs: list[dict], file: str) -> None:
             raise ModelError(f"{file}: output {src.name} has shape {out['shape'][1:]} after conversion, "
                              f"the original {list(src.shape)}: the converter changed the graph",
                              "report it with build.log, or build this model for jetson (no conversion)")
-
-
-def output_order(path: Path, keys: list[str]) -> list[int]:
-    """Where each source output (by signature key) lies among the interpreter's outputs.
-
-    TensorFlow's converter may order a model's outputs differently from the SavedModel (by
-    signature key, not by position); the TFLite signature keeps the key of every output
-    tensor, so outputs are mapped by name, never by position. Raises ModelError when a key
-    is missing (an output renamed or dropped in conversion).
-    """
-    from ai_edge_litert.interpreter import Interpreter
-
-    interp = Interpreter(model_path=str(path))
-    positions = {d["index"]: i for i, d in enumerate(interp.get_output_details())}
-    try:
-        by_key = interp.get_signature_runner("serving_default").get_output_details()
-    except ValueError as exc:
-        raise ModelError(f"{path.name} has no serving signature: its outputs cannot be matched by name") from exc
-    missing = [k for k in keys if k not in by_key]
-    if missing:
-        raise ModelError(f"output(s) {', '.join(missing)} were renamed or dropped in conversion "
-                         f"({path.name} has {', '.join(by_key)})", "report it with build.log")
-    return [positions[by_key[k]["index"]] for k in keys]
 
 
 def _edgetpu(ctx: BuildContext, out_dir: Path, models: list[BuiltModel], options: dict) -> BuilderOutput:

@@ -262,13 +262,19 @@ def box_clamp(detect) -> tuple[int, float] | None:
     return (int(detect.roles[0]), 2 * max(scales)) if scales else None
 
 
-def score_clamp(detect) -> tuple[int, float] | None:
-    """``(source output index, bound)`` of an SSD detector's sigmoid score logits, else None."""
+def score_clamp(detect, logits=None) -> tuple[int, float] | None:
+    """``(source output index, bound)`` of an SSD detector's sigmoid score logits, else None.
+
+    With ``score_activation`` auto the decoder applies the sigmoid to scores outside [0, 1];
+    ``logits(index)`` says whether the float model's output ``index`` holds such values on the
+    calibration images (None: treat auto as not logits)."""
     if detect is None or detect.layout != "ssd" or not detect.roles or len(detect.roles) < 2:
         return None
     config = detect.detector.config
     decode = getattr(config, "ssd_decode", None)
     sigmoid = config.score_activation == "sigmoid" or (decode is not None and decode.sigmoid_score)
+    if config.score_activation == "auto" and not sigmoid and logits is not None:
+        sigmoid = bool(logits(int(detect.roles[1])))
     if not sigmoid:
         return None
     thresh = decode.score_clipping_thresh if decode is not None else None

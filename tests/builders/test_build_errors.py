@@ -263,7 +263,7 @@ def test_a_real_converter_failure_names_the_op_in_plain_words(converter_failure)
 
 
 def test_converter_errors_in_plain_words():
-    from edgekit.builders.tflite import converter_error
+    from edgekit.builders.tflite_quantize import converter_error
 
     assert converter_error("x\nFlex ops: FlexErf, FlexFoo\nDetails:") == \
         "no TFLite builtin kernel for FlexErf, FlexFoo (the converter would need them as TensorFlow (flex) ops)"
@@ -331,3 +331,12 @@ def test_a_target_that_fails_does_not_stop_the_others(tmp_path, capsys):
     assert "WARNING: cpu: not built: " in err and "going on with the other targets" in err
     assert sorted(p.name for p in (tmp_path / "dist").iterdir()) == ["castlike-jetson"]
     assert (tmp_path / "dist" / "castlike-jetson" / "edgekit.json").is_file()
+
+
+def test_a_repeated_target_flag_adds_a_target_instead_of_replacing_the_first(tmp_path, capsys):
+    """``--target a --target b`` builds both, like ``--target a,b``: an unknown first target is
+    refused before anything is built (argparse's last-one-wins would have dropped it silently)."""
+    argv = base(tmp_path, target="nosuch")
+    code, err = run_cli(capsys, *argv, "--target", "cpu")
+    assert code == 2 and "nosuch" in error_line(err)
+    assert not (tmp_path / "dist").exists() or not any((tmp_path / "dist").iterdir())

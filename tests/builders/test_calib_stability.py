@@ -108,18 +108,18 @@ def test_no_recover_builds_int8_once_without_the_check(rare, tmp_path):
 
 @pytest.mark.slow
 def test_a_second_sample_that_fails_to_convert_does_not_fail_the_build(rare, tmp_path, monkeypatch):
-    from edgekit.builders import tflite
+    from edgekit.builders import tflite_quantize
     from edgekit.errors import ModelError
 
-    calls, convert = [], tflite.convert
+    calls, quantize = [], tflite_quantize.quantize_int8
 
-    def second_int8_fails(saved, variant, *args, **kw):
-        calls.append(variant)
-        if calls.count("int8") == 2:
-            raise ModelError("TFLite conversion (int8) failed: a stand-in failure")
-        return convert(saved, variant, *args, **kw)
+    def second_int8_fails(*args, **kw):
+        calls.append("int8")
+        if len(calls) == 2:  # the first quantises the variant, the second the calibration check's sample
+            raise ModelError("TFLite int8 quantisation failed: a stand-in failure")
+        return quantize(*args, **kw)
 
-    monkeypatch.setattr(tflite, "convert", second_int8_fails)
+    monkeypatch.setattr(tflite_quantize, "quantize_int8", second_int8_fails)
     r, log = _build(rare, tmp_path / "dist", calib_steps=8)
     record = r.manifest["verification"]["models"]["int8"]["calibration_stability"]
     assert record["checked"] is False and "a stand-in failure" in record["reason"]

@@ -57,11 +57,14 @@ def test_one_recovery_path_per_target_kind(monkeypatch, target, float_layers):
     attempts = list(recovery._attempts(_ctx(), load_target(target), b"", _first(100)))
     labels = [label for label, _, _ in attempts]
     assert labels[0] == "calibration on 100 images (the count the calibration check recommended)"
-    floats = [label for label in labels if "in float" in label]
-    assert floats == (["3 worst layers in float", "10 worst layers in float"] if float_layers else [])
+    floats = [label for label in labels if "in float" in label or "16x8" in label]
+    assert floats == (["3 worst layers in float", "10 worst layers in float",
+                       "int16 activations, int8 weights (16x8; float I/O)"] if float_layers else [])
     assert labels[-1] == "calibration on all 120 images"
-    assert all(denied is None for label, denied, _ in attempts if "in float" not in label)  # full integer
-    # without a recommendation: float layers first where allowed, every calibration image last
+    assert all(denied is None for label, denied, _ in attempts if label not in floats)  # full integer int8
+    assert [denied for label, denied, _ in attempts if "16x8" in label] == ([recovery.SIXTEEN_BY_EIGHT]
+                                                                             if float_layers else [])
+    # without a recommendation: float layers and 16x8 first where allowed, every calibration image last
     plain = [label for label, _, _ in recovery._attempts(_ctx(), load_target(target), b"", _first(None))]
     assert plain == floats + ["calibration on all 120 images"]
 

@@ -54,3 +54,18 @@ def test_no_recover_builds_int8_once(tmp_path):
     assert r.partial and "int8" in r.rejected
     evidence = load_bundle(r.bundle.with_name(r.bundle.name + ".rejected"), allow_rejected=True)
     assert "recovery" not in evidence.manifest["verification"]["models"]["int8"]
+
+
+def test_cpu_recovery_tries_int16_activations(tmp_path):
+    """Asked for a cosine no attempt reaches, recovery runs every attempt the cpu allows: the 16x8
+    row is there and its model was verified like every other attempt."""
+    from edgekit.builders.build import build
+    from edgekit.errors import VerificationFailed
+
+    with pytest.raises(VerificationFailed) as failed:
+        build(DEMO_MODEL, ["cpu"], [CALIB], out=tmp_path / "dist", quiet=True, task="raw", min_cosine=0.9999999,
+              calib_count=60, variants=["int8"])
+    [r] = failed.value.results
+    rows = {row["label"]: row for row in r.manifest["verification"]["models"]["int8"]["recovery"]}
+    sixteen = rows["int16 activations, int8 weights (16x8; float I/O)"]
+    assert 0.999 < sixteen["figure"] < 0.9999999 and not sixteen["passed"]  # verified like the others

@@ -184,6 +184,12 @@ def test_only_sigmoid_ssd_scores_are_clamped():
     assert score_clamp(gate(decode=SimpleNamespace(sigmoid_score=True, score_clipping_thresh=100.0))) == (1, 16.0)
     assert score_clamp(gate(activation="softmax")) is None and score_clamp(gate(layout="yolo")) is None
     assert score_clamp(gate(roles=(1, 0))) == (0, 16.0)
+    # auto: the decoder's sigmoid applies to scores outside [0, 1], which the float model's outputs show
+    seen = []
+    assert score_clamp(gate(activation="auto"), lambda i: seen.append(i) or True) == (1, 16.0) and seen == [1]
+    assert score_clamp(gate(activation="auto"), lambda i: False) is None
+    assert score_clamp(gate(activation="auto")) is None  # nothing to look at: left as it is
+    assert score_clamp(gate(activation="none"), lambda i: True) is None
 
 
 def test_mediapipe_box_regressors_are_clamped_to_twice_their_scale():
