@@ -34,6 +34,12 @@ CLEAR_MARGIN = 1.25
 every round: below it, or when one round disagrees (a burst of load on a shared machine lands on
 one variant's slot), the machine cannot tell them apart reliably."""
 
+DEFAULT_MARGIN = 1.15
+"""A passing variant faster than the default past this p50 ratio, overall and in every round,
+becomes the default: the default is then never more than 1.15x slower than the fastest variant
+that passed. Tighter than :data:`CLEAR_MARGIN` (which only decides a warning) because a default
+left 1.2x slow costs every frame on the device; every round must still agree."""
+
 
 @dataclass(frozen=True)
 class Speed:
@@ -45,12 +51,12 @@ class Speed:
     off_delegate: dict[str, int]
     round_p50_ms: tuple[float, ...] = ()
 
-    def clearly_slower_than(self, other: Speed) -> bool:
-        """Slower than ``other`` past :data:`CLEAR_MARGIN`, overall and in each round both ran."""
-        if self.p50_ms <= CLEAR_MARGIN * other.p50_ms:
+    def clearly_slower_than(self, other: Speed, margin: float = CLEAR_MARGIN) -> bool:
+        """Slower than ``other`` past ``margin``, overall and in each round both ran."""
+        if self.p50_ms <= margin * other.p50_ms:
             return False
         rounds = zip(self.round_p50_ms, other.round_p50_ms)
-        return all(mine > CLEAR_MARGIN * theirs for mine, theirs in rounds)
+        return all(mine > margin * theirs for mine, theirs in rounds)
 
     def to_dict(self, fp32_ms: float | None) -> dict:
         ratio = round(self.p50_ms / fp32_ms, 3) if fp32_ms else None
@@ -114,7 +120,7 @@ def choose_default(configured: str, passing: list[str], speeds: dict[str, Speed]
     fastest = min(timed, key=lambda v: speeds[v].p50_ms)
     if configured not in timed:
         return fastest
-    if speeds[configured].clearly_slower_than(speeds[fastest]):
+    if speeds[configured].clearly_slower_than(speeds[fastest], DEFAULT_MARGIN):
         return fastest
     return configured
 

@@ -13,8 +13,8 @@ from edgekit.options import key_value, target_completer
 def configure(p: argparse.ArgumentParser) -> None:
     """Add build's arguments to ``p``."""
     p.add_argument("--model", required=True, help=".keras, .h5, SavedModel dir, or .onnx (jetson)")
-    p.add_argument("--target", required=True,
-                   help="edgetpu, rpi, cpu, jetson (comma-separated for several)").completer = target_completer
+    p.add_argument("--target", required=True, action="append",
+                   help="edgetpu, rpi, cpu, jetson (comma-separated or repeated)").completer = target_completer
     p.add_argument("--calib", action="append", required=True, metavar="DIR_OR_VIDEO",
                    help="calibration images; repeat to mix in real camera frames (folder or video)")
     p.add_argument("--eval", dest="eval_dir", metavar="DIR",
@@ -98,7 +98,7 @@ def main(args: argparse.Namespace) -> int:
     # Flags left unset arrive as None (or False): the request leaves them out, so the target
     # file's values apply (edgekit.target.merge_options).
     try:
-        results = build(args.model, args.target, args.calib, out=args.out, eval_dir=args.eval_dir,
+        results = build(args.model, ",".join(args.target), args.calib, out=args.out, eval_dir=args.eval_dir,
                         name=args.name, labels=args.labels, preprocess=preprocess_flags(args),
                         min_accuracy_ratio=args.min_accuracy_ratio, calib_count=args.calib_count,
                         seed=args.seed, quiet=args.quiet, variants=args.variants, io_dtype=args.io_dtype,
