@@ -39,6 +39,8 @@ HOPELESS = 0.5
 """A first attempt whose figure (ratio or cosine) is under this is a broken calibration or
 conversion, not a few layers' rounding: recovery is not tried (it would only cost time)."""
 FLOAT_LAYERS = (3, 10)
+COST_TIMING_S = 0.3
+"""Seconds each attempt is timed for its row's p50 (the build's speed line times the kept one longer)."""
 SIXTEEN_BY_EIGHT = ("16x8",)
 """The denylist slot of the 16x8 attempt: it is quantised by :func:`quantize_16x8`, with no layers in float."""
 
@@ -49,7 +51,7 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
     ``path`` and verifies it. Returns the kept (model, coverage); ``path`` holds its file."""
     from edgekit.builders.tflite_quantize import quantize_16x8, quantize_int8
 
-    rows = [_row("as built", first[0])]
+    rows = [_row("as built", first[0], _cost(ctx, target, path, first[0]))]
     if rows[0]["figure"] < HOPELESS:
         first_figure = f"{rows[0]['figure_name']} {rows[0]['figure']}"
         ctx.log.info(f"[{target.name}] int8 recovery: not tried ({first_figure} is too far from the gate for float "
@@ -69,7 +71,7 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
             blob = (quantize_16x8(float_model, representative) if denied == SIXTEEN_BY_EIGHT
                     else quantize_int8(float_model, representative, io_dtype, denylisted_nodes=denied))
         candidate = finish(blob, rewrites, step["seconds"], report=False)
-        rows.append(_row(label, candidate[0]))
+        rows.append(_row(label, candidate[0], _cost(ctx, target, path, candidate[0])))
         ctx.log.info(f"[{target.name}] int8 recovery: {label}: {rows[-1]['figure_name']} {rows[-1]['figure']}, "
                      + ("passed" if rows[-1]["passed"] else "missed"))
         if rows[-1]["passed"] or _figure(candidate[0]) > _figure(best[0]):
@@ -79,6 +81,8 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
     path.write_bytes(best_blob)  # the file is the last one tried; the bundle gets the kept one
     for i, row in enumerate(rows):
         row["kept"] = i == kept
+    for line in table_lines(target.name, rows):
+        ctx.log.info(line)
     label = rows[kept]["label"]
     precision = (f"int8 ({label.split(' worst')[0]} layers float)" if "in float" in label
                  else "int8 weights, int16 activations (16x8)" if "16x8" in label else best[0].precision)
@@ -199,8 +203,45 @@ def _figure(model: BuiltModel) -> float:
     return float("-inf")
 
 
-def _row(label: str, model: BuiltModel) -> dict[str, Any]:
+def _cost(ctx: BuildContext, target: Target, path: Path, model: BuiltModel) -> dict[str, Any]:
+    """What an attempt costs on the device: its p50 here (XNNPACK or the kernels it runs with,
+    a short timing: a proxy, like the build's speed line) and, for the Edge TPU, the ops predicted
+    on the TPU (the offline check). Best-effort: a figure that cannot be taken is None."""
+    from edgekit.builders.speed import measure
+    from edgekit.errors import EdgekitError
+
+    cost: dict[str, Any] = {"p50_ms": None, "tpu_ops": None}
+    options = {"delegate": "xnnpack", **(model.runtime_options or {})}
+    if options["delegate"] == "edgetpu":  # the plain int8 file runs on this host's CPU
+        options["delegate"] = "xnnpack"
+    try:
+        cost["p50_ms"] = round(measure({"m": (path, options)}, COST_TIMING_S, rounds=1)["m"].p50_ms, 3)
+    except (EdgekitError, RuntimeError, ValueError) as exc:
+        ctx.log.record(f"int8 recovery: not timed ({exc})", f"[{target.name}] ")
+    if ctx.options_for(target).get("compile"):
+        from edgekit.tflite.edgetpu_rules import check_model
+
+        report = check_model(path)
+        cost["tpu_ops"] = f"{report.tpu_ops}/{report.total_ops}"
+    return cost
+
+
+def table_lines(target: str, rows: list[dict[str, Any]]) -> list[str]:
+    """The recovery table for the build log: one line per attempt (what changed, the figure the
+    gate judged, p50 here, ops predicted on the TPU, kept)."""
+    width = max(len(r["label"]) for r in rows)
+    lines = [f"[{target}] int8 recovery: {'attempt'.ljust(width)}  {rows[0]['figure_name']:>12}  p50 ms  "
+             "TPU ops  kept"]
+    for r in rows:
+        p50 = f"{r['p50_ms']:.3g}" if r.get("p50_ms") is not None else "-"
+        lines.append(f"[{target}] int8 recovery: {r['label'].ljust(width)}  {r['figure']:>12.6g}  {p50:>6}  "
+                     f"{r.get('tpu_ops') or '-':>7}  {'yes' if r.get('kept') else ''}")
+    return lines
+
+
+def _row(label: str, model: BuiltModel, cost: dict[str, Any] | None = None) -> dict[str, Any]:
     passed = not any(isinstance(r, dict) and r.get("passed") is False for r in model.verification.values())
     has_ratio = any(isinstance(r, dict) and r.get("ratio") is not None for r in model.verification.values())
     return {"label": label, "figure_name": "ratio" if has_ratio else "worst cosine",
-            "figure": round(_figure(model), 6), "passed": passed, "seconds": round(model.convert_seconds, 2)}
+            "figure": round(_figure(model), 6), "passed": passed, "seconds": round(model.convert_seconds, 2),
+            **(cost or {})}

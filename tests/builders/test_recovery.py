@@ -86,3 +86,15 @@ def test_a_model_that_missed_another_figure_is_checked_whatever_its_ratio():
     line = unstable_line(record, Gate("top-1 ratio", "--min-accuracy-ratio", 0.99, 0.98), tried=True)
     assert line.endswith("(--calib-steps 300; recovery tries it next, within its time budget) and compare two "
                          "--seed builds")
+
+
+def test_the_recovery_table_has_a_line_per_attempt_with_its_cost():
+    rows = [{"label": "as built", "figure_name": "ratio", "figure": 0.9527, "p50_ms": 4.34, "tpu_ops": "227/263",
+             "kept": False},
+            {"label": "calibration on all 150 images", "figure_name": "ratio", "figure": 0.9432, "p50_ms": None,
+             "tpu_ops": None, "kept": True}]
+    lines = recovery.table_lines("edgetpu", rows)
+    assert len(lines) == 3 and all(line.startswith("[edgetpu] int8 recovery: ") for line in lines)
+    assert lines[0].split(": ", 1)[1].split() == ["attempt", "ratio", "p50", "ms", "TPU", "ops", "kept"]
+    assert "0.9527" in lines[1] and "4.34" in lines[1] and "227/263" in lines[1] and not lines[1].endswith("yes")
+    assert lines[2].rstrip().endswith("-  yes") and "0.9432" in lines[2]

@@ -41,6 +41,7 @@ def test_edgetpu_recovery_never_keeps_float_layers(tmp_path):
     [r] = failed.value.results
     rows = r.manifest["verification"]["models"]["int8"]["recovery"]
     # the calibration check finds two samples' cosines further apart than the 1e-6 margin: its count first
+    assert all(row["tpu_ops"].count("/") == 1 for row in rows)  # each attempt's ops predicted on the TPU
     assert [row["label"] for row in rows] == ["as built", "calibration on 80 images (the count the calibration check "
                                               "recommended)", "calibration on all 160 images"]
     assert all("float" not in row["label"] for row in rows)
@@ -69,3 +70,6 @@ def test_cpu_recovery_tries_int16_activations(tmp_path):
     rows = {row["label"]: row for row in r.manifest["verification"]["models"]["int8"]["recovery"]}
     sixteen = rows["int16 activations, int8 weights (16x8; float I/O)"]
     assert 0.999 < sixteen["figure"] < 0.9999999 and not sixteen["passed"]  # verified like the others
+    assert all(row["p50_ms"] > 0 and row["tpu_ops"] is None for row in rows.values())  # timed; no TPU on cpu
+    [log] = (tmp_path / "dist").glob("*.rejected/build.log")
+    assert "[cpu] int8 recovery: attempt" in log.read_text()  # the table, a line per attempt
