@@ -66,10 +66,11 @@ def layer_errors(conv: Any, representative: Iterable[np.ndarray], debug_images: 
     """The ``worst`` layers by RMSE/scale of an int8 conversion, and the number of images the
     instrumented model ran on.
 
-    ``conv``: the ``TFLiteConverter`` set up for int8 as the build converts
-    (:func:`edgekit.builders.tflite.converter`), calibrating on ``representative`` (one float
-    tensor per image, no batch axis; a sized re-iterable), so the debugger's ranges are the
-    built model's; the first ``debug_images`` of it run through the instrumented model.
+    ``conv``: the int8 model instrumented for the debugger, as the build quantised it
+    (:func:`edgekit.builders.tflite_quantize.quantize_int8` with ``numeric_verify``), or a
+    ``TFLiteConverter`` set up for int8 calibrating on ``representative`` (one float tensor per
+    image, no batch axis; a sized re-iterable), so the debugger's ranges are the built model's;
+    the first ``debug_images`` of it run through the instrumented model.
     ``outputs``: see :func:`worst_layers`.
     """
     import tensorflow as tf
@@ -86,7 +87,8 @@ def layer_errors(conv: Any, representative: Iterable[np.ndarray], debug_images: 
         layer_debug_metrics={"mean_abs_error": lambda diff: float(np.mean(np.abs(diff)))})
     with warnings.catch_warnings():  # tf.lite.Interpreter's deprecation notice: the debugger's own use
         warnings.simplefilter("ignore", UserWarning)
-        debugger = tf.lite.experimental.QuantizationDebugger(converter=conv, debug_dataset=debug_dataset,
+        model = {"quant_debug_model_content": conv} if isinstance(conv, bytes) else {"converter": conv}
+        debugger = tf.lite.experimental.QuantizationDebugger(**model, debug_dataset=debug_dataset,
                                                              debug_options=options)
         debugger.run()
     dump = io.StringIO()
@@ -223,8 +225,8 @@ def quantization_report(ctx: BuildContext, make_converter: Callable[[TensorStrea
                         expect: Sequence[Callable | None] | None = None) -> dict:
     """The report for ``ctx``'s int8 conversion: worst layers, mixed-range findings, hints.
 
-    ``make_converter`` gives the int8 ``TFLiteConverter`` calibrating on the stream it is
-    handed (``ctx.representative()``); ``outputs`` maps the int8 model's output tensor names
+    ``make_converter`` gives the instrumented int8 model (or a ``TFLiteConverter``) calibrated
+    on the stream it is handed (``ctx.representative()``); ``outputs`` maps the int8 model's output tensor names
     to the outputs' names; ``expect`` what rewrites made of each output (:func:`reference_sample`:
     an output a rewrite already normalised gets no "normalise the boxes" hint).
     A debugger failure (the API is experimental) is recorded as ``error`` and the hints are

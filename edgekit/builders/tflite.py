@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from edgekit.builders.contract import BuilderOutput, BuiltModel, task_extra
-from edgekit.builders.tflite_convert import convert, converter, output_order, same_outputs
+from edgekit.builders.tflite_convert import convert, output_order, same_outputs
 from edgekit.builders.tflite_int8 import int8_model
 from edgekit.errors import ModelError
 
@@ -135,17 +135,15 @@ def _written(ctx: BuildContext, target: Target, saved: Path | None, path: Path, 
 
 
 def convert_tflite(ctx: BuildContext, variant: str, representative, io_dtype: str) -> bytes:
-    """A variant of a float .tflite source, made on its own graph (builders/tflite_edit.py):
-    fp32 float32 weights, fp16 float16 weights, int8 full-integer with ``io_dtype`` I/O."""
-    from edgekit.builders import tflite_edit, tflite_quantize
+    """A float variant of a .tflite source, made on its own graph (builders/tflite_edit.py):
+    fp32 float32 weights, fp16 float16 weights (int8: builders/tflite_int8.py)."""
+    from edgekit.builders import tflite_edit
 
     blob = ctx.source.handle.blob
     if variant == "fp32":
         return tflite_edit.float32_weights(blob)
     if variant == "fp16":
         return tflite_edit.float16_weights(blob)
-    if variant == "int8":
-        return tflite_quantize.quantize_int8(blob, representative, io_dtype)
     raise ModelError(f"unknown TFLite variant {variant!r}", "use fp32, fp16 or int8")
 
 
@@ -239,17 +237,17 @@ def _weak_ungated(ctx: BuildContext, target: Target, verification: dict) -> bool
 
 def _quant_report(ctx: BuildContext, target: Target, saved: Path, io_dtype: str, missed: bool,
                   tensors: dict[str, str], expect: list | None = None) -> dict:
-    """Per-layer quantisation error and the mixed-range hints (on the outputs as ``expect`` says
-    the rewritten model gives them), logged line by line."""
+    """Per-layer quantisation error of the int8 as built (the float graph it quantised, rewrites
+    and clamps included, the same calibration ranges) and the mixed-range hints (on the outputs
+    as ``expect`` says the rewritten model gives them), logged line by line."""
     from edgekit.builders.quant_report import quantization_report, report_lines
+    from edgekit.builders.tflite_quantize import quantize_int8
 
     why = "int8 missed the gate" if missed else "int8"
-    if saved is None:  # TensorFlow's QuantizationDebugger needs a converter, which a .tflite source has not
-        ctx.log.info(f"[{target.name}] {why}: the per-layer quantisation report needs a Keras, SavedModel or "
-                     "ONNX source (not available for a .tflite source)")
-        return {"available": False, "reason": "per-layer report needs a Keras, SavedModel or ONNX source"}
+    float_graph = ctx.int8_float[0]
     with ctx.log.step(f"[{target.name}] {why}: per-layer quantisation error"):
-        report = quantization_report(ctx, lambda rep: converter(saved, "int8", rep, io_dtype), tensors, expect)
+        report = quantization_report(ctx, lambda rep: quantize_int8(float_graph, rep, io_dtype, numeric_verify=True),
+                                     tensors, expect)
     for line in report_lines(report):
         (ctx.log.warn if line.startswith(("hint:", "QuantizationDebugger")) else ctx.log.info)(line)
     return report

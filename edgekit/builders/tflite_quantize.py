@@ -22,47 +22,57 @@ NATIVE_LOG = logging.getLogger("edgekit.builders.native")
 
 
 def quantize_int8(blob: bytes, representative: Iterable[np.ndarray], io_dtype: str = "uint8",
-                  denylisted_nodes: list[str] | None = None) -> bytes:
+                  denylisted_nodes: list[str] | None = None, numeric_verify: bool = False) -> bytes:
     """Full-integer int8 of a float TFLite model, calibrated on ``representative`` (one float
     tensor per image, no batch axis, in the model's own layout), with ``io_dtype`` I/O.
 
     TensorFlow's own post-training steps, as ``TFLiteConverter`` runs them with
     ``TFLITE_BUILTINS_INT8``; an op left in float afterwards is refused, naming it, unless it
     was asked for: ``denylisted_nodes`` (op output tensor names) stay float on purpose.
+    ``numeric_verify``: the same quantisation instrumented for TensorFlow's QuantizationDebugger
+    (each int8 op's output compared with its float op's; float I/O), for the per-layer report.
     """
-    from edgekit.builders.log import progress
     from edgekit.builders.source_model import import_tf
 
     tf = import_tf()
     from tensorflow.lite.python.convert import mlir_quantize
-    from tensorflow.lite.python.optimize import calibrator
 
     if representative is None or not len(representative):
         raise ModelError("int8 conversion needs calibration images", "pass --calib DIR")
-    io = {"uint8": tf.uint8, "int8": tf.int8}[io_dtype]
-
+    io = tf.float32 if numeric_verify else {"uint8": tf.uint8, "int8": tf.int8}[io_dtype]
     try:
-        prepared = calibrator.add_intermediate_tensors(float32_weights(blob))
-        observer = RangeObserver(prepared)
-
-        def feed():
-            for x in progress(representative, "int8 calibration", total=len(representative)):
-                sample = np.asarray(x, np.float32)[None]
-                observer.observe(sample)
-                yield [sample]
-
-        calibrated = observer.corrected(calibrator.Calibrator(prepared).calibrate(feed))
+        calibrated = _calibrated(blob, representative)
         with native_stderr_to_log(NATIVE_LOG, converter_level):  # "fully_quantize: 0, inference_type: 6 ..."
             quantized = mlir_quantize(calibrated, input_data_type=io, output_data_type=io,
+                                      enable_numeric_verify=numeric_verify,
                                       denylisted_nodes=list(denylisted_nodes) if denylisted_nodes else None)
     except (RuntimeError, ValueError) as exc:
         raise ModelError(f"TFLite int8 quantisation failed: {converter_error(str(exc)) or type(exc).__name__}",
                          "see build.log (--debug); the fp32 and fp16 variants do not need it") from exc
-    float_ops = [] if denylisted_nodes else float_ops_left(quantized)
+    float_ops = [] if denylisted_nodes or numeric_verify else float_ops_left(quantized)
     if float_ops:
         raise ModelError(f"int8: TensorFlow's quantiser left {', '.join(float_ops)} in float (no int8 kernel)",
                          "build --variants fp32,fp16 for this model, or replace those ops before export")
     return quantized
+
+
+def _calibrated(blob: bytes, representative: Iterable[np.ndarray]) -> bytes:
+    """The float model with each tensor's calibration range: TensorFlow's calibrator, its ranges
+    corrected by what :class:`RangeObserver` saw."""
+    from tensorflow.lite.python.optimize import calibrator
+
+    from edgekit.builders.log import progress
+
+    prepared = calibrator.add_intermediate_tensors(float32_weights(blob))
+    observer = RangeObserver(prepared)
+
+    def feed():
+        for x in progress(representative, "int8 calibration", total=len(representative)):
+            sample = np.asarray(x, np.float32)[None]
+            observer.observe(sample)
+            yield [sample]
+
+    return observer.corrected(calibrator.Calibrator(prepared).calibrate(feed))
 
 
 def quantize_16x8(blob: bytes, representative: Iterable[np.ndarray]) -> bytes:
