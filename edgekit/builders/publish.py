@@ -249,8 +249,9 @@ def verification_summary(per_variant: dict, default: str, ctx: BuildContext) -> 
 
     ``classify`` with an eval set: every model must reach ``min_ratio`` of the original top-1.
     ``raw``: every model's worst output must reach ``min_cosine`` on the eval images (or the
-    held-back calibration images without an eval set). Otherwise the agreement on the
-    held-back images is reported but does not gate.
+    held-back calibration images without an eval set). ``detect`` without an eval set: the
+    fidelity figures on the held-back images (builders/detect_gate.py). Otherwise the agreement
+    on the held-back images is reported but does not gate.
     """
     has_eval = ctx.evalset is not None
     raw = ctx.task == "raw"
@@ -280,13 +281,18 @@ def verification_summary(per_variant: dict, default: str, ctx: BuildContext) -> 
                 "calibration images (agreement), not gated" if ctx.task == "detect"
                 else "no --eval: agreement on held-back calibration images, not gated")
         summary["note"] = f"{note}, beyond cosine >= {BROKEN_COSINE}"
+    elif ctx.task == "detect" and not has_eval:
+        summary["note"] = ("no --eval: each model's detections on the held-back calibration images held to the "
+                           "original's (agreement at the bundle's threshold, distinct scores, score cosine); "
+                           "their mAP against the original's detections reported")
     return summary
 
 
 def _gated(ctx: BuildContext) -> bool:
-    """Whether the gate judges the models: with --eval; for ``raw`` also on the held-back images."""
+    """Whether the gate judges the models: with --eval; for ``raw`` and ``detect`` also on the
+    held-back images (a detector's fidelity to the original's detections, builders/detect_gate.py)."""
     has_eval = ctx.evalset is not None
-    return (has_eval or bool(len(ctx.holdout))) if ctx.task == "raw" else has_eval
+    return (has_eval or bool(len(ctx.holdout))) if ctx.task in ("raw", "detect") else has_eval
 
 
 def variant_failures(per_variant: dict, ctx: BuildContext) -> dict[str, str]:

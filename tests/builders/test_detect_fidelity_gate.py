@@ -221,3 +221,23 @@ def test_a_wide_logit_int8_fails_on_its_score_levels_in_a_build(tmp_path):
     assert list(ev["gate_failures"]) == ["--min-score-levels"] and ev["ratio"] >= 0.99  # mAP alone says PASS
     assert "distinct scores < 20" in r.error and "--min-score-levels 20" in r.error
     assert "lower --min-score-levels" in failed.value.hint
+
+
+@pytest.mark.slow
+def test_without_eval_a_detector_is_held_to_the_originals_detections_on_the_held_back_images(tmp_path):
+    """No --eval, so no mAP: the same damaged int8 fails on its held-back images' score levels; the
+    fp32 beside it passes (its detections are the original's)."""
+    from edgekit.builders.build import build
+    from edgekit.errors import VerificationFailed
+
+    anchors = _wide_logit_detector(tmp_path)
+    with pytest.raises(VerificationFailed) as failed:
+        build(tmp_path / "wide.keras", ["cpu"], [tmp_path / "calib" / "images"], out=tmp_path / "dist",
+              quiet=True, task="detect", variants=["fp32", "int8"], recover=False,
+              preprocess={"colour": "rgb", "mean": [0.0], "std": [255.0], "resize": "stretch"},
+              task_options={"layout": "ssd", "anchors": anchors})
+    [r] = failed.value.results
+    assert r.partial and r.rejected == ("int8",) and r.manifest["verification"]["gated"]
+    held = r.manifest["verification"]["models"]["fp32"]["holdout"]
+    assert held["passed"] and held["fidelity"]["detections"]["agreement"] == 1.0
+    assert "distinct scores <" in r.error and "--min-score-levels" in r.error
