@@ -67,6 +67,7 @@ class BuildContext:
     background: int | None = field(default=None, init=False)  # the no-sign class (classify; builders/openset.py)
     float_tflite: bytes | None = field(default=None, init=False, repr=False)  # fp32 TFLite, made once per build
     int8_float: tuple | None = field(default=None, init=False, repr=False)  # (float graph int8 is made from, rewrites)
+    int8_unrewritten: bytes | None = field(default=None, init=False, repr=False)  # that graph before its rewrites
     _saved: Path | None = None
 
     def __post_init__(self) -> None:

@@ -203,6 +203,11 @@ def _edgetpu(ctx: BuildContext, out_dir: Path, models: list[BuiltModel], options
             strict_tpu_ops=bool(options.get("strict_tpu_ops")),
         )
     report["offline"]["model"] = int8.file  # not the temporary build path
+    before = _tpu_share_before_rewrites(ctx)
+    if before is not None:
+        report["offline"]["before_rewrites"] = before
+        ctx.log.info(f"[edgetpu] before the rewrites the int8 would be predicted {before['tpu_ops']}/"
+                     f"{before['total_ops']} ops on the TPU" + (f" (cut at {before['cut']})" if before["cut"] else ""))
     for warning in report.get("warnings", []):
         ctx.log.warn(warning)
     off = report["offline"]
@@ -223,6 +228,28 @@ def _edgetpu(ctx: BuildContext, out_dir: Path, models: list[BuiltModel], options
         verification=dict(int8.verification, note="verified through the plain int8 model"),
     )
     return BuilderOutput((*models, compiled), "int8_edgetpu", edgetpu=report)
+
+
+def _tpu_share_before_rewrites(ctx: BuildContext, images: int = 4) -> dict | None:
+    """The ops the Edge TPU would be predicted to take of the int8 made without the graph rewrites
+    (quantised on a few calibration images: the op share does not depend on the ranges), for the
+    manifest and ``inspect``; None when nothing was rewritten or that int8 cannot be made."""
+    from edgekit.builders.tflite_quantize import quantize_int8
+    from edgekit.tflite.edgetpu_rules import check_model
+
+    if ctx.int8_unrewritten is None:
+        return None
+    sample = [x for _, x in zip(range(images), ctx.representative())]
+    try:
+        blob = quantize_int8(ctx.int8_unrewritten, sample, "uint8")
+    except ModelError as exc:
+        ctx.log.record(f"the int8 without rewrites was not made ({exc.message[:200]})", "[edgetpu] ")
+        return None
+    probe = ctx.workdir / "int8_before_rewrites.tflite"
+    probe.write_bytes(blob)
+    report = check_model(probe)
+    cut = f"op {report.cut.index} ({report.cut.opcode})" if report.cut is not None else None
+    return {"tpu_ops": report.tpu_ops, "total_ops": report.total_ops, "cut": cut}
 
 
 def _weak_ungated(ctx: BuildContext, target: Target, verification: dict) -> bool:

@@ -44,6 +44,7 @@ def int8_model(ctx: BuildContext, target: Target, saved: Path | None, representa
             ctx.log.info(f"[{target.name}] int8: {rewrite.op} into {rewrite.into} before quantising (one int8 "
                          "scale for values spanning hundreds leaves a coarse step where the detections are)")
     ctx.int8_float = (rewritten, done)  # what a recovery attempt quantises again (builders/recovery.py)
+    ctx.int8_unrewritten = float_model if done else None  # the Edge TPU share before them (builders/tflite.py)
     return tflite_quantize.quantize_int8(rewritten, representative, io_dtype), done
 
 

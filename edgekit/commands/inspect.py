@@ -98,7 +98,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _resolve_model(path: Path, name: str | None) -> tuple[Path, str | None, dict[str, Any]]:
-    """The model file, the bundle's target, and what the build recorded of it (``rewrites``, ``speed``)."""
+    """The model file, the bundle's target, and what the build recorded of it (``rewrites``, ``speed``,
+    the Edge TPU op share before the rewrites)."""
     if path.is_dir():
         from edgekit.bundle import load_bundle
 
@@ -108,6 +109,9 @@ def _resolve_model(path: Path, name: str | None) -> tuple[Path, str | None, dict
         entry = next((m for m in bundle.models if m.file == model.name), None)
         extra = entry.extra if entry is not None else {}
         built = {k: extra[k] for k in ("rewrites", "speed") if isinstance(extra.get(k), (list, dict))}
+        before = ((bundle.manifest.get("edgetpu") or {}).get("offline") or {}).get("before_rewrites")
+        if built.get("rewrites") and isinstance(before, dict):
+            built["edgetpu_before_rewrites"] = before
         return model, bundle.target, built
     if not path.is_file():
         raise ModelError(f"model {path} does not exist", "give a .tflite file or a bundle directory")
@@ -134,6 +138,11 @@ def _build_lines(built: dict[str, Any]) -> list[str]:
     for r in built.get("rewrites", []):
         if isinstance(r, dict):
             lines.append(f"rewritten before int8: {r.get('op')} x{r.get('count')} into {r.get('into')}")
+    before = built.get("edgetpu_before_rewrites")
+    if before is not None and isinstance(before.get("tpu_ops"), int) and isinstance(before.get("total_ops"), int):
+        cut = before.get("cut")
+        lines.append(f"Edge TPU before the rewrites (at build): {before['tpu_ops']}/{before['total_ops']} ops "
+                     "predicted on the TPU" + (f", cut at {str(cut)[:80]}" if cut else ""))
     speed = built.get("speed")
     if isinstance(speed, dict) and speed.get("p50_ms") is not None:
         ratio = f" ({speed['vs_fp32']}x fp32)" if speed.get("vs_fp32") is not None else ""

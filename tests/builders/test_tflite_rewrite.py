@@ -120,6 +120,17 @@ def test_edgetpu_build_maps_every_op_after_the_rewrite(tmp_path, source):
     int8_ops = _ops((r.bundle / entry.file).read_bytes())
     assert not expected & set(int8_ops)
     assert f"rewrote HARD_SWISH x{count}" in (r.bundle / "build.log").read_text()
+    before = offline["before_rewrites"]  # the int8 of the graph as it came: cut at the first hard activation
+    assert before["tpu_ops"] < before["total_ops"] and any(op in before["cut"] for op in expected)
+    import contextlib
+    import io
+
+    from edgekit.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["inspect", str(r.bundle)]) == 0
+    assert f"Edge TPU before the rewrites (at build): {before['tpu_ops']}/{before['total_ops']} ops" in out.getvalue()
 
 
 def test_score_logits_are_clamped_in_the_graph_before_int8():
