@@ -3,15 +3,18 @@
 Attempts, in order, each quantised by TensorFlow's post-training quantiser on the float TFLite
 graph (rewrites included) and verified like the first:
 
-1. when the calibration check (builders/calib_stability.py) found the int8 depends on its
+1. the calibration ranges as TensorFlow's calibrator logs them (builders/tflite_quantize.py:
+   wider where an op wrote over its input; wider ranges clip less on images unlike the
+   calibration ones: the demo detector's box sizes);
+2. when the calibration check (builders/calib_stability.py) found the int8 depends on its
    sample, calibration on the count it recommended (as many of the drawn images as there are),
    the row's label saying so;
-2. on targets that may run float ops (cpu, rpi: not the Edge TPU, which needs full integer),
+3. on targets that may run float ops (cpu, rpi: not the Edge TPU, which needs full integer),
    the layers whose int8 output differs most from the float graph's kept in float (TensorFlow's
    ``denylisted_nodes``), 3 then 10 of them;
-3. on the same targets, int16 activations with int8 weights ("16x8", float I/O): 256 times
+4. on the same targets, int16 activations with int8 weights ("16x8", float I/O): 256 times
    finer activation steps, slower than int8 on a CPU (XNNPACK has no 16x8 kernels);
-4. calibration on every drawn calibration image (the first saw ``--calib-steps`` of them).
+5. calibration on every drawn calibration image (the first saw ``--calib-steps`` of them).
 
 The first attempt that passes is kept; when none does, the best of them (its figure: top-1 or
 mAP ratio, else the worst output's cosine), so the ``.rejected`` evidence is the closest miss.
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,16 +44,34 @@ conversion, not a few layers' rounding: recovery is not tried (it would only cos
 FLOAT_LAYERS = (3, 10)
 COST_TIMING_S = 0.3
 """Seconds each attempt is timed for its row's p50 (the build's speed line times the kept one longer)."""
-SIXTEEN_BY_EIGHT = ("16x8",)
-"""The denylist slot of the 16x8 attempt: it is quantised by :func:`quantize_16x8`, with no layers in float."""
+LOGGED_RANGES_LABEL = "calibration ranges as TensorFlow logs them (wider)"
+SIXTEEN_BY_EIGHT_LABEL = "int16 activations, int8 weights (16x8; float I/O)"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One recovery attempt: its row's label, the calibration images, the layers kept in float,
+    and the quantiser: ``int8`` (observed ranges), ``logged`` (TensorFlow's ranges) or ``16x8``."""
+
+    label: str
+    images: Any
+    denied: list[str] | None = None
+    quantiser: str = "int8"
+
+    def quantise(self, float_model: bytes, representative, io_dtype: str) -> bytes:
+        """The attempt's model from the float graph, calibrated on ``representative``."""
+        from edgekit.builders.tflite_quantize import quantize_16x8, quantize_int8
+
+        if self.quantiser == "16x8":
+            return quantize_16x8(float_model, representative)
+        return quantize_int8(float_model, representative, io_dtype, denylisted_nodes=self.denied,
+                             logged_ranges=self.quantiser == "logged")
 
 
 def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltModel, dict],
             finish, first_seconds: float) -> tuple[BuiltModel, dict]:
     """Retry a missed int8 (see the module doc); ``finish(blob, rewrites, seconds)`` writes
     ``path`` and verifies it. Returns the kept (model, coverage); ``path`` holds its file."""
-    from edgekit.builders.tflite_quantize import quantize_16x8, quantize_int8
-
     rows = [_row("as built", first[0], _cost(ctx, target, path, first[0]))]
     if rows[0]["figure"] < HOPELESS:
         first_figure = f"{rows[0]['figure_name']} {rows[0]['figure']}"
@@ -62,14 +83,13 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
     best, best_blob, kept = first, path.read_bytes(), 0
     float_model, rewrites = ctx.int8_float
     io_dtype = first[0].input.dtype if first[0].input.dtype in ("uint8", "int8") else "uint8"
-    for label, denied, images in _attempts(ctx, target, float_model, first[0]):
+    for attempt in _attempts(ctx, target, float_model, first[0]):
+        label = attempt.label
         if time.monotonic() - started > budget:
             ctx.log.info(f"[{target.name}] int8 recovery: time budget ({budget:.0f} s) spent; stopping")
             break
         with ctx.log.step(f"[{target.name}] int8 recovery: {label}") as step:
-            representative = images.stream(ctx._nhwc, ctx.chunk)
-            blob = (quantize_16x8(float_model, representative) if denied == SIXTEEN_BY_EIGHT
-                    else quantize_int8(float_model, representative, io_dtype, denylisted_nodes=denied))
+            blob = attempt.quantise(float_model, attempt.images.stream(ctx._nhwc, ctx.chunk), io_dtype)
         candidate = finish(blob, rewrites, step["seconds"], report=False)
         rows.append(_row(label, candidate[0], _cost(ctx, target, path, candidate[0])))
         ctx.log.info(f"[{target.name}] int8 recovery: {label}: {rows[-1]['figure_name']} {rows[-1]['figure']}, "
@@ -95,22 +115,24 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
 
 
 def _attempts(ctx: BuildContext, target: Target, float_model: bytes, first: BuiltModel):
-    """``(label, denylisted nodes, calibration images)`` of each attempt, made lazily, the likeliest
-    to help first: the calibration count the calibration check recommended when it found the int8
-    depends on its sample (a full-integer model, faster than one with float layers), then float
-    layers and 16x8 where the target allows them, then every calibration image."""
+    """Each :class:`Attempt`, made lazily, the likeliest to help first: TensorFlow's wider ranges
+    and the calibration count the calibration check recommended when it found the int8 depends
+    on its sample (full-integer models, faster than ones with float layers), then float layers
+    and 16x8 where the target allows them, then every calibration image."""
+    if ctx.converter_calib is not None:
+        yield Attempt(LOGGED_RANGES_LABEL, ctx.converter_calib, quantiser="logged")
     recommended = recommended_attempt(ctx, first)
     if recommended is not None:
-        yield recommended[0], None, recommended[1]
+        yield Attempt(*recommended)
     if not ctx.options_for(target).get("compile"):  # the Edge TPU runs full-integer models only
         worst = worst_layers(float_model, ctx)
         for count in FLOAT_LAYERS:
             if len(worst) >= count or count == FLOAT_LAYERS[0]:
-                yield f"{min(count, len(worst))} worst layers in float", worst[:count], ctx.converter_calib
-        yield "int16 activations, int8 weights (16x8; float I/O)", SIXTEEN_BY_EIGHT, ctx.converter_calib
+                yield Attempt(f"{min(count, len(worst))} worst layers in float", ctx.converter_calib, worst[:count])
+        yield Attempt(SIXTEEN_BY_EIGHT_LABEL, ctx.converter_calib, quantiser="16x8")
     tried = len(recommended[1]) if recommended is not None else None
     if ctx.converter_calib is not None and tried != len(ctx.calib) > len(ctx.converter_calib):
-        yield f"calibration on all {len(ctx.calib)} images", None, ctx.calib
+        yield Attempt(f"calibration on all {len(ctx.calib)} images", ctx.calib)
 
 
 def recommended_attempt(ctx: BuildContext, first: BuiltModel) -> tuple[str, Any] | None:

@@ -22,7 +22,8 @@ NATIVE_LOG = logging.getLogger("edgekit.builders.native")
 
 
 def quantize_int8(blob: bytes, representative: Iterable[np.ndarray], io_dtype: str = "uint8",
-                  denylisted_nodes: list[str] | None = None, numeric_verify: bool = False) -> bytes:
+                  denylisted_nodes: list[str] | None = None, numeric_verify: bool = False,
+                  logged_ranges: bool = False) -> bytes:
     """Full-integer int8 of a float TFLite model, calibrated on ``representative`` (one float
     tensor per image, no batch axis, in the model's own layout), with ``io_dtype`` I/O.
 
@@ -31,6 +32,9 @@ def quantize_int8(blob: bytes, representative: Iterable[np.ndarray], io_dtype: s
     was asked for: ``denylisted_nodes`` (op output tensor names) stay float on purpose.
     ``numeric_verify``: the same quantisation instrumented for TensorFlow's QuantizationDebugger
     (each int8 op's output compared with its float op's; float I/O), for the per-layer report.
+    ``logged_ranges``: the ranges as TensorFlow's calibrator logs them, not corrected
+    (:class:`RangeObserver`): wider where an op overwrote its input, which clips less on images
+    unlike the calibration ones (a recovery attempt, builders/recovery.py).
     """
     from edgekit.builders.source_model import import_tf
 
@@ -41,7 +45,7 @@ def quantize_int8(blob: bytes, representative: Iterable[np.ndarray], io_dtype: s
         raise ModelError("int8 conversion needs calibration images", "pass --calib DIR")
     io = tf.float32 if numeric_verify else {"uint8": tf.uint8, "int8": tf.int8}[io_dtype]
     try:
-        calibrated = _calibrated(blob, representative)
+        calibrated = _calibrated(blob, representative, correct=not logged_ranges)
         with native_stderr_to_log(NATIVE_LOG, converter_level):  # "fully_quantize: 0, inference_type: 6 ..."
             quantized = mlir_quantize(calibrated, input_data_type=io, output_data_type=io,
                                       enable_numeric_verify=numeric_verify,
@@ -56,23 +60,25 @@ def quantize_int8(blob: bytes, representative: Iterable[np.ndarray], io_dtype: s
     return quantized
 
 
-def _calibrated(blob: bytes, representative: Iterable[np.ndarray]) -> bytes:
+def _calibrated(blob: bytes, representative: Iterable[np.ndarray], correct: bool = True) -> bytes:
     """The float model with each tensor's calibration range: TensorFlow's calibrator, its ranges
-    corrected by what :class:`RangeObserver` saw."""
+    corrected by what :class:`RangeObserver` saw (``correct``)."""
     from tensorflow.lite.python.optimize import calibrator
 
     from edgekit.builders.log import progress
 
     prepared = calibrator.add_intermediate_tensors(float32_weights(blob))
-    observer = RangeObserver(prepared)
+    observer = RangeObserver(prepared) if correct else None
 
     def feed():
         for x in progress(representative, "int8 calibration", total=len(representative)):
             sample = np.asarray(x, np.float32)[None]
-            observer.observe(sample)
+            if observer is not None:
+                observer.observe(sample)
             yield [sample]
 
-    return observer.corrected(calibrator.Calibrator(prepared).calibrate(feed))
+    calibrated = calibrator.Calibrator(prepared).calibrate(feed)
+    return observer.corrected(calibrated) if observer is not None else calibrated
 
 
 def quantize_16x8(blob: bytes, representative: Iterable[np.ndarray]) -> bytes:
@@ -100,6 +106,10 @@ def quantize_16x8(blob: bytes, representative: Iterable[np.ndarray]) -> bytes:
     except (RuntimeError, ValueError) as exc:
         raise ModelError(f"TFLite 16x8 quantisation failed: {converter_error(str(exc)) or type(exc).__name__}",
                          "see build.log (--debug)") from exc
+
+
+MIN_WIDENING = 1.001
+"""A logged range is replaced when it is wider than the observed one by more than float noise."""
 
 
 class RangeObserver:
@@ -158,8 +168,8 @@ class RangeObserver:
                 self.high[index] = max(self.high.get(index, high), high)
 
     def corrected(self, calibrated: bytes) -> bytes:
-        """``calibrated`` with each logged range replaced by the observed one (same tensor
-        indices: the calibrator writes its statistics into the graph it was given)."""
+        """``calibrated`` with each logged range wider than the observed one replaced by it (same
+        tensor indices: the calibrator writes its statistics into the graph it was given)."""
         if self.failed or not self.low:
             NATIVE_LOG.debug("int8 calibration ranges not checked: %s", self.failed or "nothing observed")
             return calibrated
@@ -170,7 +180,7 @@ class RangeObserver:
             if index not in self.low or q is None or q.min is None or q.max is None or len(q.min) != 1:
                 continue
             low, high = self.low[index], self.high[index]
-            if (float(q.min[0]), float(q.max[0])) != (low, high):
+            if float(q.max[0]) - float(q.min[0]) > MIN_WIDENING * max(high - low, 1e-12):
                 q.min, q.max = np.array([low], np.float32), np.array([high], np.float32)
                 changed += 1
         NATIVE_LOG.debug("int8 calibration: %d logged ranges corrected from the observed values", changed)

@@ -55,18 +55,20 @@ def test_the_recommended_count_is_tried_from_the_drawn_images_and_says_so():
 def test_one_recovery_path_per_target_kind(monkeypatch, target, float_layers):
     monkeypatch.setattr(recovery, "worst_layers", lambda blob, ctx: [f"layer{i}" for i in range(12)])
     attempts = list(recovery._attempts(_ctx(), load_target(target), b"", _first(100)))
-    labels = [label for label, _, _ in attempts]
-    assert labels[0] == "calibration on 100 images (the count the calibration check recommended)"
-    floats = [label for label in labels if "in float" in label or "16x8" in label]
-    assert floats == (["3 worst layers in float", "10 worst layers in float",
-                       "int16 activations, int8 weights (16x8; float I/O)"] if float_layers else [])
+    labels = [a.label for a in attempts]
+    # TensorFlow's wider ranges first (full integer, same images), then the recommended count
+    assert labels[:2] == [recovery.LOGGED_RANGES_LABEL,
+                          "calibration on 100 images (the count the calibration check recommended)"]
+    assert attempts[0].quantiser == "logged" and attempts[0].denied is None
+    floats = [a.label for a in attempts if a.denied or a.quantiser == "16x8"]
+    assert floats == (["3 worst layers in float", "10 worst layers in float", recovery.SIXTEEN_BY_EIGHT_LABEL]
+                      if float_layers else [])
     assert labels[-1] == "calibration on all 120 images"
-    assert all(denied is None for label, denied, _ in attempts if label not in floats)  # full integer int8
-    assert [denied for label, denied, _ in attempts if "16x8" in label] == ([recovery.SIXTEEN_BY_EIGHT]
-                                                                             if float_layers else [])
-    # without a recommendation: float layers and 16x8 first where allowed, every calibration image last
-    plain = [label for label, _, _ in recovery._attempts(_ctx(), load_target(target), b"", _first(None))]
-    assert plain == floats + ["calibration on all 120 images"]
+    assert all(a.quantiser in ("int8", "logged") and not a.denied for a in attempts if a.label not in floats)
+    assert [a.quantiser for a in attempts if "16x8" in a.label] == (["16x8"] if float_layers else [])
+    # without a recommendation: the same, less that attempt
+    plain = [a.label for a in recovery._attempts(_ctx(), load_target(target), b"", _first(None))]
+    assert plain == [recovery.LOGGED_RANGES_LABEL, *floats, "calibration on all 120 images"]
 
 
 def test_jetson_builds_no_int8_so_recovery_does_not_apply():

@@ -57,6 +57,7 @@ def test_each_tensor_is_quantised_on_the_range_it_really_had():
     prepared = calibrator.add_intermediate_tensors(blob)
     logged = calibrator.Calibrator(prepared).calibrate(lambda: ([x[None]] for x in samples))
     assert _linear_branch_range(mlir_quantize(logged)) > 10 * fixed
+    assert _linear_branch_range(quantize_int8(blob, samples, "uint8", logged_ranges=True)) > 10 * fixed  # on request
     observer = RangeObserver(prepared)
     for x in samples:
         observer.observe(x[None])
