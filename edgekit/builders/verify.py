@@ -298,6 +298,8 @@ def weak_ungated_warning(verification: dict) -> str | None:
     holdout = verification.get("holdout")
     if "eval" in verification or not isinstance(holdout, dict) or holdout.get("agreement") is None:
         return None
+    if "passed" in holdout:  # a gate judged the held-back images (a detector's fidelity): it speaks for itself
+        return None
     agreement = float(holdout["agreement"])
     if agreement >= WEAK_AGREEMENT:
         return None

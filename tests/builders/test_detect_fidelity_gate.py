@@ -99,7 +99,7 @@ def test_the_score_output_of_each_layout():
     assert score_output("postprocess", (3, 1, 0, 2)) == 0 and score_output("yolo", None) == 0
 
 
-def test_detect_result_gates_the_eval_set_and_reports_the_held_back_images():
+def test_detect_result_gates_the_eval_set_else_the_held_back_images():
     from edgekit.builders import detect_gate
 
     ref = [_frame((0, 0.9, 0, 0, 10, 10))] * 30
@@ -115,9 +115,12 @@ def test_detect_result_gates_the_eval_set_and_reports_the_held_back_images():
     res = detect_gate.detect_result(gate, "eval", lost, 0.99, compared, SimpleNamespace(min_detect_agreement=0.5))
     assert not res["passed"] and list(res["gate_failures"]) == ["--min-detect-agreement", "--min-score-levels"]
     assert "< 0.5 (--min-detect-agreement)" in res["gate_failures"]["--min-detect-agreement"]
-    gate.evaluation = None  # held-back images: the figures, no gate
-    held = detect_gate.detect_result(gate, "holdout", lost, 0.99, compared)
+    held = detect_gate.detect_result(gate, "holdout", lost, 0.99, compared)  # beside an eval set: reported
     assert "passed" not in held and held["fidelity"]["detections"]["agreement"] == 0.0
+    gate.evaluation = None  # no eval set: the held-back images are what the gate judges, on fidelity alone
+    held = detect_gate.detect_result(gate, "holdout", lost, 0.99, compared)
+    assert not held["passed"] and list(held["gate_failures"]) == ["--min-detect-agreement", "--min-score-levels"]
+    assert detect_gate.detect_result(gate, "holdout", ref, 0.99, compared)["passed"]
 
 
 def test_the_reason_and_the_fix_name_the_failed_figures_flags():

@@ -39,3 +39,13 @@ def test_an_accurate_original_gates_agreement_a_weak_one_only_the_ratio():
     assert classify_gate(dict(demo, ratio=None), 0.99, 0.97) == {"passed": False}
     assert classify_gate(swapped, 0.99, 0.0) == {"passed": True}  # 0 turns it off
     assert Comparison.gate(swapped, 0.99, 0.97) == res
+
+
+def test_an_ungated_weak_int8_is_warned_about_unless_a_gate_judged_its_held_back_images():
+    from edgekit.builders.verify import WEAK_AGREEMENT, weak_ungated_warning
+
+    weak = {"holdout": {"agreement": WEAK_AGREEMENT / 2}}
+    assert "not gated: give --eval" in weak_ungated_warning(weak)
+    assert weak_ungated_warning({"holdout": {"agreement": WEAK_AGREEMENT}}) is None
+    assert weak_ungated_warning({**weak, "eval": {}}) is None  # an eval set gates it
+    assert weak_ungated_warning({"holdout": {"agreement": 0.1, "passed": False}}) is None  # a detector's fidelity gate

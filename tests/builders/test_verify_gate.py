@@ -81,9 +81,8 @@ def test_without_eval_the_held_back_agreement_is_reported_not_gated():
     assert s["dataset"]["eval_images"] == 0 and "not gated" in s["note"]
 
 
-@pytest.mark.parametrize("task", ["classify", "detect"])
-def test_without_eval_only_a_broken_conversion_fails(task):
-    ctx = _Ctx(evalset=None, task=task, detect=type("D", (), {"layout": "yolo"})())
+def test_without_eval_only_a_broken_conversion_fails_a_classifier():
+    ctx = _Ctx(evalset=None, task="classify", detect=None)
     sound = {"holdout": {"agreement": 0.7, "cosine": 0.93, "worst_output": "scores", "n": 12}}
     broken = {"holdout": {"agreement": 0.0, "cosine": 0.12, "worst_output": "scores", "n": 12}}
     s = verification_summary({"fp32": sound, "int8": sound}, "fp32", ctx)
@@ -155,12 +154,17 @@ def test_a_detector_missing_the_map_gate_says_both_maps_and_the_ratio():
                            "(wrong labels, preprocessing or detect layout?)")
 
 
-def test_a_detector_without_eval_reports_agreement_not_gated():
+def test_a_detector_without_eval_is_gated_on_its_held_back_fidelity():
     ctx = _Ctx(evalset=None, task="detect", detect=_Layout())
-    s = verification_summary({"fp32": {"holdout": {"agreement": 0.9}}}, "fp32", ctx)
-    assert (s["metric"], s["gated"], s["passed"]) == ("map_agreement_heldback", False, True)
-    assert s["note"] == ("no --eval: mAP of each model against the original's own detections on the held-back "
-                         "calibration images (agreement), not gated, beyond cosine >= 0.5")
+    s = verification_summary({"fp32": {"holdout": {"agreement": 0.9, "passed": True}}}, "fp32", ctx)
+    assert (s["metric"], s["gated"], s["passed"]) == ("map_agreement_heldback", True, True)
+    assert s["note"].startswith("no --eval: each model's detections on the held-back calibration images held to "
+                                "the original's")
+    why = "5 distinct scores < 20 (the original has 60; --min-score-levels 20)"
+    lost = {"agreement": 0.4, "passed": False, "gate_failures": {"--min-score-levels": why}}
+    s = verification_summary({"fp32": {"holdout": {"agreement": 1.0, "passed": True}}, "int8": {"holdout": lost}},
+                             "fp32", ctx)
+    assert s["passed"] is False and s["reason"] == f"int8 {why}"
 
 
 # --- the real build ---------------------------------------------------------------------------------
