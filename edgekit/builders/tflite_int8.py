@@ -52,9 +52,13 @@ def _clamped(ctx: BuildContext, blob: bytes, output: int, bound: float, by_key: 
     """The float model with the source's ``output`` clamped to +-``bound`` (builders/tflite_rewrite.py)."""
     from edgekit.builders.tflite_rewrite import Rewrite, clamp_outputs
 
-    name = ctx.source.outputs[output].name
-    return (clamp_outputs(blob, [_position(ctx, blob, output, by_key)], bound),
-            Rewrite(f"'{name}' clamp", 1, f"[-{bound:g}, {bound:g}] (MINIMUM, MAXIMUM)"))
+    name, position = ctx.source.outputs[output].name, _position(ctx, blob, output, by_key)
+    # verification compares the clamped model with the original clamped the same way: BlazeFace's
+    # logits below -16 score 0 either way, and against the raw ones its scores' cosine read 0.1
+    clip = lambda ref: np.clip(ref, -bound, bound)  # noqa: E731
+    expect = tuple(clip if i == position else None for i in range(len(ctx.source.outputs)))
+    return (clamp_outputs(blob, [position], bound),
+            Rewrite(f"'{name}' clamp", 1, f"[-{bound:g}, {bound:g}] (MINIMUM, MAXIMUM)", expect=expect))
 
 
 def _position(ctx: BuildContext, blob: bytes, output: int, by_key: bool) -> int:

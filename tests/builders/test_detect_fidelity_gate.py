@@ -94,6 +94,18 @@ def test_agreement_is_taken_at_the_threshold_one_to_one_by_class_and_iou():
     assert matched(ref[0].detections, ()) == 0
 
 
+def test_agreement_on_a_handful_of_detections_is_reported_not_gated():
+    from edgekit.builders.detect_fidelity import MIN_GATED_DETECTIONS, FidelityGate, failures
+
+    def fidelity(original):
+        return {"detections": {"threshold": 0.5, "agreement": 0.5, "matched": original // 2, "original": original,
+                               "converted": original},
+                "score_levels": {"original": 50, "converted": 50}, "score_cosine": {"output": "s", "cosine": 0.99}}
+
+    assert failures(fidelity(MIN_GATED_DETECTIONS - 6), {}, FidelityGate(), 0.99) == {}  # 2 of 4: one miss is noise
+    assert list(failures(fidelity(MIN_GATED_DETECTIONS), {}, FidelityGate(), 0.99)) == ["--min-detect-agreement"]
+
+
 def test_the_score_output_of_each_layout():
     assert score_output("yolo", (0,)) == 0 and score_output("ssd", (1, 0)) == 0 and score_output("ssd", (0, 1)) == 1
     assert score_output("postprocess", (3, 1, 0, 2)) == 0 and score_output("yolo", None) == 0

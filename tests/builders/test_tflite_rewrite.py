@@ -168,6 +168,17 @@ def test_score_logits_are_clamped_in_the_graph_before_int8():
         detail = Interpreter(model_content=q).get_output_details()[position]
         levels.append(detail["quantization"][0])
     assert levels[1] * 5 < levels[0] and levels[1] <= 32 / 255 + 1e-6  # a finer int8 step for the scores
+    # a build verifies the clamped model against the original clamped the same way (Rewrite.expect)
+    from types import SimpleNamespace
+
+    from edgekit.builders.tflite_int8 import _clamped
+    from edgekit.builders.tflite_rewrite import source_expect
+
+    outputs = [SimpleNamespace(name=n) for n in ("a", "b")]
+    _, rewrite = _clamped(SimpleNamespace(source=SimpleNamespace(outputs=outputs)), blob, position, 16.0, False)
+    expect = source_expect([rewrite], [0, 1])
+    np.testing.assert_array_equal(expect[position](raw[position]), cut[position])
+    assert expect[1 - position] is None  # the other output is compared as it is
 
 
 def _run_all(blob: bytes, x: np.ndarray) -> list[np.ndarray]:
