@@ -108,10 +108,6 @@ def quantize_16x8(blob: bytes, representative: Iterable[np.ndarray]) -> bytes:
                          "see build.log (--debug)") from exc
 
 
-MIN_WIDENING = 1.001
-"""A logged range is replaced when it is wider than the observed one by more than float noise."""
-
-
 class RangeObserver:
     """Every float activation tensor's min and max over the calibration images, read with each
     tensor kept apart, to correct the ranges TensorFlow's calibrator logged.
@@ -168,8 +164,8 @@ class RangeObserver:
                 self.high[index] = max(self.high.get(index, high), high)
 
     def corrected(self, calibrated: bytes) -> bytes:
-        """``calibrated`` with each logged range wider than the observed one replaced by it (same
-        tensor indices: the calibrator writes its statistics into the graph it was given)."""
+        """``calibrated`` with each logged range that differs from the observed one replaced by it
+        (same tensor indices: the calibrator writes its statistics into the graph it was given)."""
         if self.failed or not self.low:
             NATIVE_LOG.debug("int8 calibration ranges not checked: %s", self.failed or "nothing observed")
             return calibrated
@@ -180,7 +176,7 @@ class RangeObserver:
             if index not in self.low or q is None or q.min is None or q.max is None or len(q.min) != 1:
                 continue
             low, high = self.low[index], self.high[index]
-            if float(q.max[0]) - float(q.min[0]) > MIN_WIDENING * max(high - low, 1e-12):
+            if (float(q.min[0]), float(q.max[0])) != (low, high):
                 q.min, q.max = np.array([low], np.float32), np.array([high], np.float32)
                 changed += 1
         NATIVE_LOG.debug("int8 calibration: %d logged ranges corrected from the observed values", changed)
