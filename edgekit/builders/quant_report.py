@@ -62,7 +62,8 @@ in [0, 1]): the advice to split or normalise would not apply, so no hint."""
 
 
 def layer_errors(conv: Any, representative: Iterable[np.ndarray], debug_images: int = REPORT_IMAGES,
-                 worst: int = WORST, outputs: Mapping[str, str] | None = None) -> tuple[list[dict], int]:
+                 worst: int = WORST, outputs: Mapping[str, str] | None = None,
+                 skip: frozenset[str] = frozenset()) -> tuple[list[dict], int]:
     """The ``worst`` layers by RMSE/scale of an int8 conversion, and the number of images the
     instrumented model ran on.
 
@@ -94,19 +95,23 @@ def layer_errors(conv: Any, representative: Iterable[np.ndarray], debug_images: 
     dump = io.StringIO()
     debugger.layer_statistics_dump(dump)
     dump.seek(0)
-    return worst_layers(csv.DictReader(dump), worst, outputs), seen[0]
+    return worst_layers(csv.DictReader(dump), worst, outputs, skip), seen[0]
 
 
 def worst_layers(rows: Iterable[Mapping[str, Any]], worst: int = WORST,
-                 outputs: Mapping[str, str] | None = None) -> list[dict]:
+                 outputs: Mapping[str, str] | None = None, skip: frozenset[str] = frozenset()) -> list[dict]:
     """The ``worst`` rows of a ``layer_statistics_dump`` CSV by RMSE/scale, worst first.
 
     A row needs ``tensor_name``, ``op_name``, ``mean_squared_error`` and ``scale``; rows with no
     usable scale (0, missing, NaN) are left out. ``outputs`` maps a model output's tensor name
-    to the output's name: such a layer's entry says ``output``.
+    to the output's name: such a layer's entry says ``output``. ``skip``: tensors left out (a value
+    clamped right after, whose int8 range is the clamp's on purpose: its error against the
+    unclamped float value is the clamp's doing, not a rounding loss).
     """
     layers = []
     for row in rows:
+        if str(row.get("tensor_name", "")) in skip:
+            continue
         try:
             mse, scale = float(row["mean_squared_error"]), float(row["scale"])
         except (KeyError, TypeError, ValueError):
@@ -222,7 +227,8 @@ def reference_sample(ctx: BuildContext, rows: int = HINT_IMAGES,
 
 def quantization_report(ctx: BuildContext, make_converter: Callable[[TensorStream], Any],
                         outputs: Mapping[str, str] | None = None,
-                        expect: Sequence[Callable | None] | None = None) -> dict:
+                        expect: Sequence[Callable | None] | None = None,
+                        skip: frozenset[str] = frozenset()) -> dict:
     """The report for ``ctx``'s int8 conversion: worst layers, mixed-range findings, hints.
 
     ``make_converter`` gives the instrumented int8 model (or a ``TFLiteConverter``) calibrated
@@ -235,7 +241,7 @@ def quantization_report(ctx: BuildContext, make_converter: Callable[[TensorStrea
     report: dict[str, Any] = {"metric": "rmse_over_scale", "ideal": round(IDEAL_RMSE_OVER_SCALE, 4)}
     try:
         rep = ctx.representative()
-        report["worst_layers"], report["images"] = layer_errors(make_converter(rep), rep, outputs=outputs)
+        report["worst_layers"], report["images"] = layer_errors(make_converter(rep), rep, outputs=outputs, skip=skip)
     except Exception as exc:  # noqa: BLE001 - TensorFlow raises anything; a diagnosis must not end the build
         first = first_line(exc, 200)
         report.update(worst_layers=[], images=0, error=f"QuantizationDebugger failed: {first}")

@@ -94,6 +94,7 @@ def test_worst_layers_from_a_statistics_dump():
                         "mean_abs_error": 0.009, "output": "logits"}
     assert worst[1]["rmse_over_scale"] == 0.5 and "output" not in worst[1]
     assert worst_layers(rows, worst=1) == worst_layers(rows)[:1]
+    assert [w["tensor"] for w in worst_layers(rows, skip=frozenset({"b"}))] == ["a"]  # clamped right after
 
 
 def test_report_lines_and_summary_name_layers_and_hints():

@@ -179,6 +179,10 @@ def test_score_logits_are_clamped_in_the_graph_before_int8():
     expect = source_expect([rewrite], [0, 1])
     np.testing.assert_array_equal(expect[position](raw[position]), cut[position])
     assert expect[1 - position] is None  # the other output is compared as it is
+    from edgekit.builders.tflite_rewrite import clamp_inputs  # what the quantisation report leaves out
+
+    inputs = clamp_inputs(clamped)
+    assert names[position] + "/unclamped" in inputs and not inputs & set(names) and clamp_inputs(blob) == set()
 
 
 def _run_all(blob: bytes, x: np.ndarray) -> list[np.ndarray]:
