@@ -268,12 +268,15 @@ def test_real_process_exits_and_sigint_is_clean(bundle):
     assert done.returncode == 0 and "summary: 10 frames" in done.stdout, done.stderr
     # An endless run stopped by Ctrl-C (SIGINT) prints its summary and exits 0.
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # As from a terminal: a test run started as a background job (`make test &` in a script)
+    # inherits SIGINT ignored, and Python keeps it ignored in the child.
     with subprocess.Popen(
         _edgekit("run", str(bundle), "--camera", "synthetic", "--every", "0"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     ) as p:
         try:
             for line in p.stdout:
