@@ -25,7 +25,6 @@ spent three times the first attempt's time (at least 30 s).
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -176,13 +175,9 @@ def worst_layers(float_model: bytes, ctx: BuildContext) -> list[str]:
 
 def _tensors(blob: bytes, images: list[np.ndarray]) -> dict[str, np.ndarray]:
     """Every float (or dequantised) tensor of a model over ``images``, stacked, by name."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    from edgekit.builders.tflite_quantize import every_tensor_kept
 
-    with warnings.catch_warnings():  # preserve_all_tensors "is for debugging": reading them is the point
-        warnings.simplefilter("ignore", UserWarning)
-        interp = Interpreter(model_content=blob, experimental_preserve_all_tensors=True,
-                             experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-    interp.allocate_tensors()
+    interp = every_tensor_kept(blob)
     detail = interp.get_input_details()[0]
     found: dict[str, list[np.ndarray]] = {}
     for x in images:

@@ -108,6 +108,19 @@ def quantize_16x8(blob: bytes, representative: Iterable[np.ndarray]) -> bytes:
                          "see build.log (--debug)") from exc
 
 
+def every_tensor_kept(blob: bytes):
+    """A LiteRT interpreter of ``blob``, allocated, that keeps every tensor after ``invoke`` (no
+    buffer shared, no delegate), for reading intermediate values."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    with warnings.catch_warnings():  # "preserve_all_tensors ... is intended for debugging": reading them is the point
+        warnings.simplefilter("ignore", UserWarning)
+        interp = Interpreter(model_content=blob, experimental_preserve_all_tensors=True,
+                             experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    interp.allocate_tensors()
+    return interp
+
+
 class RangeObserver:
     """Every float activation tensor's min and max over the calibration images, read with each
     tensor kept apart, to correct the ranges TensorFlow's calibrator logged.
@@ -122,18 +135,11 @@ class RangeObserver:
     """
 
     def __init__(self, prepared: bytes):
-        from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
         self.low: dict[int, float] = {}
         self.high: dict[int, float] = {}
         self.failed: str | None = None
         try:
-            with warnings.catch_warnings():  # "preserve_all_tensors ... is intended for debugging": it is what we need
-                warnings.simplefilter("ignore", UserWarning)
-                self._interp = Interpreter(
-                    model_content=prepared, experimental_preserve_all_tensors=True,
-                    experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-            self._interp.allocate_tensors()
+            self._interp = every_tensor_kept(prepared)
         except (RuntimeError, ValueError) as exc:
             self.failed = str(exc)[:200]
             return
