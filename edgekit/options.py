@@ -228,3 +228,32 @@ def target_completer(prefix: str = "", **_: Any) -> list[str]:
     done, _, last = prefix.rpartition(",")
     head = f"{done}," if done else ""
     return [head + name for name in available_targets() if name.startswith(last)]
+
+
+def add_cascade_options(parser: argparse.ArgumentParser) -> None:
+    """``--then``, ``--roi`` and the second model's task flags: a detector feeding a second model
+    (:mod:`edgekit.cascade`; docs/pipelines.md)."""
+    g = parser.add_argument_group("cascade (a detector feeding a second model)")
+    g.add_argument("--then", metavar="SECOND[:VARIANT]",
+                   help="run this model on each detection's region (landmarks, or a classifier's sub-label)")
+    g.add_argument("--roi", metavar="JSON",
+                   help="the region options (MediaPipe names): rotation_vector_start_keypoint_index, "
+                        "..._end_keypoint_index, rotation_vector_target_angle_degrees, scale_x, scale_y, shift_x, "
+                        "shift_y, square_long, square_short, alignment_points, max_regions (default 4)")
+    g.add_argument("--then-task", metavar="TASK", help="the second model's task head (default: its bundle's)")
+    g.add_argument("--then-option", action="append", type=key_value, metavar="KEY=VALUE",
+                   help="an option of the second model's task head (values are JSON), repeatable")
+    g.add_argument("--then-labels", metavar="FILE", help="labels file for a bare second model")
+
+
+def cascade_model_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The :func:`~edgekit.model.open_model` keywords of the second model (``--then-*``)."""
+    options: dict[str, Any] = {"labels": getattr(args, "then_labels", None),
+                               "task": getattr(args, "then_task", None)}
+    given = getattr(args, "then_option", None)
+    if given:
+        options["task_options"] = {key: option_value(value) for key, value in given}
+    for flag, keyword in (("device", "device"), ("threads", "num_threads")):  # one accelerator for both
+        if getattr(args, flag, None) is not None:
+            options[keyword] = getattr(args, flag)
+    return {k: v for k, v in options.items() if v is not None}

@@ -124,6 +124,9 @@ class Pipeline:
             then the sink's): the daemon keeps one across model reopens.
         task: the task head, a key of :data:`edgekit.heads.table.TASK_HEADS` (default classify).
         task_options: options of that head (unknown keys raise UsageError).
+        then: a second stage called as ``then(frame_array, result) -> result`` after decoding (a
+            cascade: :class:`edgekit.cascade.SecondStage`); its ``stage_ns`` are recorded beside
+            the first model's stages, and ``end_to_end`` includes it.
 
     ``metrics`` (a :class:`~edgekit.metrics.PipelineMetrics`) fills up as results are made.
     Not thread-safe: one thread steps a pipeline (the sink's recorders may be read from others).
@@ -143,11 +146,13 @@ class Pipeline:
         metrics: PipelineMetrics | None = None,
         task: str = DEFAULT_TASK,
         task_options: dict[str, Any] | None = None,
+        then: Any = None,
     ):
         self.runtime = runtime
         self.preprocess = Preprocessor(runtime.input_spec)
         self.decode = decoder or _decoder(task, labels, runtime, top_k, task_options)
         self._maps_boxes = bool(getattr(self.decode, "maps_boxes", False))
+        self.then = then
         self.metrics = metrics if metrics is not None else PipelineMetrics(warmup=warmup, window=window)
         self.metrics.init_ms = getattr(runtime, "init_ms", None)
         self.max_corrupt = max_corrupt
@@ -177,12 +182,16 @@ class Pipeline:
         t_infer = clock.lap()
         decoded = self.decode_outputs(outputs, frame.array.shape)
         t_post = clock.lap()
+        if self.then is not None:
+            decoded = self.then(frame.array, decoded)
+            clock.lap()
         timings = {
             "capture_wait": capture_wait_ns,
             "preprocess": t_pre,
             "inference": t_infer,
             "postprocess": t_post,
             **(getattr(self.decode, "stage_ns", None) or {}),  # detect: decode and nms within postprocess
+            **(getattr(self.then, "stage_ns", None) or {}),  # a cascade's second stage, per region count
             "end_to_end": clock.last - frame.t_capture_ns,
         }
         metrics.record(timings, clock.last)

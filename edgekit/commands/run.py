@@ -30,6 +30,7 @@ from edgekit.modelinfo.preprocessing import add_preprocess_options, preprocess_f
 from edgekit.options import (
     add_bundle_options,
     add_camera_options,
+    add_cascade_options,
     add_deprecated_alias,
     add_runtime_options,
     at_least,
@@ -58,6 +59,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_runtime_options(parser)
     add_bundle_options(parser)
     add_preprocess_options(parser)
+    add_cascade_options(parser)
     parser.add_argument("--max-frames", type=at_least(1), metavar="N", help="stop after N results")
     # 0 ran forever (a zero duration read as "no limit"): the shortest run is a millisecond
     parser.add_argument("--duration", type=at_least(0.001, float), metavar="S", help="stop after S seconds")
@@ -113,10 +115,11 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
     out: TextIO = sys.stdout
     log: TextIO = sys.stderr if args.json else sys.stdout  # keep stdout pure JSON with --json
     with open_model(args.model, args.variant, args.labels, preprocess=preprocess_flags(args),
-                    **runtime_options(args)) as model:
+                    **runtime_options(args)) as model, _second_model(args) as second:
         from edgekit.runtime.fit import check_backend_fits
 
         check_backend_fits(getattr(args, "backend", None), model.runtime)
+        then = _second_stage(model, second, args)
         info = model.runtime.describe()
         if args.json or not args.quiet:
             _print_header(model, info, args, out if args.json else log)
@@ -125,7 +128,7 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
         source = open_camera(args.camera, **camera_options(args))
         # bounded: a week-long run must not grow; totals and fps stay exact (edgekit.metrics)
         pipeline = Pipeline(model.runtime, model.labels, top_k=args.top_k, warmup=args.warmup, window=RUN_WINDOW,
-                            task=model.task, task_options={**model.task_options, **_tensors(args)})
+                            task=model.task, task_options={**model.task_options, **_tensors(args)}, then=then)
         interrupted = False
         error: EdgekitError | None = None
         try:
@@ -157,6 +160,33 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
             )
         _finish(recording, log, args)
     return 0
+
+
+@contextlib.contextmanager
+def _second_model(args: argparse.Namespace) -> Iterator[Any]:
+    """The ``--then`` model, open for the run (None without one)."""
+    if not getattr(args, "then", None):
+        if getattr(args, "roi", None):
+            raise UsageError("--roi without --then", "add --then SECOND[:VARIANT], the model to run on each region")
+        yield None
+        return
+    from edgekit.model import open_model
+    from edgekit.options import cascade_model_options
+
+    with open_model(args.then, **cascade_model_options(args)) as second:
+        yield second
+
+
+def _second_stage(model: Any, second: Any, args: argparse.Namespace) -> Any:
+    """The cascade's second stage, or None; refused in one line when the first model is no detector."""
+    if second is None:
+        return None
+    if model.task != "detect":
+        raise UsageError(f"--then needs a detector first; {model.name} is a {model.task} model",
+                         "give a detect bundle (or --task detect) before --then")
+    from edgekit.cascade import second_stage
+
+    return second_stage(second, args.roi)
 
 
 def _finish(recording: Any, log: TextIO, args: argparse.Namespace) -> None:

@@ -79,6 +79,11 @@ TASK_HEADS: dict[str, TaskHead] = {
         "boxes, labels and scores after class-aware NMS, in source-frame pixels "
         "(YOLO, SSD with anchors, or NMS in the graph)", "edgekit.detect.config:OPTIONS",
     ),
+    "landmarks": TaskHead(
+        "edgekit.heads.landmarks:landmarks", None,
+        "N points (x, y, z) in source-frame pixels, gated by an optional presence score "
+        "(MediaPipe TensorsToLandmarks option names)", "edgekit.heads.landmarks:OPTIONS",
+    ),
 }
 """Task name -> :class:`TaskHead`. Add a task by adding a row and a factory module."""
 
