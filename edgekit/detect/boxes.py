@@ -129,13 +129,11 @@ class BoxMap:
         return out
 
     def points(self, points: np.ndarray) -> np.ndarray:
-        """Map ``[..., 2]`` x, y points (input pixels) to frame pixels, clipped like boxes."""
+        """Map ``[..., 2]`` x, y points (input pixels) to frame pixels, not clipped: a keypoint outside
+        the frame is where the model put it (MediaPipe's pose detector puts the hip centre below an
+        image that shows no legs, and the body region built from it needs it there)."""
         p = np.asarray(points, np.float32)
-        out = p * np.float32(self.scale) + np.float32(self.offset)
-        x1, y1, x2, y2 = self.bounds
-        np.clip(out[..., 0], x1, x2, out=out[..., 0])
-        np.clip(out[..., 1], y1, y2, out=out[..., 1])
-        return out
+        return p * np.float32(self.scale) + np.float32(self.offset)
 
 
 def box_map(spec: InputSpec, frame_shape: tuple[int, ...]) -> BoxMap:
