@@ -296,18 +296,19 @@ def _print_summary(summary: dict, args, out: TextIO, log: TextIO) -> None:
 
 def format_summary(summary: dict) -> str:
     """The end-of-run summary as a small text table."""
+    width = max([14, *(len(stage) + 2 for stage in summary["stages"])])  # a cascade's second_stage@k=N
     lines = [
         f"summary: {summary['frames']} frames ({summary['warmup']} warm-up), fps {summary['fps']:.1f}, "
         f"skipped {summary['skipped']}, corrupt {summary['corrupt']}"
         + (", interrupted" if summary.get("interrupted") else ""),
         f"  init {_ms(summary.get('init_ms'))}, first inference {_ms(summary.get('first_inference_ms'))}",
-        f"  {'stage':<14}{'n':>7}{'p50':>9}{'p90':>9}{'p99':>9}{'mean':>9}{'max':>9}  (ms)",
+        f"  {'stage':<{width}}{'n':>7}{'p50':>9}{'p90':>9}{'p99':>9}{'mean':>9}{'max':>9}  (ms)",
     ]
     if summary["frames"] and summary["frames"] <= summary["warmup"]:
         lines.insert(2, f"  no timings: all {summary['frames']} frames were warm-up; give --warmup 0, or more "
                         "frames than --warmup (default 5)")
     for stage, s in summary["stages"].items():
-        lines.append(f"  {stage:<14}{s['count']:>7}" + "".join(
+        lines.append(f"  {stage:<{width}}{s['count']:>7}" + "".join(
             _cell(s[k]) for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms")))
     if summary.get("source"):
         lines.append("  source: " + ", ".join(f"{k} {_short(v)}" for k, v in summary["source"].items()))

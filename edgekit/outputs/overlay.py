@@ -54,6 +54,8 @@ def draw(frame: np.ndarray, result: Any, crop: Any = None) -> np.ndarray:
     image = _as_bgr(cv2, frame)
     if isinstance(result, Detections):
         _draw_detections(cv2, image, result)
+    elif isinstance(getattr(result, "points", None), np.ndarray) and result.present:  # the landmarks head
+        _points(cv2, image, result.points, PALETTE[0])
     elif isinstance(result, Classification) and result.predictions:
         top = result.top
         _window(cv2, image, crop, colour_for(top.index))
@@ -86,7 +88,8 @@ def _draw_detections(cv2: Any, image: np.ndarray, detections: Detections) -> Non
     line, font_scale, thick = _sizes(image)
     boxes = [(int(round(d.box[0] * sx)), int(round(d.box[1] * sy)), int(round(d.box[2] * sx)) - 1,
               int(round(d.box[3] * sy)) - 1) for d in detections.detections]
-    texts = [f"{d.label} {d.score:.2f}" for d in detections.detections]
+    texts = [f"{d.label} {d.score:.2f}" + (f" {d.sub_label} {d.sub_label_score or 0:.2f}" if d.sub_label else "")
+             for d in detections.detections]
     tabs = place_tabs(boxes, [_text_size(cv2, t, font_scale, thick) for t in texts], image.shape[:2])
     # worst first, so the best box ends up on top where boxes overlap; tabs after every box, so
     # no box line crosses a label
@@ -94,6 +97,10 @@ def _draw_detections(cv2: Any, image: np.ndarray, detections: Detections) -> Non
         colour = colour_for(det.index)
         cv2.rectangle(image, (x1, y1), (x2, y2), colour, line, cv2.LINE_8)  # axis-aligned: crisp, exact colour
         _dots(cv2, image, [(x * sx, y * sy) for x, y in det.keypoints], colour, line)
+        if det.region is not None:
+            _region(cv2, image, det.region, (sx, sy), colour)
+        if det.landmarks:
+            _points(cv2, image, np.asarray(det.landmarks) * np.float32([sx, sy, 1.0]), colour)
     for det, text, tab in zip(reversed(detections.detections), reversed(texts), reversed(tabs)):
         _tab(cv2, image, text, tab, colour_for(det.index), font_scale, thick)
 
@@ -107,6 +114,22 @@ def _dots(cv2: Any, image: np.ndarray, points: list[tuple[float, float]], colour
         centre = (int(round(x)), int(round(y)))
         cv2.circle(image, centre, radius + 1, _ink(colour), -1, cv2.LINE_AA)
         cv2.circle(image, centre, radius, colour, -1, cv2.LINE_AA)
+
+
+def _region(cv2: Any, image: np.ndarray, region: tuple[float, ...], scale: tuple[float, float],
+            colour: tuple[int, int, int]) -> None:
+    """A cascade's rotated region (cx, cy, w, h, degrees) as a thin outline: where the second model looked."""
+    cx, cy, w, h, degrees = region[:5]
+    corners = cv2.boxPoints(((cx, cy), (w, h), degrees)) * np.float32(scale)
+    cv2.polylines(image, [np.round(corners).astype(np.int32)], True, colour, 1, cv2.LINE_AA)
+
+
+def _points(cv2: Any, image: np.ndarray, points: np.ndarray, colour: tuple[int, int, int]) -> None:
+    """Landmarks as 1-2 px dots (a face mesh has 468: rings would hide the face)."""
+    radius = max(1, min(image.shape[:2]) // 400)
+    for x, y in np.asarray(points, np.float64)[:, :2]:
+        if abs(x) < 1e6 and abs(y) < 1e6:  # a NaN or absurd point is not drawn
+            cv2.circle(image, (int(round(x)), int(round(y))), radius, colour, -1, cv2.LINE_AA)
 
 
 def _text_size(cv2: Any, text: str, font_scale: float, thick: int) -> tuple[int, int]:

@@ -149,3 +149,20 @@ def test_a_classifier_overlay_outlines_the_window_the_model_saw_and_dims_the_res
     assert tuple(out[300, 140]) == colour_for(2) and tuple(out[300, 499]) == colour_for(2)  # the outline
     whole = draw(frame, result)  # no crop: nothing dimmed below the banner
     assert tuple(whole[300, 20]) == (200, 200, 200)
+
+
+def test_a_cascade_draws_its_region_landmarks_and_sub_label():
+    from edgekit.detect.boxes import Detection, Detections
+    from edgekit.heads.landmarks import Landmarks
+
+    frame = np.zeros((200, 300, 3), np.uint8)
+    face = Detection(0, "face", 0.9, (100.0, 50.0, 160.0, 110.0), landmarks=((40.0, 170.0, 0.0),),
+                     region=(130.0, 80.0, 90.0, 90.0, 30.0), sub_label="smile", sub_label_score=0.8)
+    image = draw(frame, Detections((face,), (300, 200)))
+    assert image[170, 40].any()  # the landmark, far from the box
+    c, s = np.cos(np.radians(30)), np.sin(np.radians(30))
+    corner = np.array([[c, -s], [s, c]]) @ [45, 45]
+    x, y = np.round([130 + corner[0], 80 + corner[1]]).astype(int)
+    assert image[y - 2:y + 3, x - 2:x + 3].any()  # the rotated region's corner
+    alone = draw(frame, Landmarks(np.array([[20.0, 30.0, 0.0]], np.float32), 0.9, True, (300, 200)))
+    assert alone[30, 20].any() and not draw(frame, Landmarks(np.zeros((0, 3), np.float32), 0.1, False)).any()
