@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from edgekit.bench.cascade import open_second
 from edgekit.bench.caveats import noise_warnings
 from edgekit.bench.machine import machine_context
 from edgekit.bench.report import BenchReport, RunResult, VariantResult
@@ -66,10 +67,12 @@ class BenchConfig:
     runtime_options: dict[str, Any] = field(default_factory=dict)
     labels: str | None = None
     skip_unavailable: bool = False
+    then: str | None = None  # a cascade: every variant feeds this SECOND[:VARIANT] (roi: its region options,
+    roi: Any = None  # edgekit.cascade.region.parse_roi; then_options: its open_model keywords)
+    then_options: dict[str, Any] = field(default_factory=dict)
 
 
-# ---------------------------------------------------------------------------------------------
-# Variants and input frames
+# --- Variants and input frames ---------------------------------------------------------------
 
 
 def expand_variants(specs: Sequence[str], variants: str = "default") -> list[tuple[str, str | None]]:
@@ -141,18 +144,19 @@ def replay(frames: Sequence[np.ndarray], clock: Callable[[], int] = time.perf_co
         yield Frame(frames[i % len(frames)], clock(), i)
 
 
-# ---------------------------------------------------------------------------------------------
-# The benchmark
+# --- The benchmark -------------------------------------------------------------------------------
 
 
 def single_stream(
-    model: OpenModel, frames: Sequence[np.ndarray], config: BenchConfig, repeat: int = 0, t0_ns: int | None = None
+    model: OpenModel, frames: Sequence[np.ndarray], config: BenchConfig, repeat: int = 0, t0_ns: int | None = None,
+    then: Any = None,
 ) -> RunResult:
-    """One SingleStream run: frames back to back until valid (or ``max_duration_s``)."""
+    """One SingleStream run: frames back to back until valid (or ``max_duration_s``); ``then``: a cascade's."""
     clock = time.perf_counter_ns
     t0_ns = clock() if t0_ns is None else t0_ns
     pipeline = Pipeline(model.runtime, model.labels, top_k=1, warmup=config.warmup, clock=clock,
-                        task=getattr(model, "task", "classify"), task_options=getattr(model, "task_options", None))
+                        task=getattr(model, "task", "classify"), task_options=getattr(model, "task_options", None),
+                        then=then)
     metrics = pipeline.metrics
     start = clock()
     min_ns = int(config.min_duration_s * 1e9)
@@ -290,7 +294,9 @@ def run_bench(
     )
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     opened, skipped = _open_all(pairs, config)
+    second = None  # a cascade's second model (--then), open for the whole bench
     try:
+        second = open_second(opened, config.then, config.roi, config.then_options, progress)
         manifests = [_manifest(m) for m in opened]  # read once: the model's name and its default
         results = [
             VariantResult(m.name, str(m.path), m.variant, m.precision, m.target, m.runtime.describe(),
@@ -302,12 +308,12 @@ def run_bench(
             assumed = getattr(m, "assumed_input", lambda: None)()
             if assumed and progress:
                 progress(f"{m.name}: input {assumed}")
-        _interleave(opened, results, frames, config, progress or (lambda _line: None))
+        _interleave(opened, results, frames, config, progress or (lambda _line: None), second)
         if config.profile:
             for m, r in zip(opened, results):
                 r.profile = collect_profile(m.runtime)
     finally:
-        for m in opened:
+        for m in opened + ([second.model] if second is not None else []):
             m.close()
     machine = machine_context()
     report = BenchReport(config, machine, results, started)
@@ -316,7 +322,7 @@ def run_bench(
 
 
 def _interleave(opened: list[OpenModel], results: list[VariantResult], frames: Sequence[np.ndarray],
-                config: BenchConfig, say: Callable[[str], None]) -> None:
+                config: BenchConfig, say: Callable[[str], None], second: Any = None) -> None:
     """Every repeat runs every variant once, appending to ``results``."""
     t0 = time.perf_counter_ns()
     total, done = config.repeats * len(opened), 0
@@ -325,7 +331,7 @@ def _interleave(opened: list[OpenModel], results: list[VariantResult], frames: S
         # the heaviest one): drift of a shared machine then hits every variant alike.
         order = [(repeat + i) % len(opened) for i in range(len(opened))]
         for i in order:
-            run = single_stream(opened[i], frames, config, repeat, t0)
+            run = single_stream(opened[i], frames, config, repeat, t0, second.stage if second else None)
             results[i].runs.append(run)
             if repeat == 0:
                 results[i].first_inference_ms = run.summary["first_inference_ms"]

@@ -12,10 +12,12 @@ from edgekit.modelinfo.preprocessing import add_preprocess_options, preprocess_f
 from edgekit.options import (
     add_bundle_options,
     add_camera_options,
+    add_cascade_options,
     add_runtime_options,
     at_least,
     camera_help,
     camera_options,
+    cascade_model_options,
     runtime_options,
 )
 from edgekit.util.finite_json import strict_dumps
@@ -62,6 +64,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_runtime_options(parser, several_backends=True)
     add_bundle_options(parser)
     add_preprocess_options(parser)
+    add_cascade_options(parser)
     o = parser.add_argument_group("output")
     o.add_argument("--json", nargs="?", const=True, default=None, metavar="",
                    help="the report as JSON on stdout (summary statistics; the table goes to stderr)")
@@ -173,6 +176,9 @@ def _bench(args: argparse.Namespace) -> int:
         skip_unavailable=args.skip_unavailable,
         runtime_options=_model_options(args),
         labels=args.labels,
+        then=args.then,
+        roi=args.roi,
+        then_options=cascade_model_options(args),
     )
 
     def progress(line: str) -> None:
