@@ -42,9 +42,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_runtime_options(parser, config_table="model")
     add_deprecated_alias(parser, "--edgetpu-device", "--device")
     parser.add_argument("--top-k", type=int, help="classes per result (config: [model] top_k)")
-    parser.add_argument("--camera", metavar="URI",
-                        help=camera_help("v4l2:0, picamera2, a file") + " (config: [camera] uri)")
+    parser.add_argument("--camera", metavar="[NAME=]URI", action="append",
+                        help=camera_help("v4l2:0, picamera2, a file") + "; repeat it as NAME=URI for several "
+                        "cameras sharing the model (config: [camera] uri, [[camera]] name and uri)")
     add_camera_options(parser, config_table="camera")
+    parser.add_argument("--motion", action="store_true", default=None,
+                        help="infer only frames with motion, a still scene every motion_refresh_s "
+                        "(config: [camera] motion)")
     parser.add_argument("--output", metavar="PATH",
                         help="JSON lines: '-' stdout, 'off', or a file (config: [output] jsonl)")
     parser.add_argument("--mqtt", metavar="HOST[:PORT]",
@@ -90,7 +94,9 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     path, variant = _model_spec(args)
     config = override(config, "model", path=path, name=variant, labels=flag("labels"),
                       top_k=flag("top_k"), watch=flag("watch"), **config_values(runtime_options(args)))
-    config = override(config, "camera", uri=flag("camera"))
+    if flag("camera"):  # the flags replace the file's cameras; each keeps the file's other [camera] keys
+        config = _with_camera_flags(config, flag("camera"))
+    config = override(config, "camera", motion=flag("motion"))
     if camera_options(args):  # each flag replaces one key of the file's [camera] options
         config = override(config, "camera", options={**config.camera.options, **camera_options(args)})
     if flag("json") and flag("output") not in (None, "-"):
@@ -111,6 +117,23 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
         raise UsageError(f"--log-level {level!r}: not debug, info, warning or error", "use -v, -vv or -q")
     config = override(config, "log", level=level or _verbosity_level(args))
     return config
+
+
+def _with_camera_flags(config: ServeConfig, flags: list[str]) -> ServeConfig:
+    """``--camera [NAME=]URI``, repeated: several cameras each need a name (UsageError otherwise)."""
+    import dataclasses
+
+    from edgekit.serve.camera_config import split_camera_flag
+    from edgekit.serve.config import check, with_cameras
+
+    specs = [split_camera_flag(text) for text in flags]
+    if len(specs) > 1 and not all(name for name, _ in specs):
+        raise UsageError(f"--camera given {len(specs)} times, not every one named",
+                         "name each camera: --camera door=v4l2:0 --camera yard=rtsp://...")
+    template = dataclasses.replace(config.camera, name="")
+    cameras = tuple(override(ServeConfig(camera=template), "camera", name=name, uri=uri).camera
+                    for name, uri in specs)  # each URI checked as a [camera] uri flag is
+    return check(with_cameras(config, cameras))
 
 
 def _print_config(config: ServeConfig) -> int:
@@ -199,7 +222,8 @@ def main(args: argparse.Namespace) -> int:
     previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda _s, _f: daemon.request_reload("SIGHUP"))
     try:
         daemon.start()
-        log.info("serving %s from %s", config.model.path, redact_uri(config.camera.uri))
+        log.info("serving %s from %s", config.model.path, ", ".join(
+            f"{c.name} ({redact_uri(c.uri)})" if c.name else redact_uri(c.uri) for c in config.camera_list))
         # What really runs (delegate, providers), not what was asked: a fallback shows here.
         log.info("runtime: %s", describe_runtime(daemon.stats().get("runtime") or {}))
         daemon.run(max_frames=args.max_frames, duration_s=args.duration)

@@ -53,6 +53,10 @@ class Capture:
         counters: ``frames.captured``/``skipped``, ``errors.camera``, ``reconnects.camera``.
         stop: the daemon's stop event; the capture sets it itself when the camera is fatal.
         clock: nanosecond monotonic clock.
+        gate: a motion gate (:class:`~edgekit.camera.motion.MotionGate`) or None: a frame it does
+            not want never reaches the mailbox (counted in ``frames.gated``). It sees every frame
+            the camera delivers, on the thread that delivers them, so the inference loop never
+            wakes for a still frame and the difference is taken between consecutive frames.
 
     Read by other threads: ``is_open``, ``error``, ``last_frame_ns``, ``rates`` (camera,
     skipped), ``fatal`` (the exception that ended capture for good) and ``ended`` (set when
@@ -60,9 +64,11 @@ class Capture:
     """
 
     def __init__(self, config: CameraConfig, factory: Callable[[str, dict], Any], mailbox: FrameMailbox,
-                 counters: Counters, stop: threading.Event, clock: Callable[[], int]):
+                 counters: Counters, stop: threading.Event, clock: Callable[[], int], gate: Any = None):
         self.config = config
         self.name = redact_uri(config.uri)  # never publish camera credentials
+        self.label = f"{config.name} ({self.name})" if config.name else self.name  # in log lines
+        self.gate = gate
         self._factory = factory
         self._mailbox = mailbox
         self._counters = counters
@@ -131,7 +137,7 @@ class Capture:
             opened += 1
             if opened > 1 and not self._looped:
                 self._counters.add("reconnects", camera=1)
-                log.info("camera %s reopened (reconnect %d)", self.name, opened - 1)
+                log.info("camera %s reopened (reconnect %d)", self.label, opened - 1)
             self._looped = False
             if self._session(source):
                 return
@@ -155,12 +161,12 @@ class Capture:
             if getattr(exc, "retryable", True) is False:  # e.g. a Vector with no SDK configuration
                 self._give_up(exc)
             else:
-                self._down(f"cannot open camera {self.name}: {exc}")
+                self._down(f"cannot open camera {self.label}: {exc}")
         return None
 
     def _give_up(self, exc: BaseException) -> None:
         self.fatal = exc
-        self._down(f"cannot open camera {self.name}: {exc}")
+        self._down(f"cannot open camera {self.label}: {exc}")
         self._stop.set()
         self._mailbox.wake()
 
@@ -172,15 +178,15 @@ class Capture:
             ended = self._watch(source) if callable(getattr(source, "deliver_to", None)) else self._pump(source)
             if ended and not self._stop.is_set():
                 if self.config.on_end == "stop":
-                    log.info("camera %s ended; stopping after the last frame", self.name)
+                    log.info("camera %s ended; stopping after the last frame", self.label)
                     self.ended.set()
                     return True
                 if isinstance(source, SequenceSource) and self.last_frame_ns is not None:
                     self._loop_done()
                     return False
-                self._down(f"camera {self.name} stopped delivering frames")
+                self._down(f"camera {self.label} stopped delivering frames")
         except Exception as exc:  # CameraError or a driver error: reconnect
-            self._down(f"camera {self.name} lost: {exc}")
+            self._down(f"camera {self.label} lost: {exc}")
         finally:
             self.is_open = False
             self.close_source()
@@ -220,13 +226,23 @@ class Capture:
         now = self._clock()
         previous, self._previous = self._previous, frame.index
         gap = frame.index - previous - 1 if previous is not None and frame.index > previous + 1 else 0
-        dropped = self._mailbox.put(frame)
-        self.last_frame_ns = now
-        self._counters.add("frames", captured=1 + gap, skipped=gap + int(dropped))
+        wanted = self.gate is None or self._wanted(frame)  # a gated frame never reaches the model
+        dropped = self._mailbox.put(frame) if wanted else False
+        self.last_frame_ns = now  # a still scene is a camera that works
+        self._counters.add("frames", captured=1 + gap, skipped=gap + int(dropped), **({} if wanted else {"gated": 1}))
         self.rates["camera"].add(1 + gap, now)
         if gap or dropped:
             self.rates["skipped"].add(gap + int(dropped), now)
         return dropped
+
+    def _wanted(self, frame: Any) -> bool:
+        """Whether the motion gate lets ``frame`` through; a frame it cannot read (not a gray,
+        BGR or BGRA array) goes on, and the pipeline counts it as bad."""
+        try:
+            return bool(self.gate.wants(frame))
+        except Exception as exc:  # a driver's odd frame must not end the camera's session
+            log.debug("motion gate: %s", exc)
+            return True
 
     def _loop_done(self) -> None:
         """A file, folder or synthetic clip ended with ``on_end = "reconnect"``: it is played again.
@@ -236,7 +252,7 @@ class Capture:
         self._looped = True
         log.log(logging.INFO if self.loops == 1 else logging.DEBUG,
                 "camera %s ended; playing it again (pass %d; on_end = \"stop\" stops instead)",
-                self.name, self.loops + 1)
+                self.label, self.loops + 1)
 
     def _down(self, message: str) -> None:
         self._counters.add("errors", camera=1)

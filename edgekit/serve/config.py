@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -26,7 +25,9 @@ from edgekit.errors import UsageError
 from edgekit.runtime import BACKENDS
 from edgekit.runtime.backends import MAX_THREADS
 from edgekit.serve.address import camera_uri_relative_to, parse_address
+from edgekit.serve.camera_config import CameraConfig, check_names, motion_option
 from edgekit.serve.discovery import BINARY_DEVICE_CLASSES
+from edgekit.serve.mqtt_options import check_mqtt
 from edgekit.util.optionspec import Option, OptionValueError, close_match
 from edgekit.util.safe_open import NotARegularFile, read_regular
 
@@ -58,18 +59,6 @@ class ModelConfig:
     min_agreement: float = 0.0  # top-1 agreement with the running model on the warm-up frames (0 = no check)
     allow_task_change: bool = False  # hot-swap: accept a bundle with another task or other labels
     check_deadline_s: float = 300.0  # hot-swap: one check's limit before it is refused (watch.CHECK_DEADLINE_S)
-
-
-@dataclass(frozen=True)
-class CameraConfig:
-    """``[camera]``: where frames come from and what to do when they stop."""
-
-    uri: str = "v4l2:0"
-    options: dict = field(default_factory=dict)  # passed to open_camera(uri, **options)
-    reconnect_min_s: float = 0.5
-    reconnect_max_s: float = 30.0
-    stall_timeout_s: float = 5.0  # no frame for this long: camera unhealthy
-    on_end: str = "reconnect"  # when the source ends: reconnect (live cameras) or stop (a clip)
 
 
 @dataclass(frozen=True)
@@ -154,7 +143,8 @@ class ServeConfig:
     """The whole validated configuration. Build it with :func:`load_config`."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
-    camera: CameraConfig = field(default_factory=CameraConfig)
+    camera: CameraConfig = field(default_factory=CameraConfig)  # the first (or only) camera
+    cameras: tuple = ()  # every camera when they are named ([[camera]], --camera NAME=URI); () = `camera` alone
     output: OutputConfig = field(default_factory=OutputConfig)
     mqtt: MqttConfig = field(default_factory=MqttConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
@@ -166,7 +156,15 @@ class ServeConfig:
         """Plain dict of every table (what ``edgekit serve --print-config`` shows)."""
         d = dataclasses.asdict(self)
         d.pop("source")
+        cameras = d.pop("cameras")
+        if cameras:  # named cameras show as the [[camera]] array they came from
+            d["camera"] = list(cameras)
         return d
+
+    @property
+    def camera_list(self) -> tuple[CameraConfig, ...]:
+        """The cameras the daemon reads: the named ones, else the one ``[camera]``."""
+        return self.cameras or (self.camera,)
 
     @property
     def device(self) -> str:
@@ -239,7 +237,11 @@ def _strings(value: Any) -> tuple[str, ...]:
 @functools.cache
 def option(table: str, key: str) -> Option:
     """The spec of ``[table] key``: its type and default from the dataclass, its choices and range
-    from the tables above (a key ending in ``_s`` is at most a year: threading's waits overflow)."""
+    from the tables above (a key ending in ``_s`` is at most a year: threading's waits overflow);
+    ``[camera] motion_*`` keys are the motion gate's own options."""
+    motion = motion_option(key) if table == "camera" else None
+    if motion is not None:
+        return motion
     default = getattr(SECTIONS[table](), key)
     high = _MAXIMUM.get((table, key), (MAX_SECONDS if key.endswith("_s") else None,))[0]
     kind = _TYPES[type(default)][0]
@@ -262,6 +264,9 @@ def _check_value(where: str, table: str, key: str, value: Any, default: Any) -> 
         if exc.wrong_type:
             raise UsageError(f"{at} must be {_TYPES[type(default)][1]}, got {value!r}",
                              f"see `edgekit serve --write-example-config -` for the [{table}] table") from None
+        if key.startswith("motion_"):  # the gate's range, in its words
+            raise UsageError(f"{at} = {value!r} must be {exc.what}",
+                             f"e.g. {key} = {spec.default}: {spec.help}") from None
         if spec.choices:
             raise UsageError(f"{at} = {value!r} is not one of {', '.join(repr(c) for c in spec.choices)}",
                              f"set [{table}] {key} to one of those") from None
@@ -300,8 +305,22 @@ def from_dict(raw: dict[str, Any], where: str = "config", base_dir: Path | None 
             close = close_match(table, SECTIONS)
             hint = f"did you mean [{close}]?" if close else f"known tables: {', '.join(SECTIONS)}"
             raise UsageError(f"{where}: unknown table [{table}]", hint)
+        if table == "camera" and isinstance(value, list):  # [[camera]]: several cameras, each named
+            if not value:
+                raise UsageError(f"{where}: [[camera]] holds no camera", "write [[camera]] name = ... uri = ...")
+            tables["cameras"] = tuple(_section(f"{where} (camera {n})", table, item, base_dir)
+                                      for n, item in enumerate(value, 1))
+            continue
         tables[table] = _section(where, table, value, base_dir)
-    return check(ServeConfig(**tables, source=where))
+    config = ServeConfig(**tables, source=where)
+    return check(with_cameras(config, config.camera_list))
+
+
+def with_cameras(config: ServeConfig, cameras: tuple[CameraConfig, ...]) -> ServeConfig:
+    """``config`` reading ``cameras``: the first is ``camera`` too (its backoff also paces model
+    reopens); several cameras, or a named one, are ``cameras`` (one unnamed camera: ``()``)."""
+    named = len(cameras) > 1 or bool(cameras[0].name)
+    return dataclasses.replace(config, camera=cameras[0], cameras=tuple(cameras) if named else ())
 
 
 def load_config(path: str | Path | None) -> ServeConfig:
@@ -336,16 +355,18 @@ def load_config(path: str | Path | None) -> ServeConfig:
 def check(config: ServeConfig) -> ServeConfig:
     """Checks that involve several keys; returns ``config`` unchanged when it is consistent."""
     where = config.source
-    c, m = config.camera, config.mqtt
-    if c.reconnect_max_s < c.reconnect_min_s:
-        raise UsageError(f"{where}: [camera] reconnect_max_s is below reconnect_min_s", "swap or raise them")
+    m = config.mqtt
+    for c in config.camera_list:
+        if c.reconnect_max_s < c.reconnect_min_s:
+            raise UsageError(f"{where}: [camera] reconnect_max_s is below reconnect_min_s", "swap or raise them")
+    check_names(config.camera_list, where)
     if m.reconnect_max_s < m.reconnect_min_s:
         raise UsageError(f"{where}: [mqtt] reconnect_max_s is below reconnect_min_s", "swap or raise them")
     if config.model.min_agreement > 1:
         raise UsageError(f"{where}: [model] min_agreement is a share, 0..1", "e.g. 0.9 (0 turns the check off)")
     if config.http.latency_min_s >= 5:
         raise UsageError(f"{where}: [http] latency_min_s must be below 5 s", "e.g. 0.0001 (100 us)")
-    _check_mqtt(where, m, config.events)
+    check_mqtt(where, m, config.events)
     topic = config.topic
     if not topic or any(ch in topic for ch in "+#\0") or topic.startswith("/") or topic.endswith("/"):
         raise UsageError(f"{where}: [mqtt] topic {m.topic!r} gives {topic!r}, not a valid topic prefix",
@@ -353,26 +374,6 @@ def check(config: ServeConfig) -> ServeConfig:
     if config.http.listen:
         parse_address(config.http.listen, 9100, what="[http] listen", where=where)
     return config
-
-
-def _check_mqtt(where: str, m: MqttConfig, events: EventsConfig) -> None:
-    """[mqtt] keys that depend on each other or on files (checked by --print-config too)."""
-    for table, key, value in (("mqtt", "min_score", m.min_score), ("events", "min_score", events.min_score),
-                              ("events", "iou", events.iou)):
-        if value > 1:
-            raise UsageError(f"{where}: [{table}] {key} is a score, 0..1", "e.g. 0.5")
-    if (m.ca_file or m.cert_file or m.key_file) and not m.tls:
-        raise UsageError(f"{where}: [mqtt] ca_file/cert_file/key_file are set but tls is false", "set tls = true")
-    if m.key_file and not m.cert_file:
-        raise UsageError(f"{where}: [mqtt] key_file without cert_file", "give the client certificate too")
-    if m.queue_file and (m.queue_size == 0 or not os.path.isdir(os.path.dirname(os.path.abspath(m.queue_file)))):
-        raise UsageError(f"{where}: [mqtt] queue_file {m.queue_file} needs queue_size > 0 and an existing directory",
-                         "e.g. queue_file = \"/var/lib/edgekit/mqtt-queue.jsonl\" (the unit's StateDirectory)")
-    for key in ("password_file", "ca_file", "cert_file", "key_file"):
-        path = getattr(m, key)
-        if path and not os.access(path, os.R_OK):
-            raise UsageError(f"{where}: [mqtt] {key} {path} is missing or unreadable",
-                             "fix the path or its permissions (the daemon's user must read it)")
 
 
 def override(config: ServeConfig, table: str, **values: Any) -> ServeConfig:
@@ -387,4 +388,6 @@ def override(config: ServeConfig, table: str, **values: Any) -> ServeConfig:
     for key, value in values.items():
         _check_value("command line", table, key, value, getattr(SECTIONS[table](), key))
     updated = dataclasses.replace(config, **{table: dataclasses.replace(section, **values)})
+    if table == "camera":  # a [camera] flag holds for every camera (a name makes the one camera named)
+        updated = with_cameras(updated, tuple(dataclasses.replace(c, **values) for c in config.camera_list))
     return check(updated)

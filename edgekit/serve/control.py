@@ -202,19 +202,20 @@ class Controls:
     # ------------------------------------------------------------------ the inference loop's side
     def gate(self, mqtt: Any, objects: Any) -> bool:
         """Apply what commands changed (the inference loop, between frames); False while
-        detection is off, when the loop drops the frame."""
+        detection is off, when the loop drops the frame. ``objects``: the object feeds (one per
+        camera), or None."""
         with self._lock:
             detect, threshold, version = self.detect, self.threshold, self._version
         if version != self._applied:
             self._applied = version
             mqtt.set_min_score(threshold)
-            if objects is not None:
-                objects.tracker.min_score = threshold
+            for feed in objects or ():
+                feed.tracker.min_score = threshold
             log.info("score threshold %g from now on", threshold)
         if not detect and not self._paused:
             self._paused = True
-            if objects is not None:
-                objects.close()  # what was in view ends: a paused camera sees nothing
+            for feed in objects or ():
+                feed.close()  # what was in view ends: a paused camera sees nothing
             mqtt.publish_idle()
             log.info("detection paused (MQTT set/detect OFF): frames are read and dropped")
         elif detect and self._paused:

@@ -9,6 +9,12 @@ overwritten in the mailbox and counted as skipped, so latency stays bounded by a
 frame interval plus one inference, however long the daemon runs. Capture and inference
 overlap, so throughput approaches the slowest stage instead of the sum of both.
 
+Several cameras (``[[camera]]``, ``--camera NAME=URI``) share the one model (an Edge TPU cannot
+be opened twice): each camera has its own capture thread and mailbox, and the loop takes the
+newest frame of each camera in turn (:mod:`edgekit.serve.cameras`), passing over a camera with
+nothing new; every result, event, topic and per-camera metric names its camera. A camera with
+``motion = true`` lets only frames with motion through to its mailbox (:mod:`edgekit.camera.motion`).
+
 Faults are survived, counted and visible: a camera that fails to open or stops is reopened
 with exponential backoff (``/healthz`` is 503 meanwhile); a model that keeps failing is
 reopened; unusable frames are counted and skipped; a broker that is down only drops the
@@ -30,55 +36,56 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from edgekit.camera.mailbox import FrameMailbox
 from edgekit.errors import UsageError
 from edgekit.metrics import PipelineMetrics
 from edgekit.pipeline import frame_problem  # noqa: F401 - re-exported: it lived here
-from edgekit.serve.capture import Capture, check_reduced_decode, open_source
+from edgekit.serve.cameras import CameraFeed, CameraSet
+from edgekit.serve.capture import check_reduced_decode, open_source
 from edgekit.serve.config import ServeConfig, parse_address
 from edgekit.serve.control import Controls
 from edgekit.serve.object_feed import ObjectFeed
 from edgekit.serve.preflight import preflight
 from edgekit.serve.publish import JsonLinesSink, MqttPublisher, count_labels, mqtt_from_config, to_json
 from edgekit.serve.record import ResultRecord, record_from
-from edgekit.serve.stats import RATE_WINDOW_S, Counters, RateMeter, camera_health, health_stats, percentiles
-from edgekit.serve.stats import stats_line as format_stats_line
+from edgekit.serve.stats import RATE_WINDOW_S, Counters, RateMeter
+from edgekit.serve.status import DETECT_STAGES, LATENCY_STAGES, DaemonStatus
 from edgekit.serve.supervisor import ModelSupervisor, model_options
 from edgekit.serve.swap import BundleSwap
 from edgekit.serve.systemd import Watchdog, resolve_output, sd_notify
 
-__all__ = ["Daemon", "RateMeter", "sd_notify", "model_options", "open_source", "RATE_WINDOW_S", "LATENCY_WINDOW"]
+__all__ = ["Daemon", "RateMeter", "sd_notify", "model_options", "open_source", "RATE_WINDOW_S", "LATENCY_WINDOW",
+           "LATENCY_STAGES", "DETECT_STAGES"]
 
 log = logging.getLogger("edgekit.serve")
 
 LATENCY_WINDOW = 1000  # recent frames behind the percentiles in /stats (bounded: the daemon runs for weeks)
 STATS_LOG_INTERVAL_S = 60.0  # a stats line in the journal this often
 POLL_S = 0.1  # how often an idle loop checks for stop: bounds the reaction to SIGTERM
-LATENCY_STAGES = ("preprocess", "inference", "end_to_end")
-DETECT_STAGES = ("decode", "nms")  # a detector's postprocess, split: in /stats, MQTT and Prometheus when recorded
 
 
-class Daemon:
+class Daemon(DaemonStatus):
     """The service, usable from Python (tests, robot glue) as well as from ``edgekit serve``.
 
     Args:
         config: a validated :class:`~edgekit.serve.config.ServeConfig`.
         runtime_factory: ``() -> Runtime``; opens the model (default: ``[model]`` through
             :func:`edgekit.model.open_model`). Called again to reopen a model that keeps failing.
-        camera_factory: ``(uri, options) -> FrameSource``; opens the camera (default:
-            :func:`edgekit.camera.open_camera`). Called again after every camera loss.
+        camera_factory: ``(uri, options) -> FrameSource``; opens a camera (default:
+            :func:`edgekit.camera.open_camera`). Called again after every camera loss, for every camera.
         labels: class names; default from the config (bundle or labels file).
         clock: nanosecond monotonic clock; must match the clock of ``Frame.t_capture_ns``.
 
     ``start()`` opens the model (errors raise: a model that cannot load is a configuration
-    problem), the outputs, the HTTP endpoint and the capture thread. ``run()`` is the
+    problem), the outputs, the HTTP endpoint and the capture threads. ``run()`` is the
     inference loop; it returns after ``stop()`` (thread- and signal-safe), ``max_frames`` or
-    ``duration_s``, or when a source configured with ``on_end = "stop"`` ends, and closes
+    ``duration_s``, or when every source configured with ``on_end = "stop"`` has ended, and closes
     everything. Use the daemon as a context manager to be sure it closes.
 
-    The parts: :class:`~edgekit.serve.capture.Capture` (camera thread),
+    The parts: :class:`~edgekit.serve.cameras.CameraSet` (a :class:`~edgekit.serve.capture.Capture`
+    thread per camera, their turns),
     :class:`~edgekit.serve.supervisor.ModelSupervisor` (model, Pipeline, reopen),
-    :mod:`edgekit.serve.stats` (counters, rates, health), :mod:`edgekit.serve.systemd`.
+    :mod:`edgekit.serve.stats` (counters, rates), :class:`~edgekit.serve.status.DaemonStatus` (health,
+    /stats), :mod:`edgekit.serve.systemd`.
     """
 
     def __init__(
@@ -92,19 +99,18 @@ class Daemon:
         self.config = config = resolve_output(config)  # [output] jsonl "auto": stdout, or a file under systemd
         self._clock = clock
         self._stop = threading.Event()
-        self._slot = FrameMailbox()
         self._counters = Counters()
         # One bounded sink for the life of the daemon, shared by every Pipeline a model
         # reopen creates: /stats percentiles cover the newest LATENCY_WINDOW frames.
         self._frame_metrics = PipelineMetrics(warmup=0, window=LATENCY_WINDOW)
         self._model = ModelSupervisor(config, runtime_factory, labels, self._frame_metrics, self._counters, clock)
-        self._capture = Capture(config.camera, camera_factory or open_source, self._slot, self._counters,
-                                self._stop, clock)
+        # one capture per camera, one model for all: the loop gives each camera its turn
+        self._cameras = CameraSet(config.camera_list, camera_factory or open_source, self._counters, self._stop, clock)
         self._process_rate = RateMeter(clock=clock)
         # What start() checks before opening anything: only the parts this daemon opens itself.
         self._preflight = {"model": runtime_factory is None, "camera": camera_factory is None}
         self._swap: BundleSwap | None = None
-        self._objects: ObjectFeed | None = None  # a detector's objects -> new/update/end events
+        self._objects: dict[str, ObjectFeed] = {}  # a detector's objects -> new/update/end events, per camera
         self._controls: Controls | None = None  # [mqtt] commands: detect ON/OFF, reload, threshold
         self._started_ns: int | None = None
         self.sink: JsonLinesSink | None = None
@@ -120,9 +126,11 @@ class Daemon:
         cfg = self.config
         preflight(cfg, **self._preflight)
         self._model.open()
-        check_reduced_decode(cfg.camera.options, self._model.pipeline.preprocess.spec.crop)
+        for camera in cfg.camera_list:
+            check_reduced_decode(camera.options, self._model.pipeline.preprocess.spec.crop)
         if cfg.events.enabled and (getattr(self._model, "_task", None) or ("classify",))[0] == "detect":
-            self._objects = ObjectFeed(cfg, lambda: self._model.identity)
+            self._objects = {c.name: ObjectFeed(cfg, lambda: self._model.identity, camera=c.name)
+                             for c in cfg.camera_list}
         if self._preflight["model"]:  # hot-swap needs the daemon to open [model] path itself
             self._swap = BundleSwap(cfg, self._model.open_candidate, self._model, self._stop)
             self._swap.start()
@@ -134,15 +142,15 @@ class Daemon:
             if self._swap is not None:  # swap outcomes become MQTT events (fleet dashboards, alerts)
                 self._swap.on_event = self._swap_event
         self.sink = JsonLinesSink(cfg.output.jsonl, cfg.output.max_bytes, cfg.output.backups)
-        if self._objects is not None:
-            self._objects.mqtt, self._objects.sink = self.mqtt, self.sink
+        for feed in self._objects.values():
+            feed.mqtt, feed.sink = self.mqtt, self.sink
         self._started_ns = self._clock()
-        self._capture.start()
+        self._cameras.start()
         sd_notify("READY=1")
         return self
 
     def _start_mqtt(self) -> None:
-        counted = count_labels(self.config, self._model.labels or [], self._objects is not None)
+        counted = count_labels(self.config, self._model.labels or [], bool(self._objects))
         self.mqtt = mqtt_from_config(self.config, model=self._model.identity.get("bundle", ""), count_labels=counted)
         if self.config.mqtt.commands:  # off by default: who may send them is the broker's ACL
             reload = self.request_reload if self._swap is not None else None
@@ -198,8 +206,8 @@ class Daemon:
             self._loop(max_frames, duration_s)
         finally:
             self.close()
-        if self._capture.fatal is not None:
-            raise self._capture.fatal
+        if self._cameras.fatal is not None:
+            raise self._cameras.fatal
         return self.stats()
 
     def close(self) -> None:
@@ -209,12 +217,12 @@ class Daemon:
         self._closed = True
         self._stop.set()
         sd_notify("STOPPING=1")
-        self._slot.wake()
-        self._capture.join(timeout_s=1.0)
+        self._cameras.wake()
+        self._cameras.join(timeout_s=1.0)
         if self._swap is not None:
             self._swap.close()
-        if self._objects is not None:  # every object still in view ends with the daemon
-            self._objects.close()
+        for objects in self._objects.values():  # every object still in view ends with the daemon
+            objects.close()
         for part in (self.sink, self.mqtt, self.http):
             if part is not None:
                 part.close()
@@ -247,14 +255,15 @@ class Daemon:
                 continue
             if self._swap is not None:
                 self._swap.install_pending()  # between two frames: none is lost or run twice
-            frame = self._slot.take(POLL_S)
-            if frame is None:
-                if self._capture.ended.is_set():
+            got = self._cameras.take(POLL_S)  # the next camera's newest frame, round robin
+            if got is None:
+                if self._cameras.ended:
                     break
                 continue
-            if self._controls is not None and not self._controls.gate(self.mqtt, self._objects):
+            feed, frame = got
+            if self._controls is not None and not self._controls.gate(self.mqtt, self._objects.values()):
                 continue  # detection is off: the camera is read, the frame dropped
-            if self._process(frame):
+            if self._process(frame, feed):
                 done += 1
                 if max_frames is not None and done >= max_frames:
                     break
@@ -270,40 +279,44 @@ class Daemon:
             log.info("%s", self.stats_line())
             self._next_log = now + STATS_LOG_INTERVAL_S
 
-    def _process(self, frame: Any) -> bool:
-        """Run one frame through the pipeline and publish it; True when a result was produced."""
+    def _process(self, frame: Any, feed: CameraFeed) -> bool:
+        """Run one frame of ``feed``'s camera through the pipeline and publish it; True when a
+        result was produced."""
         try:
             result = self._model.pipeline.step(frame)
         except Exception as exc:  # any backend failure: count, keep serving, reopen if it persists
             if self._swap is not None and self._swap.frame_failed(exc):
-                return self._process(frame)  # rolled back: the previous model runs this frame
+                return self._process(frame, feed)  # rolled back: the previous model runs this frame
             self._model.failed(exc)
             return False
         if result is None:  # unusable frame: the pipeline logged why
-            self._counters.add("frames", bad=1)
+            feed.count("frames", bad=1)
             return False
         ms = result.timings_ms
-        self._counters.add("frames", processed=1)
+        feed.count("frames", processed=1)
         self._model.succeeded()
         if self._swap is not None:
             self._swap.frame_ok()
             self._swap.remember(frame, result)
-        self._process_rate.add(1, self._clock())
+        now = self._clock()
+        self._process_rate.add(1, now)
+        feed.process_rate.add(1, now)
         if self.metrics is not None:
             self.metrics.observe(ms["preprocess"] / 1e3, ms["inference"] / 1e3, ms["end_to_end"] / 1e3,
                                  ms.get("postprocess", 0.0) / 1e3,
                                  **{k: ms[k] / 1e3 for k in DETECT_STAGES if k in ms})
         # built once: results name the model, variant and bundle hash; every output reads this record
-        record = record_from(result, self.config.device, self._model.identity)
+        record = record_from(result, self.config.device, self._model.identity, camera=feed.name)
         self._last_result = record
         self._publish(record, getattr(frame, "array", None))
         return True
 
     def _publish(self, record: ResultRecord, image: Any = None) -> None:
-        if self._objects is not None and record.is_detector:
-            self._objects.frame(record, image)
-        elif self._objects is not None:  # no detector now (a hot-swap allowed to change the task)
-            self._objects.close()  # what was in view ends; nothing new starts until a detector is back
+        objects = self._objects.get(record.camera)
+        if objects is not None and record.is_detector:
+            objects.frame(record, image)
+        elif objects is not None:  # no detector now (a hot-swap allowed to change the task)
+            objects.close()  # what was in view ends; nothing new starts until a detector is back
         if self.sink is not None:
             errors = self.sink.errors
             self.sink.write(record)
@@ -311,82 +324,3 @@ class Daemon:
                 self._counters.add("errors", output=1)
         if self.mqtt is not None:
             self.mqtt.publish_result(record)  # the [mqtt] publish mode decides whether it is sent
-
-    # ------------------------------------------------------------------ health and stats
-    def health(self) -> tuple[bool, dict[str, Any]]:
-        """``(ready, details)``: ready when a frame arrived within ``stall_timeout_s`` and the
-        model is loaded and its latest inference (if any) succeeded."""
-        cam = self._capture
-        camera_ok, camera_error = camera_health(cam.is_open, cam.error, cam.last_frame_ns, self._clock(),
-                                                self.config.camera.stall_timeout_s)
-        model_ok, model_error = self._model.ok, self._model.error
-        details: dict[str, Any] = {
-            "status": "ok" if camera_ok and model_ok else "unavailable",
-            "camera": "ok" if camera_ok else "down",
-            "model": "ok" if model_ok else "down",
-        }
-        if camera_error is not None:
-            details["camera_error"] = camera_error
-        if not model_ok:
-            details["model_error"] = model_error or "model not loaded"
-        output_ok = self.sink is None or self.sink.healthy  # a full disk: results are being lost
-        if not output_ok:
-            details.update(status="unavailable", output="down", output_error=self.sink.last_error)
-        if self._stop.is_set():
-            details["status"] = "stopping"
-            return False, details
-        return camera_ok and model_ok and output_ok, details
-
-    def stats(self) -> dict[str, Any]:
-        """Counters, recent FPS and latency percentiles, health, MQTT state: JSON-ready."""
-        ready, health = self.health()
-        counts = self._counters.snapshot()
-        rates = {"camera": self._capture.rates["camera"], "process": self._process_rate,
-                 "skipped": self._capture.rates["skipped"]}
-        info = self._model.runtime_info
-        model = self._model.identity
-        stats: dict[str, Any] = {
-            "device": self.config.device,
-            "uptime_s": round((self._clock() - self._started_ns) / 1e9, 3) if self._started_ns else 0.0,
-            "frames": counts["frames"],
-            "fps": {k: round(m.rate(), 3) for k, m in rates.items()},
-            "latency_ms": {k: percentiles(v) for k, v in self.latency_samples().items()},
-            "health": health_stats(ready, health),
-            "errors": counts["errors"],
-            "reconnects": counts["reconnects"],
-            "info": {"device": self.config.device, "camera": self._capture.name,
-                     "model": model.get("bundle", ""),
-                     "backend": info.get("backend", ""), "delegate": info.get("delegate_requested", ""),
-                     "variant": model.get("variant", ""), "bundle_sha256": model.get("sha256", "")},
-            "runtime": info,
-            "model": dict(model),
-        }
-        if self._swap is not None:
-            stats["swaps"] = self._swap.stats()
-        if self._last_result is not None:
-            stats["last_result"] = self._last_result.last_result()  # a detector's boxes, a classifier's top-k
-        camera = self._capture.source_stats()
-        if camera is not None:
-            stats["camera"] = camera
-        if self._controls is not None:
-            stats["control"] = self._controls.stats()
-        if self.mqtt is not None:
-            stats["mqtt"] = self.mqtt.stats()
-            stats["reconnects"]["mqtt"] = self.mqtt.reconnects
-        if self.sink is not None:
-            stats["output"] = {**self.sink.state(), "errors": self.sink.failed}
-        return stats
-
-    def stats_line(self) -> str:
-        """One line for the journal."""
-        return format_stats_line(self.stats())
-
-    def latency_samples(self) -> dict[str, list[int]]:
-        """The newest latency samples (ns) per stage behind /stats, at most LATENCY_WINDOW each."""
-        stages = self._frame_metrics.stages
-        return {k: stages[k].recent() for k in LATENCY_STAGES + DETECT_STAGES if k in stages}
-
-    @property
-    def http_address(self) -> tuple[str, int] | None:
-        """Where the HTTP endpoint listens (None when disabled)."""
-        return self.http.address if self.http is not None else None

@@ -1,9 +1,14 @@
 """What the MQTT publisher of ``edgekit serve`` needs beyond the broker address: the ``[mqtt]``
-settings (and a few from ``[events]`` and ``[model]``) as :class:`MqttOptions`, with their defaults."""
+settings (and a few from ``[events]`` and ``[model]``) as :class:`MqttOptions`, with their defaults,
+and :func:`check_mqtt`, the checks of ``[mqtt]`` keys that depend on each other."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from typing import Any
+
+from edgekit.errors import UsageError
 
 QUEUE_POLICIES = ("drop_oldest", "drop_newest")
 
@@ -34,3 +39,24 @@ class MqttOptions:
     min_score: float = 0.5  # a box counts in the sensors' "count" from this score
     snapshots: bool = False  # a Home Assistant camera per counted label shows <topic>/snapshot/<slug>
     device: str = ""  # the device's name there ("" = the last level of the topic)
+
+
+def check_mqtt(where: str, m: Any, events: Any) -> None:
+    """``[mqtt]`` keys (``m``, a MqttConfig) that depend on each other, on ``[events]`` or on files
+    (checked by --print-config too)."""
+    for table, key, value in (("mqtt", "min_score", m.min_score), ("events", "min_score", events.min_score),
+                              ("events", "iou", events.iou)):
+        if value > 1:
+            raise UsageError(f"{where}: [{table}] {key} is a score, 0..1", "e.g. 0.5")
+    if (m.ca_file or m.cert_file or m.key_file) and not m.tls:
+        raise UsageError(f"{where}: [mqtt] ca_file/cert_file/key_file are set but tls is false", "set tls = true")
+    if m.key_file and not m.cert_file:
+        raise UsageError(f"{where}: [mqtt] key_file without cert_file", "give the client certificate too")
+    if m.queue_file and (m.queue_size == 0 or not os.path.isdir(os.path.dirname(os.path.abspath(m.queue_file)))):
+        raise UsageError(f"{where}: [mqtt] queue_file {m.queue_file} needs queue_size > 0 and an existing directory",
+                         "e.g. queue_file = \"/var/lib/edgekit/mqtt-queue.jsonl\" (the unit's StateDirectory)")
+    for key in ("password_file", "ca_file", "cert_file", "key_file"):
+        path = getattr(m, key)
+        if path and not os.access(path, os.R_OK):
+            raise UsageError(f"{where}: [mqtt] {key} {path} is missing or unreadable",
+                             "fix the path or its permissions (the daemon's user must read it)")

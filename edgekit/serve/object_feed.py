@@ -36,11 +36,17 @@ class ObjectFeed:
         identity: ``() -> dict`` of the running model (bundle, sha256), asked per event:
             a hot-swap changes it.
         mqtt, sink: the daemon's outputs (either may be None); set after construction.
+        camera: the camera's name: its events say ``"camera": name``, its counts and snapshots go
+            to its own topics ("" for the one unnamed camera: nothing added). One feed per camera,
+            so the tracker links boxes of one camera's frames only.
     """
 
-    def __init__(self, config: Any, identity: Callable[[], dict[str, Any]], mqtt: Any = None, sink: Any = None):
+    def __init__(self, config: Any, identity: Callable[[], dict[str, Any]], mqtt: Any = None, sink: Any = None,
+                 camera: str = ""):
         self.config = config.events
         self.device = config.device
+        self.camera = camera
+        self._named = {"camera": camera} if camera else {}  # the keyword the outputs take, and the events' key
         self.tracker: ObjectTracker = tracker_from_config(config.events)
         self.snapshots = Snapshots(config.events.snapshot_width) if config.events.snapshots else None
         self.mqtt, self.sink = mqtt, sink
@@ -61,7 +67,7 @@ class ObjectFeed:
     def _emit(self, events: list[dict[str, Any]]) -> None:
         model = self._identity()
         for event in events:
-            event = {"device": self.device, **event, "model": model.get("bundle", ""),
+            event = {"device": self.device, **self._named, **event, "model": model.get("bundle", ""),
                      "bundle_sha256": model.get("sha256", "")}
             if self.config.jsonl and self.sink is not None:
                 self.sink.write(event)
@@ -70,9 +76,9 @@ class ObjectFeed:
                 if self.snapshots is not None and event["type"] in ("new", "end"):
                     jpeg = self.snapshots.jpeg(event["id"])
                     if jpeg is not None:
-                        self.mqtt.publish_snapshot(event["label"], jpeg)
+                        self.mqtt.publish_snapshot(event["label"], jpeg, **self._named)
         if self.mqtt is not None and self.config.counts:
-            self.mqtt.publish_counts(self.tracker.counts())
+            self.mqtt.publish_counts(self.tracker.counts(), **self._named)
         if self.snapshots is not None:
             self.snapshots.forget({t.id for t in self.tracker.tracks})
 

@@ -41,12 +41,14 @@ class ResultRecord:
     ``top`` is a classifier's top-k, best first; ``detections`` a detector's objects, best
     first, or None when the result is not a detector's (a classifier's, a raw head's).
     ``doc`` is the JSON-ready body written to the outputs, in its published key order.
+    ``camera`` is the name of the camera the frame came from ("" for the one unnamed camera).
     """
 
     frame: int
     time: float
     top: tuple[Seen, ...] = ()
     detections: tuple[Seen, ...] | None = None
+    camera: str = ""
     doc: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
     timings_ms: Mapping[str, float] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
@@ -84,9 +86,12 @@ class ResultRecord:
 _IDENTITY = ("device", "time", "model", "variant", "bundle_sha256", "frame", "ms")
 
 
-def record_from(result: Any, device: str, identity: Mapping[str, Any], now: float | None = None) -> ResultRecord:
+def record_from(result: Any, device: str, identity: Mapping[str, Any], now: float | None = None,
+                camera: str = "") -> ResultRecord:
     """The record of a :class:`~edgekit.pipeline.FrameResult` made by the model ``identity``
-    (``bundle``, ``variant``, ``sha256``) on ``device``; ``now`` is the epoch time (default: now)."""
+    (``bundle``, ``variant``, ``sha256``) on ``device``; ``now`` is the epoch time (default: now).
+    A named ``camera`` is the record's ``camera`` key, right after ``device`` (the one unnamed
+    camera's results have no such key, as before several cameras)."""
     from edgekit.detect.boxes import Detections
     from edgekit.heads.classify import Classification
 
@@ -101,13 +106,13 @@ def record_from(result: Any, device: str, identity: Mapping[str, Any], now: floa
                            for d in head.detections)
     ms = result.timings_ms
     doc = {
-        "device": device, "time": stamp,
+        "device": device, **({"camera": camera} if camera else {}), "time": stamp,
         "model": identity.get("bundle", ""), "variant": identity.get("variant", ""),
         "bundle_sha256": identity.get("sha256", ""),
         "frame": result.index, **head.to_dict(),
         "ms": {k: round(ms[k], 3) for k in RECORD_STAGES if k in ms},
     }
-    return ResultRecord(frame=result.index, time=stamp, top=top, detections=detections, doc=doc,
+    return ResultRecord(frame=result.index, time=stamp, top=top, detections=detections, camera=camera, doc=doc,
                         timings_ms=dict(ms))
 
 
@@ -121,10 +126,10 @@ def as_record(record: ResultRecord | Mapping[str, Any]) -> ResultRecord:
     if isinstance(boxes, list):
         detections = tuple(_seen(d) for d in boxes if isinstance(d, Mapping))
     top = tuple(_seen(p) for p in (doc.get("top") or []) if isinstance(p, Mapping))
-    stamp, frame = doc.get("time"), doc.get("frame")
+    stamp, frame, camera = doc.get("time"), doc.get("frame"), doc.get("camera")
     return ResultRecord(frame=frame if isinstance(frame, int) else 0,
                         time=float(stamp) if isinstance(stamp, (int, float)) else round(time.time(), 3),
-                        top=top, detections=detections, doc=doc)
+                        top=top, detections=detections, camera=camera if isinstance(camera, str) else "", doc=doc)
 
 
 def seen_of(item: Seen | Mapping[str, Any]) -> Seen | None:

@@ -47,6 +47,9 @@ class RateMeter:
             return rate(len(self._events), self._events[-1] - self._events[0])
 
 
+_ON_DEMAND = {("frames", "gated")}  # counters that exist once something adds to them
+
+
 class Counters:
     """Cumulative counters in three groups (``frames``, ``errors``, ``reconnects``), thread-safe.
 
@@ -63,11 +66,14 @@ class Counters:
         }
 
     def add(self, group: str, **counts: int) -> None:
-        """Add ``counts`` to the named counters of ``group``."""
+        """Add ``counts`` to the named counters of ``group``; KeyError for a name it does not
+        have (``frames.gated`` is there once added: only where a motion gate is)."""
         with self._lock:
             target = self._groups[group]
             for key, n in counts.items():
-                target[key] += n
+                if key not in target and (group, key) not in _ON_DEMAND:
+                    raise KeyError(f"{group}.{key}")
+                target[key] = target.get(key, 0) + n
 
     def get(self, group: str, key: str) -> int:
         """One counter's value."""
