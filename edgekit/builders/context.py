@@ -20,6 +20,7 @@ import numpy as np
 from edgekit.builders.calibration import ImageSet, TensorStream
 from edgekit.builders.contract import BuilderOutput, BuildRequest
 from edgekit.builders.detect_gate import as_reference, detect_result
+from edgekit.builders.landmark_gate import log_text as landmark_text
 from edgekit.builders.log import BuildLog
 from edgekit.builders.openset import background_of, fit_variant
 from edgekit.builders.source import SourceModel
@@ -37,10 +38,12 @@ class BuildContext:
     ``converter_calib``: the first ``--calib-steps`` of them), ``holdout`` those held back to
     measure agreement, ``calib_all`` both (what the manifest's provenance describes).
     ``reference`` holds, per data set, the original model's outputs (one spool per output).
-    ``task`` is the bundle's task head (``classify``, ``detect`` or ``raw``); ``class_output``
+    ``task`` is the bundle's task head (``classify``, ``detect``, ``raw``, ``landmarks``); ``class_output``
     the index of the class scores among the source's outputs (None for ``raw`` and ``detect``).
     ``detect`` (a :class:`~edgekit.builders.detect_gate.DetectGate`, detect only) decodes every
-    model's outputs the same way and keeps the original's detections per data set.
+    model's outputs the same way and keeps the original's detections per data set. ``landmarks``
+    (a :class:`~edgekit.builders.landmark_gate.LandmarkGate`) decodes both models' points and
+    judges each variant by their distance in pixels.
     ``background``: the index of the class meaning "nothing there" (classify); with an eval
     set, each variant's open-set thresholds are fitted in :meth:`verify` (builders/openset.py).
     """
@@ -59,6 +62,7 @@ class BuildContext:
     task: str = "classify"
     class_output: int | None = 0
     detect: Any = None
+    landmarks: Any = None  # a LandmarkGate (builders/landmark_gate.py), landmarks only
     planned: dict[str, Any] = field(default_factory=dict)  # target name -> BuildTarget (builders/targets.py)
     reference: dict[str, list[Spool]] = field(default_factory=dict)
     converted_outputs: list[dict] = field(default_factory=list)
@@ -179,10 +183,13 @@ class BuildContext:
                 comparison = Comparison(self.source.output_names, self.class_output)
                 references = [spool.chunks(self.chunk) for spool in self.reference[dataset]]
                 found: list = []
+                points = self.landmarks.tally() if self.landmarks is not None else None
                 class_rows: list[np.ndarray] = []  # the open-set fit's input (a few KB: N x classes)
                 for batch in images.batches(prep, self.chunk):
                     refs, outputs = [next(r) for r in references], run(batch)
                     comparison.add(_expected(refs, expect), outputs)
+                    if points is not None:  # the device decodes the variant's own outputs: so does the gate
+                        points.add(refs, outputs)
                     if labelled and self.background is not None:
                         class_rows.append(np.asarray(outputs[self.class_output]).reshape(len(batch), -1))
                     if self.detect is not None:
@@ -197,6 +204,9 @@ class BuildContext:
                     res.update(Comparison.gate(res, self.min_ratio, self.request.min_top1_agreement))
                 if class_rows:
                     res["openset"] = fit_variant(np.concatenate(class_rows), images.labels, self.background)
+                elif points is not None:
+                    res.update(points.result())
+                    res.update(self.landmarks.judge(res))
                 elif self.task == "raw":
                     res["passed"] = res["cosine"] is not None and res["cosine"] >= self.request.min_cosine
                 out[dataset] = res
@@ -241,6 +251,7 @@ def _summary(res: dict) -> str:
         kp = res["keypoints"]
         head += (f"keypoint error vs the original {_fmt(kp['mean'])} of the box size (max {_fmt(kp['max'])}, "
                  f"{kp['matched']}/{kp['reference']} matched); ")
+    head += landmark_text(res)
     if res.get("agreement") is not None and not res.get("metric"):
         head += f"agreement {res['agreement']:.4f}; "
     return head + "; ".join(f"{n}: cosine {m['cosine']} SQNR {m['sqnr_db']} dB" for n, m in res["outputs"].items())

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.builders.detect_fidelity import check_thresholds
+from edgekit.builders.landmark_gate import check_request as check_landmarks
 from edgekit.camera.base import parse_size
 from edgekit.errors import CameraError, EdgekitError, UsageError
 from edgekit.imaging.image import InputSpec
@@ -26,7 +27,9 @@ from edgekit.imaging.image import InputSpec
 BUILDER_OPTIONS = ("variants", "io_dtype", "compiler", "min_runtime_version", "min_tpu_ops", "strict_tpu_ops")
 
 
-TASKS = ("classify", "detect", "raw")
+TASKS = ("classify", "detect", "raw", "landmarks")
+OPTION_TASKS = ("detect", "landmarks")
+"""The tasks whose head takes ``-T`` options (checked by the head at build time)."""
 
 # A bundle is written to <out>/<name>-<target>: the name must stay one plain file name
 # (no separator, no "..", not hidden), or `--name ../x` would write outside --out.
@@ -111,6 +114,10 @@ class BuildRequest:
     min_score_cosine: float = 0.95
     max_map_gain: float = 0.05
     min_top1_agreement: float = 0.97  # classify, when the original is accurate (builders/verify.py: classify_gate)
+    # landmarks (builders/landmark_gate.py): pixels of the model input, None: 1 % / 2.5 % of its longer side
+    max_landmark_error: float | None = None
+    max_landmark_p95: float | None = None
+    min_presence_agreement: float = 0.97
 
     def __post_init__(self) -> None:
         # Frozen: normalise through object.__setattr__, once, so every reader sees one shape.
@@ -141,8 +148,9 @@ class BuildRequest:
         if not 0 < self.min_map_ratio <= 1.5:
             raise UsageError(f"--min-map-ratio {self.min_map_ratio} makes no sense",
                              "use a ratio like 0.99 (converted mAP@[.5:.95] / original mAP@[.5:.95])")
-        if self.task_options and self.task not in (None, "detect"):
-            raise UsageError("--task-option applies to --task detect", "add --task detect, or leave the options out")
+        if self.task_options and self.task not in (None, *OPTION_TASKS):
+            raise UsageError("--task-option applies to --task detect or --task landmarks",
+                             "add --task detect (or landmarks), or leave the options out")
         if self.calib_count is not None and self.calib_count < 1:
             raise UsageError(f"--calib-count {self.calib_count}: need at least one calibration image",
                              "use e.g. 500")
@@ -162,6 +170,7 @@ class BuildRequest:
         if self.name is not None:
             check_bundle_name(self.name)
         check_thresholds(self)  # the detect gate's own flags
+        check_landmarks(self)  # the landmark gate's flags, and with --task landmarks the head's options
 
     def builder_overrides(self) -> dict[str, Any]:
         """The builder options this request sets (unset ones left out, so the target's apply)."""

@@ -54,9 +54,12 @@ def outcome(results: list[TargetBuild], failures: dict[str, EdgekitError], allow
 
 
 #: the flag that sets each task's gate
-GATE_FLAG = {"classify": "--min-accuracy-ratio", "detect": "--min-map-ratio", "raw": "--min-cosine"}
-#: the one gate flag that is raised, not lowered, to let more through (builders/detect_fidelity.py)
+GATE_FLAG = {"classify": "--min-accuracy-ratio", "detect": "--min-map-ratio", "raw": "--min-cosine",
+             "landmarks": "--max-landmark-error"}
+#: the gate flag that is raised, not lowered, to let more through (builders/detect_fidelity.py)
 RAISE_FLAG = "--max-map-gain"
+#: every flag raised to let more through: the map gain, a landmark model's pixel limits (builders/landmark_gate.py)
+RAISE_FLAGS = (RAISE_FLAG, "--max-landmark-error", "--max-landmark-p95")
 
 
 def failed_flags(result: TargetBuild) -> list[str]:
@@ -79,11 +82,14 @@ def gate_fix(missed: list[TargetBuild], allow_partial: bool = False) -> str:
         ways.append("calibrate int8 with more representative images (--calib)")
     flags = sorted({flag for r in missed if (r.manifest.get("verification") or {}).get("gated")
                     for flag in failed_flags(r)})
-    lower = [f for f in flags if f != RAISE_FLAG]
+    lower = [f for f in flags if f not in RAISE_FLAGS]
     if lower:
         ways.append(f"lower {' or '.join(lower)}")
     if RAISE_FLAG in flags:
         ways.append(f"raise {RAISE_FLAG} (check the scores first)")
+    raised = [f for f in flags if f in RAISE_FLAGS[1:]]
+    if raised:
+        ways.append(f"raise {' or '.join(raised)} (pixels of the model input)")
     if not flags or variants - {"int8", "int8_edgetpu"}:
         ways.append("build other --variants")
     rejected = [r.target for r in missed if r.bundle is None]
