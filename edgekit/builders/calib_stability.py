@@ -16,6 +16,8 @@ check costs one int8 conversion and verification per target at most, and none wh
 far from the gate: a model that passes half a margin above it is verified as shipped, and another
 sample cannot change the model kept. A model that missed the gate on another figure (a detector's
 agreement or scores, builders/detect_fidelity.py) is checked whatever its ratio.
+A landmark model is judged by its mean pixel error against the original's points, a limit it stays
+under (builders/landmark_gate.py): "near" is over half the limit, the margin is the limit itself.
 The model kept is always the first: another seed is a second opinion, not a search over seeds.
 ``--no-recover`` (``recover=False``) builds int8 once: no check either.
 The record: ``verification.models.int8.calibration_stability``.
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edgekit.builders.landmark_gate import judged_px
 from edgekit.errors import ModelError
 
 if TYPE_CHECKING:
@@ -49,23 +52,44 @@ HOPELESS = 0.5
 
 @dataclass(frozen=True)
 class Gate:
-    """The figure the gate judged a model by, and its threshold."""
+    """The figure the gate judged a model by, and its threshold (``higher``: a floor the figure stays
+    at or above; else a limit it stays at or under: a landmark model's pixel error)."""
 
-    name: str  # "top-1 ratio", "mAP ratio", "worst cosine"
+    name: str  # "top-1 ratio", "mAP ratio", "worst cosine", "landmark px mean"
     flag: str  # the option that sets the threshold
     threshold: float
     figure: float
     missed: bool = False  # the model missed the gate (a detector may, on another figure, with its ratio far above)
+    higher: bool = True
+    broken_over: float = math.inf  # a limit's: the figure over which the conversion is broken
 
     @property
     def margin(self) -> float:
-        """What the gate lets a model lose: 1 - threshold (MIN_MARGIN for a threshold of 1 or more)."""
+        """What the gate lets a model lose: 1 - threshold (MIN_MARGIN for a threshold of 1 or more);
+        for a limit, the limit itself (from no error at all)."""
+        if not self.higher:
+            return self.threshold
         return 1.0 - self.threshold if self.threshold < 1 else MIN_MARGIN
+
+    @property
+    def far(self) -> bool:
+        """The figure lies half a margin or more inside the gate."""
+        if self.higher:
+            return self.figure >= self.threshold + NEAR * self.margin
+        return self.figure <= self.threshold - NEAR * self.margin
+
+    @property
+    def broken(self) -> bool:
+        """A figure no other sample can mend: under HOPELESS, or over a limit's ``broken_over``."""
+        return self.figure < HOPELESS if self.higher else self.figure > self.broken_over
 
 
 def gate_of(task: str, min_ratio: float, min_cosine: float, verification: dict) -> Gate | None:
     """The gate's figure of one model's verification (the lowest over the data sets it judged:
-    a ratio, or for ``raw`` the worst output's cosine); None when no gate judged it."""
+    a ratio, or for ``raw`` the worst output's cosine; for ``landmarks`` the judged data set's mean
+    pixel error); None when no gate judged it."""
+    if task == "landmarks":
+        return _landmark_gate(verification)
     figures = []
     for res in verification.values():
         if isinstance(res, dict) and "passed" in res:
@@ -80,15 +104,30 @@ def gate_of(task: str, min_ratio: float, min_cosine: float, verification: dict) 
     return Gate("mAP ratio" if task == "detect" else "top-1 ratio", flag, min_ratio, min(figures), missed)
 
 
+def _landmark_gate(verification: dict) -> Gate | None:
+    """A landmark model's gate: the mean pixel error of the data set judged (builders/landmark_gate.py),
+    its limit, and the error over which the conversion is broken (a tenth of the input)."""
+    judged = judged_px(verification)
+    if judged is None:
+        return None
+    figure, limit, broken = judged
+    return Gate("landmark px mean", "--max-landmark-error", limit, figure, _missed(verification), False, broken)
+
+
 def skip_reason(gate: Gate | None, sample: tuple[np.ndarray, str] | None) -> str | None:
     """Why the check does not run (None: it runs); ``sample``: :func:`other_sample`'s answer."""
     if gate is None:
         return "no gate judged the model (give --eval)"
-    if gate.figure >= gate.threshold + NEAR * gate.margin and not gate.missed:
+    if gate.far and not gate.missed:
+        if not gate.higher:
+            return (f"{gate.name} {gate.figure} is {gate.threshold - gate.figure:.4g} under the limit "
+                    f"{gate.threshold:g}; checked over {gate.threshold - NEAR * gate.margin:.6g}, "
+                    "half a margin under it")
         return (f"{gate.name} {gate.figure} is {gate.figure - gate.threshold:.4g} above the gate {gate.threshold:g}; "
                 f"checked under {gate.threshold + NEAR * gate.margin:.6g}, half a margin above it")
-    if gate.figure < HOPELESS:
-        return f"{gate.name} {gate.figure} is under {HOPELESS}: a broken calibration or conversion, not a sample"
+    if gate.broken:
+        under = f"under {HOPELESS}" if gate.higher else f"over {gate.broken_over:g}"
+        return f"{gate.name} {gate.figure} is {under}: a broken calibration or conversion, not a sample"
     if sample is None:
         return ("the converter calibrated on every calibration image the gate does not judge: no other sample "
                 "of as many exists")

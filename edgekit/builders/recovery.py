@@ -17,7 +17,8 @@ graph (rewrites included) and verified like the first:
 5. calibration on every drawn calibration image (the first saw ``--calib-steps`` of them).
 
 The first attempt that passes is kept; when none does, the best of them (its figure: top-1 or
-mAP ratio, else the worst output's cosine), so the ``.rejected`` evidence is the closest miss.
+mAP ratio, else the worst output's cosine; a landmark model's: the least mean pixel error,
+builders/landmark_gate.py), so the ``.rejected`` evidence is the closest miss.
 Every attempt is a row of ``verification.recovery`` and a log line. Recovery stops once it has
 spent three times the first attempt's time (at least 30 s).
 """
@@ -30,6 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from edgekit.builders.landmark_gate import judged_px
 
 if TYPE_CHECKING:
     from edgekit.builders.context import BuildContext
@@ -72,7 +75,7 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
     """Retry a missed int8 (see the module doc); ``finish(blob, rewrites, seconds)`` writes
     ``path`` and verifies it. Returns the kept (model, coverage); ``path`` holds its file."""
     rows = [_row("as built", first[0], _cost(ctx, target, path, first[0]))]
-    if rows[0]["figure"] < HOPELESS:
+    if _hopeless(rows[0], first[0]):
         first_figure = f"{rows[0]['figure_name']} {rows[0]['figure']}"
         ctx.log.info(f"[{target.name}] int8 recovery: not tried ({first_figure} is too far from the gate for float "
                      "layers or more calibration to close; check the calibration images)")
@@ -207,9 +210,22 @@ def _value(interp, tensor: dict) -> np.ndarray | None:
     return None
 
 
+def _hopeless(row: dict[str, Any], model: BuiltModel) -> bool:
+    """The first attempt is too far from the gate for recovery: a figure under HOPELESS, or a mean
+    landmark error over a tenth of the input (builders/landmark_gate.py: BROKEN_SHARE)."""
+    px = judged_px(model.verification)
+    if px is not None:
+        return px[0] > px[2]
+    return row["figure"] < HOPELESS
+
+
 def _figure(model: BuiltModel) -> float:
-    """The number the gate judged: the eval ratio (top-1 or mAP), else the worst cosine held back."""
+    """The number the gate judged, higher the better: the eval ratio (top-1 or mAP), else the worst
+    cosine held back; a landmark model's mean pixel error, negated."""
     v = model.verification
+    px = judged_px(v)
+    if px is not None:
+        return -px[0]
     for dataset in ("eval", "holdout"):
         res = v.get(dataset)
         if isinstance(res, dict):
@@ -259,6 +275,7 @@ def table_lines(target: str, rows: list[dict[str, Any]]) -> list[str]:
 def _row(label: str, model: BuiltModel, cost: dict[str, Any] | None = None) -> dict[str, Any]:
     passed = not any(isinstance(r, dict) and r.get("passed") is False for r in model.verification.values())
     has_ratio = any(isinstance(r, dict) and r.get("ratio") is not None for r in model.verification.values())
-    return {"label": label, "figure_name": "ratio" if has_ratio else "worst cosine",
-            "figure": round(_figure(model), 6), "passed": passed, "seconds": round(model.convert_seconds, 2),
-            **(cost or {})}
+    px = judged_px(model.verification)  # builders/landmark_gate.py: a landmark model's mean pixel error
+    name, figure = ("px mean", px[0]) if px is not None else ("ratio" if has_ratio else "worst cosine", _figure(model))
+    return {"label": label, "figure_name": name, "figure": round(figure, 6), "passed": passed,
+            "seconds": round(model.convert_seconds, 2), **(cost or {})}
