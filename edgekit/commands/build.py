@@ -46,15 +46,16 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-tpu-ops", type=float, help="warn when the share of ops on the Edge TPU is below this")
     p.add_argument("--strict-tpu-ops", action="store_true", help="fail instead of warn for --min-tpu-ops")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout (also when the gate fails)")
-    p.add_argument("--task", choices=["classify", "detect", "raw"],
+    p.add_argument("--task", choices=["classify", "detect", "raw", "landmarks"],
                    help="task head (default: detect when --eval is a detection set, else classify for one "
-                        "1-D output, raw otherwise)")
+                        "1-D output, raw otherwise; landmarks: -T landmarks={...} -T presence={...}, gated in pixels)")
     p.add_argument("--min-map-ratio", type=float, default=0.99,
                    help="detect: fail when converted/original mAP@[.5:.95] on --eval is below this (default 0.99)")
     _fidelity_flags(p)
     p.add_argument("-T", "--task-option", dest="task_option", action="append", type=key_value, metavar="KEY=VALUE",
-                   help="detect head option written into the bundle and used by the gate, e.g. -T layout=yolo "
-                        "-T score_threshold=0.4 (values are JSON); repeatable")
+                   help="detect or landmarks head option written into the bundle and used by the gate, e.g. "
+                        "-T layout=yolo -T score_threshold=0.4, -T 'landmarks={\"num_landmarks\": 468}' "
+                        "(values are JSON); repeatable")
     p.add_argument("--background-class", metavar="LABEL",
                    help="classify: the label meaning 'nothing there' (default: background); with --eval the "
                         "open-set thresholds are fitted on it and stored in the manifest")
@@ -84,6 +85,14 @@ def _fidelity_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-score-cosine", type=float, default=0.95,
                    help="detect: fail when the score output's cosine similarity with the original's on --eval is "
                         "below this (default 0.95, 0 turns it off)")
+    p.add_argument("--max-landmark-error", type=float, metavar="PX",
+                   help="landmarks: fail when the mean over images of each image's mean point distance to the "
+                        "original's, in pixels of the model input, is above this (default 1 %% of its longer side)")
+    p.add_argument("--max-landmark-p95", type=float, metavar="PX",
+                   help="landmarks: the same for the 95th percentile over images (default 2.5 %% of the longer side)")
+    p.add_argument("--min-presence-agreement", type=float, default=0.97,
+                   help="landmarks with a presence output: fail when fewer images than this share are on the "
+                        "original's side of the presence threshold (default 0.97, 0 turns it off)")
     p.add_argument("--min-top1-agreement", type=float, default=0.97,
                    help="classify: when the original's top-1 on --eval is 0.9 or more, fail a model whose top-1 is "
                         "the original's on fewer of the images than this (default 0.97, 0 turns it off)")
@@ -111,7 +120,9 @@ def main(args: argparse.Namespace) -> int:
                         allow_partial=args.allow_partial, recover=args.recover,
                         min_detect_agreement=args.min_detect_agreement, min_score_levels=args.min_score_levels,
                         min_score_cosine=args.min_score_cosine, max_map_gain=args.max_map_gain,
-                        min_top1_agreement=args.min_top1_agreement)
+                        min_top1_agreement=args.min_top1_agreement, max_landmark_error=args.max_landmark_error,
+                        max_landmark_p95=args.max_landmark_p95,
+                        min_presence_agreement=args.min_presence_agreement)
     except EdgekitError as exc:
         # The report matters most when the gate failed or a target did not build: the same
         # table (or JSON) on stdout as on success, then the one-line error on stderr.
@@ -149,10 +160,14 @@ def _size(n: int) -> str:
 
 def format_table(results) -> str:
     """One row per model in every bundle (and per variant a partial bundle left out): files,
-    sizes, accuracy (raw: the worst output's cosine), ratio, gate, delegation, time."""
+    sizes, accuracy (raw: the worst output's cosine; landmarks: the pixel error and presence
+    agreement against the original's), ratio, gate, delegation, time."""
     task = results[0].manifest.get("task") if results else None
     if task == "raw":
         header = ("target", "model file", "size", "worst output", "cosine", "gate", "delegated", "build s")
+    elif task == "landmarks":  # builders/landmark_gate.py: vs the original's points, in model-input pixels
+        header = ("target", "model file", "size", "landmark error", "presence", "cosine", "gate", "delegated",
+                  "build s")
     else:
         metric = "mAP" if task == "detect" else "top-1"  # a detector's: mAP@[.5:.95]; agree: vs the original
         header = ("target", "model file", "size", f"orig {metric}", f"conv {metric}", "ratio", "agree", "gate",
@@ -200,8 +215,14 @@ def _row(r, model: dict, v: dict, cov: dict | None, task: str | None) -> tuple:
     else:
         deleg = "-"
     gate = "PASS" if ev.get("passed") else ("FAIL" if "passed" in ev else "n/a")
+    cosine = f"{ev['cosine']:.6f}" if ev.get("cosine") is not None else "-"
     if task == "raw":
-        figures = (ev.get("worst_output") or "-", f"{ev['cosine']:.6f}" if ev.get("cosine") is not None else "-")
+        figures = (ev.get("worst_output") or "-", cosine)
+    elif task == "landmarks":
+        from edgekit.builders.landmark_gate import table_figure
+
+        agreement = ev.get("presence_agreement")
+        figures = (table_figure(ev), f"{agreement:.4f}" if agreement is not None else "-", cosine)
     else:
         figures = (f"{ev['original']:.4f}" if ev.get("original") is not None else "-",
                    f"{ev['converted']:.4f}" if ev.get("converted") is not None else "-",
