@@ -71,18 +71,18 @@ def _table(name: str, spec: tuple[Option, ...], given: Any) -> dict[str, Any]:
     if given is None:
         given = {}
     if not isinstance(given, dict):
-        raise UsageError(f"landmarks {name} must be a table of options, not {given!r}",
+        raise UsageError(f"landmarks head: {name} must be a table of options, not {given!r}",
                          f"e.g. -T '{name}={{\"output\": 1}}'; {_DOCS}")
     declared = by_name(spec)
     unknown = sorted(set(given) - set(declared))
     if unknown:
-        raise UsageError(f"landmarks {name} has no option {unknown[0]!r}", did_you_mean(unknown[0], declared))
+        raise UsageError(f"landmarks head: {name} has no option {unknown[0]!r}", did_you_mean(unknown[0], declared))
     out = {o.name: o.default for o in spec}
     for key, value in given.items():
         try:
             out[key] = declared[key].coerce(value, text=False)
         except OptionValueError as exc:
-            raise UsageError(f"landmarks {name}.{key} must be {exc.what}, not {value!r}", _DOCS) from None
+            raise UsageError(f"landmarks head: {name}.{key} must be {exc.what}, not {value!r}", _DOCS) from None
     return out
 
 
@@ -106,10 +106,10 @@ class LandmarkConfig:
         lm = _table("landmarks", LANDMARK_OPTIONS, landmarks)
         pr = _table("presence", PRESENCE_OPTIONS, presence)
         if presence is not None and pr["output"] is None:
-            raise UsageError("landmarks presence needs its output index",
+            raise UsageError("landmarks head: presence needs its output index",
                              "e.g. -T 'presence={\"output\": 1, \"activation\": \"sigmoid\"}'")
         if pr["output"] is not None and pr["output"] == lm["output"]:
-            raise UsageError(f"landmarks presence.output {pr['output']} is also the landmarks' output",
+            raise UsageError(f"landmarks head: presence.output {pr['output']} is also the landmarks' output",
                              "give the index of the score output (a 1-value tensor)")
         return cls(lm["num_landmarks"], lm["input_image_width"], lm["input_image_height"], lm["normalize_z"],
                    lm["output"], lm["visibility_activation"] == "sigmoid", pr["output"],

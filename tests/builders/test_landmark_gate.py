@@ -153,9 +153,9 @@ def _cli(*argv) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("extra,message", [
-    (("-T", 'landmarks={"num_landmark": 468}'), "landmarks landmarks has no option 'num_landmark'"),
+    (("-T", 'landmarks={"num_landmark": 468}'), "landmarks head: landmarks has no option 'num_landmark'"),
     (("-T", 'presence={"output": 0}'), "presence.output 0 is also the landmarks' output"),
-    (("-T", "landmarks=[1]"), "landmarks landmarks must be a table of options"),
+    (("-T", "landmarks=[1]"), "landmarks head: landmarks must be a table of options"),
     (("-T", "score_threshold=0.3"), "task 'landmarks' has no option 'score_threshold'"),
     (("--max-landmark-error", "-1"), "--max-landmark-error -1.0 makes no sense"),
     (("--min-presence-agreement", "2"), "--min-presence-agreement 2.0 makes no sense"),
