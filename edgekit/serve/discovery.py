@@ -20,6 +20,10 @@ announces:
   a ``button`` *reload* (``set/reload``) and a ``number`` *threshold* (``set/threshold``), each
   reading the state of its command's retained answer.
 
+With several named cameras each camera is a Home Assistant device of its own (``<device> <camera>``,
+ids ``edgekit_<device>_<camera>``) reading its camera's topics (``<topic>/<camera>/...``), and the
+command entities go on a device of their own (``<device>``): commands act on every camera.
+
 All share the device's availability topic (``online``/``offline``, the last will), so every
 entity shows *unavailable* while the device is away. Labels come from a bundle, which is
 untrusted: they never enter a Home Assistant template (a label with ``{{`` in it would be code
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 # Home Assistant's binary sensor device classes ("" = none): a typo would make discovery fail there, silently
 BINARY_DEVICE_CLASSES = (
@@ -65,20 +70,30 @@ def _sensor(name: str, key: str, topic: str, expire_after: int, **extra: object)
             "state_class": "measurement", "expire_after": expire_after, **extra}
 
 
+def announcements(topic: str, device: str, options: Any, cameras: list[tuple[str, str]], commands: bool,
+                  version: str = "") -> list[tuple[str, str]]:
+    """Every discovery message of a device: one device per camera (``cameras``: ``(name, its topic
+    prefix)``; the one unnamed camera's prefix is ``topic``), the commands with the device's own
+    topics. ``options``: an :class:`~edgekit.serve.mqtt_options.MqttOptions`."""
+    o, messages, availability = options, [], f"{topic}/availability"
+    for camera, camera_topic in cameras:
+        messages += discovery_messages(camera_topic, device, o.labels_of_interest, o.discovery_prefix, o.model,
+                                       version, o.count_labels, o.device_class, o.sensor_interval_s, o.snapshots,
+                                       commands and not camera, camera=camera, availability_topic=availability)
+    if commands and cameras and cameras[0][0]:  # named cameras: the commands are the device's, not a camera's
+        messages += _configs(topic, device, o.discovery_prefix, o.model, version, _command_entities(topic))
+    return messages
+
+
 def discovery_messages(topic: str, device: str, labels_of_interest: tuple[str, ...] | list[str],
                        prefix: str = "homeassistant", model: str = "", version: str = "",
                        count_labels: tuple[str, ...] | list[str] = (), device_class: str = "occupancy",
                        sensor_interval_s: float = 10.0, snapshots: bool = False,
-                       commands: bool = False) -> list[tuple[str, str]]:
-    """``(config topic, retained JSON payload)`` for every entity of this device."""
-    node = slug(device)
-    base = {
-        "availability_topic": f"{topic}/availability",
-        "payload_available": "online",
-        "payload_not_available": "offline",
-        "device": {"identifiers": [f"edgekit_{node}"], "name": device, "manufacturer": "edgekit",
-                   "model": model or "edgekit serve", "sw_version": version},
-    }
+                       commands: bool = False, camera: str = "",
+                       availability_topic: str = "") -> list[tuple[str, str]]:
+    """``(config topic, retained JSON payload)`` for every entity of this device (of one named
+    ``camera`` of it, whose topics are under ``topic``, when given; ``availability_topic``: the
+    device's, default ``<topic>/availability``)."""
     # three missed refreshes: a score older than that is not what the camera sees now
     expire = int(3 * sensor_interval_s) + 1
     entities = [
@@ -103,6 +118,21 @@ def discovery_messages(topic: str, device: str, labels_of_interest: tuple[str, .
                           **extra}))
     if commands:
         entities += _command_entities(topic)
+    return _configs(topic, f"{device} {camera}" if camera else device, prefix, model, version, entities,
+                    availability_topic)
+
+
+def _configs(topic: str, device: str, prefix: str, model: str, version: str,
+             entities: list[tuple[str, str, dict[str, object]]], availability_topic: str = "") -> list[tuple[str, str]]:
+    """The retained config message of each ``(component, object id, config)`` entity of ``device``."""
+    node = slug(device)
+    base = {
+        "availability_topic": availability_topic or f"{topic}/availability",
+        "payload_available": "online",
+        "payload_not_available": "offline",
+        "device": {"identifiers": [f"edgekit_{node}"], "name": device, "manufacturer": "edgekit",
+                   "model": model or "edgekit serve", "sw_version": version},
+    }
     messages = []
     for component, object_id, extra in entities:
         config = {**base, **extra, "unique_id": f"edgekit_{node}_{object_id}",

@@ -5,7 +5,8 @@
   histograms observed per frame, plus counters and gauges read from the daemon's stats at
   scrape time (one source of truth for ``/stats``, MQTT stats and Prometheus).
 - ``/healthz``: ``200`` when the camera delivers frames and the model runs, else ``503``;
-  the JSON body says which part is down. Use it for systemd/k8s-style probes and alerting.
+  the JSON body says which part is down. With several cameras: while at least one delivers
+  (the body names each camera that is down). Use it for systemd/k8s-style probes and alerting.
 - ``/stats``: the daemon's stats as JSON.
 - ``POST /reload`` (off unless ``[http] reload = true``, and only from a loopback address):
   look at the bundle again and hot-swap it (:mod:`edgekit.serve.swap`), as SIGHUP does.
@@ -76,6 +77,7 @@ _COUNTERS = (
     ("edgekit_frames_processed_total", ("frames", "processed"), "Frames run through the model."),
     ("edgekit_frames_skipped_total", ("frames", "skipped"), "Frames dropped because the model was busy."),
     ("edgekit_frames_bad_total", ("frames", "bad"), "Frames that were unusable (wrong type/shape, corrupt)."),
+    ("edgekit_frames_gated_total", ("frames", "gated"), "Frames the motion gate kept from the model (a still scene)."),
     ("edgekit_results_written_total", ("output", "lines"), "Results written to the JSON-lines output."),
     ("edgekit_results_failed_total", ("output", "failed"), "Results that could not be written (disk full)."),
     ("edgekit_mqtt_published_total", ("mqtt", "published"), "Results sent to the MQTT broker (incl. replayed)."),
@@ -104,22 +106,48 @@ def _get(stats: dict, path: tuple[str, ...]) -> Any:
     return value
 
 
+# named cameras: these are per camera, with a camera label (the path into each camera's /stats entry)
+_PER_CAMERA = {"edgekit_frames_captured_total": ("frames", "captured"),
+               "edgekit_frames_processed_total": ("frames", "processed"),
+               "edgekit_frames_skipped_total": ("frames", "skipped"), "edgekit_frames_bad_total": ("frames", "bad"),
+               "edgekit_frames_gated_total": ("frames", "gated"), "edgekit_camera_up": ("up",)}
+
+
+def _per_camera(family: type, name: str, help_text: str, cameras: dict[str, dict]) -> Any:
+    """``name`` with one sample per camera that has it, labelled ``camera``; None when none has it."""
+    values = [(camera, _get(stats, _PER_CAMERA[name])) for camera, stats in cameras.items()]
+    if all(value is None for _, value in values):
+        return None
+    metric = family(name.removesuffix("_total") if family is CounterMetricFamily else name, help_text,
+                    labels=["camera"])
+    for camera, value in values:
+        if value is not None:
+            metric.add_metric([camera], float(value))
+    return metric
+
+
 class _StatsCollector:
-    """Turns a stats snapshot into Prometheus families at scrape time."""
+    """Turns a stats snapshot into Prometheus families at scrape time. With named cameras the
+    frame counters and ``edgekit_camera_up`` carry a ``camera`` label (one sample per camera, no
+    unlabelled total: ``sum without (camera)`` adds them up)."""
 
     def __init__(self, snapshot: Callable[[], dict]):
         self._snapshot = snapshot
 
     def collect(self):
         stats = self._snapshot()
-        for name, path, help_text in _COUNTERS:
-            value = _get(stats, path)
-            if value is not None:
-                yield CounterMetricFamily(name.removesuffix("_total"), help_text, value=float(value))
-        for name, path, help_text in _GAUGES:
-            value = _get(stats, path)
-            if value is not None:
-                yield GaugeMetricFamily(name, help_text, value=float(value))
+        cameras = stats.get("cameras") or {}
+        for family, table in ((CounterMetricFamily, _COUNTERS), (GaugeMetricFamily, _GAUGES)):
+            for name, path, help_text in table:
+                if cameras and name in _PER_CAMERA:
+                    metric = _per_camera(family, name, help_text, cameras)
+                else:
+                    value = _get(stats, path)
+                    metric = None if value is None else family(
+                        name.removesuffix("_total") if family is CounterMetricFamily else name, help_text,
+                        value=float(value))
+                if metric is not None:
+                    yield metric
         errors = CounterMetricFamily("edgekit_errors", "Errors by kind.", labels=["kind"])
         for kind, value in sorted((stats.get("errors") or {}).items()):
             errors.add_metric([kind], float(value))

@@ -1,6 +1,7 @@
 """The MQTT output of ``edgekit serve`` (paho-mqtt 2.x): results, state, stats, availability.
 
-Topics, under ``topic`` (e.g. ``edgekit/pi-kitchen``):
+Topics, under ``topic`` (e.g. ``edgekit/pi-kitchen``; a named camera's result, state, label, sensors,
+count and snapshot topics under ``<topic>/<camera>`` instead, :mod:`edgekit.serve.mqtt_channel`):
 
 - ``<topic>/availability``: ``online`` / ``offline``, retained, QoS 1; the broker publishes
   ``offline`` itself (last will) when the device vanishes without saying goodbye.
@@ -44,13 +45,13 @@ import time
 from typing import Any
 
 from edgekit.errors import BackendUnavailable
-from edgekit.serve.discovery import discovery_messages, label_topics, slug
-from edgekit.serve.events import NOTHING, PublishPolicy, state_text
+from edgekit.serve.discovery import announcements, slug
+from edgekit.serve.events import PublishPolicy, state_text
+from edgekit.serve.mqtt_channel import Channel, channels
 from edgekit.serve.mqtt_options import QUEUE_POLICIES, MqttOptions
 from edgekit.serve.mqtt_paho import InFlight, QuietLogger
 from edgekit.serve.mqtt_queue import MessageQueue
 from edgekit.serve.record import ResultRecord, as_record
-from edgekit.serve.sensors import SensorFeed
 from edgekit.serve.sink import to_json
 
 log = logging.getLogger("edgekit.serve")
@@ -73,13 +74,13 @@ class MqttPublisher:
             raise ValueError(f"queue_policy {o.queue_policy!r} is not one of {', '.join(QUEUE_POLICIES)}")
         self.host, self.port, self.topic, self.qos = host, port, topic, o.qos
         self.address = f"{'mqtts' if o.tls else 'mqtt'}://{host}:{port}"
-        self.policy = policy or PublishPolicy(mode="every")
+        self.policy = policy or PublishPolicy(mode="every")  # the first camera's; each other one has a copy
         self.availability_topic = f"{topic}/availability"
-        self._result_topic = f"{topic}/result"
         self.client_id = client_id or f"edgekit-{os.getpid()}"
-        self._label_topics = label_topics(topic, o.labels_of_interest)
-        self._sensors = SensorFeed(topic, o.sensor_interval_s, tuple(o.count_labels), o.min_score)
-        self._snapshot_topics = label_topics(topic, o.count_labels, kind="snapshot")  # as discovery names them
+        # a camera's topics and publish state: <topic>/... for the one unnamed camera, <topic>/<name>/... each
+        self._channels = channels(topic, tuple(o.cameras), o, self.policy)
+        self._first = next(iter(self._channels.values()))
+        self._result_topics = {c.result_topic for c in self._channels.values()}
         self.connected = threading.Event()
         self.connects = self.disconnects = self.failures = 0
         self.published = self.dropped = self.replayed = 0
@@ -87,7 +88,6 @@ class MqttPublisher:
         self._closing = False
         self._lock = threading.Lock()  # orders publishes against the replay of the queue
         self.commands: Any = None  # a control.Controls: <topic>/set/+ is subscribed and answered
-        self._missed: str | None = None  # the newest unsent result, sent on connect: "change" mode may wait hours
         self._inflight = InFlight()  # paho's unacknowledged QoS >= 1 messages: older than a replay
         self._generation = 0  # connections lost: a replay waiting on an old one is not done
         self._no_conn = mqtt.MQTT_ERR_NO_CONN
@@ -154,9 +154,10 @@ class MqttPublisher:
             waiting = self.queued
             self._replay()
             self._republish_state()
-            info = self._send(self._result_topic, self._missed, self.qos) if self._missed is not None else None
-            if info is not None and (info.rc == 0 or (self.qos and info.rc == self._no_conn)):
-                self._missed, self.published = None, self.published + 1  # else held for the next connect
+            for channel in [c for c in self._channels.values() if c.missed is not None]:
+                info = self._send(channel.result_topic, channel.missed, self.qos)
+                if info.rc == 0 or (self.qos and info.rc == self._no_conn):
+                    channel.missed, self.published = None, self.published + 1  # else held for the next connect
             self.connects += 1
             self.last_error = ""  # /stats must not keep saying "cannot reach the broker"
             self.connected.set()
@@ -182,23 +183,18 @@ class MqttPublisher:
 
         o = self.options
         device = o.device or self.topic.rsplit("/", 1)[-1]
-        for config_topic, payload in discovery_messages(self.topic, device, o.labels_of_interest,
-                                                        o.discovery_prefix, o.model, __version__, o.count_labels,
-                                                        o.device_class, o.sensor_interval_s, o.snapshots,
-                                                        self.commands is not None):
+        cameras = [(channel.camera, channel.topic) for channel in self._channels.values()]
+        messages = announcements(self.topic, device, o, cameras, self.commands is not None, __version__)
+        for config_topic, payload in messages:
             self._send(config_topic, payload, 1, retain=True)
 
     def _republish_state(self) -> None:
         """The current retained state, after the replay (called with the lock held): at QoS 0 a
         change made while disconnected was dropped, and a broker without persistence forgets
         retained messages when it restarts; either way the state topic would be stale."""
-        if self.policy.state is not None:
-            for topic, payload in self._state_messages(self.policy.state):
-                self._send(topic, payload, 1, retain=True)
-        for topic, payload in self._sensors.count_messages():
-            self._send(topic, payload, 1, retain=True)
-        if self._sensors.payload is not None:
-            self._send(self._sensors.topic, self._sensors.payload, 0, retain=True)
+        for channel in self._channels.values():
+            for topic, payload, qos in channel.current():
+                self._send(topic, payload, qos, retain=True)
 
     def _replay(self) -> None:
         """Send what waited in the queue, oldest first (called with the lock held)."""
@@ -208,7 +204,7 @@ class MqttPublisher:
             if info.rc not in (0, self._no_conn):  # paho keeps QoS>=1 messages on NO_CONN
                 break
             self._queue.sent(info.mid)  # on disk until the broker acknowledges it
-            if topic == self._result_topic:
+            if topic in self._result_topics:
                 self.replayed += 1
                 self.published += 1
 
@@ -247,7 +243,7 @@ class MqttPublisher:
     @property
     def queued(self) -> int:
         """Results waiting for the broker (not the state, count and event messages queued beside them)."""
-        return self._queue.count(self._result_topic)
+        return sum(self._queue.count(topic) for topic in self._result_topics)
 
     def start(self) -> None:
         """Start connecting in the background; returns at once even if the broker is down."""
@@ -260,105 +256,108 @@ class MqttPublisher:
         self._client.loop_start()
 
     def _publish(self, topic: str, payload: str, qos: int, retain: bool = False, queue: bool = True,
-                 result: bool = False) -> str:
-        """Send, queue or drop one message: returns ``"sent"``, ``"queued"`` or ``"dropped"``."""
+                 result: Channel | None = None) -> str:
+        """Send, queue or drop one message (``result``: the channel of a result): returns ``"sent"``,
+        ``"queued"`` or ``"dropped"``."""
         with self._lock:
             if self.connected.is_set() and not self._queue:
                 info = self._send(topic, payload, qos, retain)
                 if info.rc == 0 or (qos and info.rc == self._no_conn):  # NO_CONN: paho keeps and resends it
-                    self.published += result
-                    if result:
-                        self._forget_missed()
+                    if result is not None:
+                        self.published += 1
+                        self._forget_missed(result)
                     return "sent"
             if not queue or qos == 0 or self.options.queue_size == 0:
-                if result:  # counted as dropped once a newer one replaces it, as sent if it is sent
-                    self._forget_missed()
-                    self._missed = payload
+                if result is not None:  # counted as dropped once a newer one replaces it, as sent if it is sent
+                    self._forget_missed(result)
+                    result.missed = payload
                 return "dropped"
-            results = self._queue.count(self._result_topic) + result
+            results = self.queued + (result is not None)
             full = self._queue.append((topic, payload, qos, retain))
-            self.dropped += results - self._queue.count(self._result_topic)  # results only, not state
+            self.dropped += results - self.queued  # results only, not state
             return "dropped" if full and self.options.queue_policy == "drop_newest" else "queued"
 
-    def _forget_missed(self) -> None:
-        """The newest unsent result will not be sent now (a newer one replaces it): dropped."""
-        if self._missed is not None:
+    def _forget_missed(self, channel: Channel) -> None:
+        """The camera's newest unsent result will not be sent now (a newer one replaces it): dropped."""
+        if channel.missed is not None:
             self.dropped += 1
-            self._missed = None
+            channel.missed = None
+
+    def _channel(self, camera: str) -> Channel:
+        """The channel of ``camera`` (the first one for a name it does not know, e.g. "")."""
+        return self._channels.get(camera) or self._first
 
     def publish_result(self, record: ResultRecord | dict[str, Any] | str) -> bool:
         """Offer one result (a dict is read into a :class:`~edgekit.serve.record.ResultRecord` once) to
-        the publish policy; True when it was sent or queued. A result dropped while disconnected counts
-        in ``dropped``; one the policy holds back (``change``/``interval`` modes) in ``policy.suppressed``.
-        A ``str`` is an already-encoded line and is published as it is, without the policy."""
+        its camera's publish policy; True when it was sent or queued. A result dropped while disconnected
+        counts in ``dropped``; one the policy holds back (``change``/``interval`` modes) in ``suppressed``.
+        A ``str`` is an already-encoded line and is published as it is (the first camera's topic), without
+        the policy."""
         if isinstance(record, str):
-            return self._publish(self._result_topic, record, self.qos, result=True) != "dropped"
-        record, previous = as_record(record), self.policy.state
-        publish, state = self.policy.decide(record)
+            return self._publish(self._first.result_topic, record, self.qos, result=self._first) != "dropped"
+        record = as_record(record)
+        channel = self._channel(record.camera)
+        previous = channel.policy.state
+        publish, state = channel.policy.decide(record)
         if state != previous:
-            for topic, payload in self._state_messages(state, previous):
+            for topic, payload in channel.state_messages(state, previous):
                 self._publish(topic, payload, 1, retain=True)
         with self._lock:
-            sensors = self._sensors.offer(record, state_text(state), state != previous)
+            sensors = channel.sensors.offer(record, state_text(state), state != previous)
         if sensors is not None:  # QoS 0, not queued: the newest is sent again on connect
-            self._publish(self._sensors.topic, sensors, 0, retain=True, queue=False)
+            self._publish(channel.sensors.topic, sensors, 0, retain=True, queue=False)
         if not publish:
             return False
         payload = record.to_json(state=state_text(state))
-        return self._publish(self._result_topic, payload, self.qos, result=True) != "dropped"
-
-    def _state_messages(self, state: Any, previous: Any = None) -> list[tuple[str, str]]:
-        """``<topic>/state`` and the ON/OFF topics of labels of interest that changed."""
-        messages = [(f"{self.topic}/state", state_text(state))]
-        now_on = set(state) if isinstance(state, frozenset) else {state}
-        was_on = set(previous) if isinstance(previous, frozenset) else {previous}
-        for label, label_topic in self._label_topics.items():
-            if previous is None or (label in now_on) != (label in was_on):
-                messages.append((label_topic, "ON" if label in now_on else "OFF"))
-        return messages
+        return self._publish(channel.result_topic, payload, self.qos, result=channel) != "dropped"
 
     def publish_idle(self) -> None:
-        """Detection paused: the state becomes ``none`` (label topics ``OFF``) and the sensors
-        say so, until results flow again."""
-        previous = self.policy.state
-        idle = frozenset() if isinstance(previous, frozenset) else NOTHING
-        self.policy.reset(idle)
-        if previous is not None and idle != previous:
-            for topic, payload in self._state_messages(idle, previous):
-                self._publish(topic, payload, 1, retain=True)
-        empty = {"detections": []} if isinstance(previous, frozenset) else {"top": []}
-        with self._lock:
-            sensors = self._sensors.offer(empty, state_text(idle), True)
-        self._publish(self._sensors.topic, sensors, 0, retain=True, queue=False)
+        """Detection paused: every camera's state becomes ``none`` (label topics ``OFF``) and the
+        sensors say so, until results flow again."""
+        for channel in self._channels.values():
+            previous = channel.policy.state
+            idle = channel.idle_state()
+            channel.policy.reset(idle)
+            if previous is not None and idle != previous:
+                for topic, payload in channel.state_messages(idle, previous):
+                    self._publish(topic, payload, 1, retain=True)
+            empty = {"detections": []} if isinstance(previous, frozenset) else {"top": []}
+            with self._lock:
+                sensors = channel.sensors.offer(empty, state_text(idle), True)
+            self._publish(channel.sensors.topic, sensors, 0, retain=True, queue=False)
 
     def set_min_score(self, score: float) -> None:
         """The score from which a label counts as seen (state, binary sensors, ``count``), from
-        the next result on (the ``threshold`` command)."""
+        the next result on, for every camera (the ``threshold`` command)."""
         with self._lock:
-            self.policy.min_score = self._sensors.min_score = score
+            for channel in self._channels.values():
+                channel.policy.min_score = channel.sensors.min_score = score
 
     def publish_event(self, event: dict[str, Any]) -> bool:
         """Publish one event on ``<topic>/events`` (QoS 1, not retained, queued while disconnected
         like results); True when it was sent or queued."""
         return self._publish(f"{self.topic}/events", to_json(event), 1) != "dropped"
 
-    def publish_counts(self, counts: dict[str, int]) -> None:
+    def publish_counts(self, counts: dict[str, int], camera: str = "") -> None:
         """Objects in view per label (a detector's, from :mod:`edgekit.serve.objects`): each count
-        that changed goes to its retained ``<topic>/count/<slug>`` (QoS 1, queued)."""
+        that changed goes to its camera's retained ``<topic>/count/<slug>`` (QoS 1, queued)."""
+        channel = self._channel(camera)
         with self._lock:
-            changed = self._sensors.set_counts(counts)
+            changed = channel.sensors.set_counts(counts)
         for topic, payload in changed:
             self._publish(topic, payload, 1, retain=True)
 
-    def publish_snapshot(self, label: str, jpeg: bytes) -> bool:
-        """An object's best frame (JPEG) on ``<topic>/snapshot/<slug>``, retained, QoS 0, not queued."""
-        topic = self._snapshot_topics.get(label) or f"{self.topic}/snapshot/{slug(label)}"
+    def publish_snapshot(self, label: str, jpeg: bytes, camera: str = "") -> bool:
+        """An object's best frame (JPEG) on its camera's ``<topic>/snapshot/<slug>``, retained, QoS 0,
+        not queued."""
+        channel = self._channel(camera)
+        topic = channel.snapshot_topics.get(label) or f"{channel.topic}/snapshot/{slug(label)}"
         return self._publish(topic, jpeg, 0, retain=True, queue=False) == "sent"
 
     def _retained_topics(self) -> list[str]:
         """The retained topics that describe what the device sees (cleared on a clean stop)."""
-        return [f"{self.topic}/state", self._sensors.topic, *self._label_topics.values(),
-                *self._sensors.count_topics.values(), *(self.commands.topics() if self.commands else ())]
+        commands = self.commands.topics() if self.commands else ()
+        return [t for c in self._channels.values() for t in c.retained_topics()] + list(commands)
 
     def publish_stats(self, payload: str) -> bool:
         """Publish a stats JSON (QoS 0, never queued); False while disconnected."""
@@ -366,10 +365,11 @@ class MqttPublisher:
 
     def stats(self) -> dict[str, Any]:
         """The /stats ``mqtt`` entry (no credentials in it)."""
-        p = self.policy
+        policies = [channel.policy for channel in self._channels.values()]
         return {"broker": self.address, "connected": int(self.connected.is_set()), "published": self.published,
                 "dropped": self.dropped, "queued": self.queued, "replayed": self.replayed,
-                "suppressed": p.suppressed, "state_changes": p.changes, "publish": p.mode,
+                "suppressed": sum(p.suppressed for p in policies), "state_changes": sum(p.changes for p in policies),
+                "publish": self.policy.mode,
                 "connect_failures": self.failures, "last_error": self.last_error,
                 **({"queue_write_errors": self._queue.write_errors} if self.options.queue_file else {})}
 
@@ -379,7 +379,8 @@ class MqttPublisher:
         self._closing = True
         deadline = time.monotonic() + timeout_s
         with self._lock:
-            self._forget_missed()  # never sent: the counts add up to the results offered
+            for channel in self._channels.values():
+                self._forget_missed(channel)  # never sent: the counts add up to the results offered
         if self.connected.is_set():
             info = self._send(self.availability_topic, "offline", 1, retain=True)
             for topic in self._retained_topics():  # after offline: Home Assistant shows unavailable, not empty

@@ -39,6 +39,7 @@ class MqttOptions:
     min_score: float = 0.5  # a box counts in the sensors' "count" from this score
     snapshots: bool = False  # a Home Assistant camera per counted label shows <topic>/snapshot/<slug>
     device: str = ""  # the device's name there ("" = the last level of the topic)
+    cameras: tuple[str, ...] = ()  # named cameras: each has its topics under <topic>/<name> (mqtt_channel.py)
 
 
 def check_mqtt(where: str, m: Any, events: Any) -> None:

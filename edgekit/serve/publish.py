@@ -42,6 +42,7 @@ def mqtt_from_config(config: Any, model: str = "", count_labels: tuple[str, ...]
         discovery_prefix=m.discovery_prefix, labels_of_interest=tuple(m.labels_of_interest), model=model,
         device=config.device, count_labels=tuple(count_labels), device_class=m.device_class,
         sensor_interval_s=m.sensor_interval_s, min_score=m.min_score, snapshots=config.events.snapshots,
+        cameras=tuple(c.name for c in config.cameras),
     )
     policy = PublishPolicy(mode=m.publish, min_interval_s=m.min_interval_s, min_score=m.min_score,
                            hysteresis=m.hysteresis, confirm_frames=m.confirm_frames)
