@@ -257,3 +257,52 @@ def cascade_model_options(args: argparse.Namespace) -> dict[str, Any]:
         if getattr(args, flag, None) is not None:
             options[keyword] = getattr(args, flag)
     return {k: v for k, v in options.items() if v is not None}
+
+
+def add_motion_options(parser: argparse.ArgumentParser) -> None:
+    """``--motion`` and its thresholds: infer only frames where something moved (edgekit.camera.motion)."""
+    g = parser.add_argument_group("motion gating")
+    g.add_argument("--motion", action="store_true",
+                   help="infer only frames with motion (a cheap difference on a small grey copy); a still scene "
+                        "is still inferred every --motion-refresh seconds")
+    g.add_argument("--motion-threshold", type=at_least(1), metavar="GREY",
+                   help="a pixel moved when it differs by more than this many grey levels (default 25)")
+    g.add_argument("--motion-min-area", type=at_least(0.0, float), metavar="FRACTION",
+                   help="motion when more than this fraction of the small copy moved (default 0.005)")
+    g.add_argument("--motion-refresh", type=at_least(0.0, float), metavar="S",
+                   help="infer a still scene at least every S seconds of frame time (default 5)")
+
+
+class MotionFilter:
+    """``--motion`` for a frame loop: :meth:`frames` passes only what the gate wants, :meth:`summarise`
+    puts its counts in the run's summary (gated frames are not "skipped")."""
+
+    def __init__(self, gate: Any = None):
+        self.gate = gate
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> MotionFilter:
+        """The filter the flags ask for (a pass-through without ``--motion``)."""
+        if not getattr(args, "motion", False):
+            return cls()
+        from edgekit.camera.motion import motion_gate_from
+
+        given = {"threshold": args.motion_threshold, "min_area": args.motion_min_area,
+                 "refresh_s": args.motion_refresh}
+        return cls(motion_gate_from({k: v for k, v in given.items() if v is not None}))
+
+    def frames(self, source: Any) -> Any:
+        """``source`` itself, or only its frames with motion."""
+        if self.gate is None:
+            return source
+        from edgekit.camera.motion import motion_gated
+
+        return motion_gated(source, self.gate)
+
+    def summarise(self, summary: dict[str, Any]) -> None:
+        """Add ``motion`` (seen, inferred, gated) to ``summary``; gated frames leave ``skipped``."""
+        if self.gate is None:
+            return
+        counts = self.gate.counts()
+        summary["motion"] = counts
+        summary["skipped"] = max(0, summary.get("skipped", 0) - counts.get("gated", 0))

@@ -28,10 +28,12 @@ from typing import Any, TextIO
 from edgekit.errors import CameraError, CameraUnavailable, EdgekitError, UsageError
 from edgekit.modelinfo.preprocessing import add_preprocess_options, preprocess_flags
 from edgekit.options import (
+    MotionFilter,
     add_bundle_options,
     add_camera_options,
     add_cascade_options,
     add_deprecated_alias,
+    add_motion_options,
     add_runtime_options,
     at_least,
     camera_help,
@@ -60,6 +62,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_bundle_options(parser)
     add_preprocess_options(parser)
     add_cascade_options(parser)
+    add_motion_options(parser)
     parser.add_argument("--max-frames", type=at_least(1), metavar="N", help="stop after N results")
     # 0 ran forever (a zero duration read as "no limit"): the shortest run is a millisecond
     parser.add_argument("--duration", type=at_least(0.001, float), metavar="S", help="stop after S seconds")
@@ -126,6 +129,7 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
         from edgekit.camera import open_camera
 
         source = open_camera(args.camera, **camera_options(args))
+        motion = MotionFilter.from_args(args)
         # bounded: a week-long run must not grow; totals and fps stay exact (edgekit.metrics)
         pipeline = Pipeline(model.runtime, model.labels, top_k=args.top_k, warmup=args.warmup, window=RUN_WINDOW,
                             task=model.task, task_options={**model.task_options, **_tensors(args)}, then=then)
@@ -134,7 +138,7 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
         try:
             if recording is not None and recording.fps is None:
                 recording.fps = _source_stats(source).get("nominal_fps")  # a video plays at the camera's rate
-            _loop(pipeline, source, args, out, log, recording)
+            _loop(pipeline, motion.frames(source), args, out, log, recording)
         except KeyboardInterrupt:
             interrupted = True
         except BrokenPipeError:  # the reader left (`--json | head`): end as Ctrl-C does, --save's frames kept
@@ -149,6 +153,7 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
             source.close()
         summary = pipeline.metrics.summary()
         summary["source"] = source_stats
+        motion.summarise(summary)
         summary["interrupted"] = interrupted
         _print_summary(summary, args, out, log)
         if error is not None:
@@ -310,6 +315,8 @@ def format_summary(summary: dict) -> str:
     for stage, s in summary["stages"].items():
         lines.append(f"  {stage:<{width}}{s['count']:>7}" + "".join(
             _cell(s[k]) for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms")))
+    if summary.get("motion"):
+        lines.append("  motion: " + ", ".join(f"{k} {v}" for k, v in summary["motion"].items()))
     if summary.get("source"):
         lines.append("  source: " + ", ".join(f"{k} {_short(v)}" for k, v in summary["source"].items()))
     return "\n".join(lines) + "\n"
