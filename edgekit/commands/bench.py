@@ -65,6 +65,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_bundle_options(parser)
     add_preprocess_options(parser)
     add_cascade_options(parser)
+    _add_cascade_gate(parser)
     o = parser.add_argument_group("output")
     o.add_argument("--json", nargs="?", const=True, default=None, metavar="",
                    help="the report as JSON on stdout (summary statistics; the table goes to stderr)")
@@ -79,6 +80,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="leave out (with a warning) variants this machine cannot run, e.g. an Edge TPU bundle",
     )
+
+
+def _add_cascade_gate(parser: argparse.ArgumentParser) -> None:
+    """``--max-cascade-error`` and ``--min-cascade-agreement`` (the gate of ``--then ... --eval DIR``),
+    in the cascade group add_cascade_options made (defaults: edgekit.bench.cascade_eval's, not imported here)."""
+    g = next((g for g in parser._action_groups if (g.title or "").startswith("cascade")), parser)
+    g.add_argument("--max-cascade-error", type=at_least(0.0, float), default=0.05, metavar="W",
+                   help="with --eval: a pair's p90 landmark error, in box widths (default 0.05; exit 3 over it)")
+    g.add_argument("--min-cascade-agreement", type=at_least(0.0, float), default=0.95, metavar="F",
+                   help="with --eval: detection, presence and sub-label agreement (default 0.95; "
+                        "exit 3 under it)")
 
 
 def _json_flag(args: argparse.Namespace) -> None:
@@ -204,6 +216,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     from edgekit.util.atomic import write_text_atomic
 
     options = _model_options(args)
+    if args.then:
+        return _evaluate_cascade(args, options)
     results = []
     for backend in options.pop("backend", None) or [None]:  # --backend repeats: one pass per backend
         chosen = {**options, "backend": backend} if backend else options
@@ -220,6 +234,33 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.json_file:
         write_text_atomic(Path(args.json_file), text, force=True)
     return 0
+
+
+def _evaluate_cascade(args: argparse.Namespace, options: dict) -> int:
+    """``--then SECOND --eval DIR``: every variant pair's cascade against the first pair's; exit 3
+    when a pair misses the gate (:mod:`edgekit.bench.cascade_eval`)."""
+    from edgekit.bench.cascade_eval import evaluate_cascade, format_cascade
+    from edgekit.errors import EXIT_GATE
+
+    if len(args.models) > 1:
+        raise UsageError(f"--then with --eval takes one detector, not {len(args.models)} models",
+                         "give DET (its variants per --variants) --then SECOND")
+    backends = options.pop("backend", None) or [None]  # one backend here: the first given
+    second = {**cascade_model_options(args), **({"allow_rejected": True} if args.allow_rejected else {})}
+    result = evaluate_cascade(args.models[0], args.then, args.eval, args.variants, args.roi,
+                              {**options, "backend": backends[0]}, second, args.labels,
+                              args.max_cascade_error, args.min_cascade_agreement)
+    print(format_cascade(result), file=sys.stderr if args.json else sys.stdout)
+    text = strict_dumps({"cascade": result.to_dict()}, indent=1) + "\n"
+    if args.json:
+        sys.stdout.write(text)
+    if args.json_file:
+        from edgekit.util.atomic import write_text_atomic
+
+        write_text_atomic(Path(args.json_file), text, force=True)
+    for pair in result.failed:
+        print(f"edgekit bench: cascade gate: {pair.name}: {', '.join(pair.failures)}", file=sys.stderr)
+    return EXIT_GATE if result.failed else 0
 
 
 def _model_options(args: argparse.Namespace) -> dict:
