@@ -291,8 +291,9 @@ class PipelineMetrics:
         self.frames += 1
         for stage, ns in timings_ns.items():
             recorder = self.stages.get(stage)
-            if recorder is None:
-                recorder = self.stages[stage] = self._recorder(stage)
+            if recorder is None:  # first seen at this frame: only the run's warm-up frames left are set aside
+                recorder = self.stages[stage] = LatencyRecorder(stage, max(0, self.warmup - self.frames + 1),
+                                                                self.window)
             recorder.add(ns)
         if self.frames > self.warmup:
             t = int(t_done_ns)

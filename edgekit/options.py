@@ -230,9 +230,9 @@ def target_completer(prefix: str = "", **_: Any) -> list[str]:
     return [head + name for name in available_targets() if name.startswith(last)]
 
 
-def add_cascade_options(parser: argparse.ArgumentParser) -> None:
+def add_cascade_options(parser: argparse.ArgumentParser) -> Any:
     """``--then``, ``--roi`` and the second model's task flags: a detector feeding a second model
-    (:mod:`edgekit.cascade`; docs/pipelines.md)."""
+    (:mod:`edgekit.cascade`; docs/pipelines.md). Returns the argument group (a verb adds its own there)."""
     g = parser.add_argument_group("cascade (a detector feeding a second model)")
     g.add_argument("--then", metavar="SECOND[:VARIANT]",
                    help="run this model on each detection's region (landmarks, or a classifier's sub-label)")
@@ -244,12 +244,14 @@ def add_cascade_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--then-option", action="append", type=key_value, metavar="KEY=VALUE",
                    help="an option of the second model's task head (values are JSON), repeatable")
     g.add_argument("--then-labels", metavar="FILE", help="labels file for a bare second model")
+    return g
 
 
 def cascade_model_options(args: argparse.Namespace) -> dict[str, Any]:
     """The :func:`~edgekit.model.open_model` keywords of the second model (``--then-*``)."""
     options: dict[str, Any] = {"labels": getattr(args, "then_labels", None),
-                               "task": getattr(args, "then_task", None)}
+                               "task": getattr(args, "then_task", None),
+                               "allow_rejected": getattr(args, "allow_rejected", None)}
     given = getattr(args, "then_option", None)
     if given:
         options["task_options"] = {key: option_value(value) for key, value in given}

@@ -308,3 +308,19 @@ def test_stats_line_covers_the_latest_hundred_frames_by_default():
     # the latest 100 frames: 50 slow and 50 fast (p50 halfway), 99 intervals of 10 ms x 49 and 20 ms x 50
     assert m.stats_line() == ("frames 250  fps 66.4  inference p50 5.00 ms p90 9.00 ms  end-to-end p50 11.00 ms  "
                               "skipped 0  corrupt 0")
+
+
+def test_a_stage_first_seen_after_the_warm_up_keeps_every_sample():
+    # a cascade files its second stage by region count (second_stage@k=N): a key first seen at frame 8 of a
+    # run with warm-up 5 must keep its samples, and one first seen at frame 3 sets aside only frames 3-5
+    m = PipelineMetrics(warmup=5)
+    for frame in range(1, 11):
+        stages = {"inference": 1_000}
+        if frame >= 3:
+            stages["late_from_3"] = 2_000
+        if frame >= 8:
+            stages["late_from_8"] = 3_000
+        m.record(stages, frame * 1_000_000)
+    summary = m.summary()["stages"]
+    assert summary["inference"]["count"] == 5
+    assert summary["late_from_3"]["count"] == 5 and summary["late_from_8"]["count"] == 3

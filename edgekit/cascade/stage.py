@@ -6,7 +6,8 @@ model, its answer carried home on the detection.
 (:mod:`edgekit.cascade.region`), warps the full-resolution frame into the second model's input
 (:mod:`edgekit.cascade.warp`), applies that model's own preprocessing, infers and decodes. A
 ``landmarks`` head's points return to frame pixels through the inverse of the warp and ride on the
-detection as ``landmarks`` and ``landmark_score``; a classifier's top class as ``sub_label`` and
+detection as ``landmarks``, ``landmark_score`` (and ``landmark_visibility`` for a model that gives
+one); a classifier's top class as ``sub_label`` and
 ``sub_label_score`` (Frigate's word); any other head's result as ``second``. ``stage_ns`` holds the
 last frame's times: ``crop``, ``second_preprocess``, ``second_inference``, ``second_decode`` (each
 summed over the regions), ``second_stage`` (all of it) and ``second_stage@k=N`` (the same, filed by the
@@ -95,10 +96,12 @@ class SecondStage:
             score = decode.presence(outputs)
             if score is not None and score < decode.config.presence_threshold:
                 return {"landmarks": (), "landmark_score": score}
-            points, _ = decode.normalized(outputs)
+            points, visibility = decode.normalized(outputs)
             pixels = points * np.float32([self.width, self.height, self.width])
             frame_points = to_frame(pixels, region, self.width, self.height)
-            return {"landmarks": tuple(map(tuple, frame_points.tolist())), "landmark_score": score}
+            seen = tuple(visibility.tolist()) if visibility is not None else None
+            return {"landmarks": tuple(map(tuple, frame_points.tolist())), "landmark_score": score,
+                    "landmark_visibility": seen}
         answer = decode(outputs)
         top = getattr(answer, "top", None)
         if top is not None and hasattr(top, "label") and hasattr(top, "score"):

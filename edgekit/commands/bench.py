@@ -64,8 +64,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_runtime_options(parser, several_backends=True)
     add_bundle_options(parser)
     add_preprocess_options(parser)
-    add_cascade_options(parser)
-    _add_cascade_gate(parser)
+    _add_cascade_gate(add_cascade_options(parser))
     o = parser.add_argument_group("output")
     o.add_argument("--json", nargs="?", const=True, default=None, metavar="",
                    help="the report as JSON on stdout (summary statistics; the table goes to stderr)")
@@ -82,10 +81,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_cascade_gate(parser: argparse.ArgumentParser) -> None:
+def _add_cascade_gate(g: argparse._ArgumentGroup) -> None:
     """``--max-cascade-error`` and ``--min-cascade-agreement`` (the gate of ``--then ... --eval DIR``),
     in the cascade group add_cascade_options made (defaults: edgekit.bench.cascade_eval's, not imported here)."""
-    g = next((g for g in parser._action_groups if (g.title or "").startswith("cascade")), parser)
     g.add_argument("--max-cascade-error", type=at_least(0.0, float), default=0.05, metavar="W",
                    help="with --eval: a pair's p90 landmark error, in box widths (default 0.05; exit 3 over it)")
     g.add_argument("--min-cascade-agreement", type=at_least(0.0, float), default=0.95, metavar="F",
@@ -246,7 +244,7 @@ def _evaluate_cascade(args: argparse.Namespace, options: dict) -> int:
         raise UsageError(f"--then with --eval takes one detector, not {len(args.models)} models",
                          "give DET (its variants per --variants) --then SECOND")
     backends = options.pop("backend", None) or [None]  # one backend here: the first given
-    second = {**cascade_model_options(args), **({"allow_rejected": True} if args.allow_rejected else {})}
+    second = cascade_model_options(args)
     result = evaluate_cascade(args.models[0], args.then, args.eval, args.variants, args.roi,
                               {**options, "backend": backends[0]}, second, args.labels,
                               args.max_cascade_error, args.min_cascade_agreement)

@@ -31,6 +31,7 @@ class Detection:
     keypoints: tuple[tuple[float, float], ...] = ()
     landmarks: tuple[tuple[float, float, float], ...] | None = None
     landmark_score: float | None = None
+    landmark_visibility: tuple[float, ...] | None = None
     sub_label: str | None = None
     sub_label_score: float | None = None
     region: tuple[float, ...] | None = None
@@ -49,6 +50,8 @@ class Detection:
             d["region"] = list(self.region)
         if self.landmarks is not None:
             d["landmarks"] = [[round(x, 2), round(y, 2), round(z, 2)] for x, y, z in self.landmarks]
+        if self.landmark_visibility is not None:
+            d["landmark_visibility"] = [round(v, 4) for v in self.landmark_visibility]
         for key in ("landmark_score", "sub_label_score"):
             value = getattr(self, key)
             if value is not None:

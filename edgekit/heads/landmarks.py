@@ -6,8 +6,9 @@ model's graph file:
 
 ``landmarks``: ``num_landmarks`` (how many points; default: the output's size / 3),
 ``input_image_width`` / ``input_image_height`` (the pixel frame the model's x, y are in; default the
-model input's own size), ``normalize_z`` (z is divided by ``input_image_width`` and multiplied by
-this, as MediaPipe does; default 1), ``output`` (which model output holds the points; default 0),
+model input's own size), ``normalize_z`` (z is divided by ``input_image_width`` and then
+by this, as MediaPipe's tensors_to_landmarks_calculator.cc does; default 1), ``output`` (which
+model output holds the points; default 0),
 ``visibility_activation`` (``none`` or ``sigmoid``: for models with 4+ values per point, the 4th
 is a visibility logit, e.g. pose landmarks).
 
@@ -49,7 +50,7 @@ LANDMARK_OPTIONS = (
     Option("num_landmarks", "int", None, "points in the output", ge=1, le=100_000),
     Option("input_image_width", "int", None, "width of the pixel frame the x values are in", ge=1, le=16384),
     Option("input_image_height", "int", None, "height of the pixel frame the y values are in", ge=1, le=16384),
-    Option("normalize_z", "float", 1.0, "z is divided by input_image_width, then multiplied by this",
+    Option("normalize_z", "float", 1.0, "z is divided by input_image_width, then by this",
            gt=0.0, le=1e6),
     Option("output", "int", 0, "the model output holding the points", ge=0, le=63),
     Option("visibility_activation", "str", "none", "the 4th value per point", choices=ACTIVATIONS),
@@ -208,7 +209,7 @@ class LandmarkDecoder:
         points[:, 0] = values[:, 0] / width
         points[:, 1] = values[:, 1] / height if per > 1 else 0.0
         if per > 2:
-            points[:, 2] = values[:, 2] / width * c.normalize_z
+            points[:, 2] = values[:, 2] / width / c.normalize_z  # MediaPipe divides: z / width / normalize_z
         visibility = None
         if per > 3:
             visibility = _sigmoid(values[:, 3]) if c.visibility_sigmoid else values[:, 3].astype(np.float32)

@@ -51,7 +51,7 @@ def test_input_image_size_normalises_other_units():
     decode = landmarks((), _Runtime(SQUARE), landmarks={"num_landmarks": 3, "input_image_width": 200,
                                                         "input_image_height": 200, "normalize_z": 2.0})
     out = decode([POINTS.reshape(1, 9)])
-    assert out.points[1] == pytest.approx((45.0, 25.0, -5.0))  # x / 200 * 100; z / 200 * 2 * 100
+    assert out.points[1] == pytest.approx((45.0, 25.0, -1.25))  # x / 200 * 100; z / 200 / 2 * 100 (MediaPipe divides)
 
 
 def test_presence_gates_and_sigmoid_applies():
