@@ -123,7 +123,7 @@ def _with_camera_flags(config: ServeConfig, flags: list[str]) -> ServeConfig:
     """``--camera [NAME=]URI``, repeated: several cameras each need a name (UsageError otherwise)."""
     import dataclasses
 
-    from edgekit.serve.camera_config import split_camera_flag
+    from edgekit.serve.camera_config import check_names, split_camera_flag
     from edgekit.serve.config import check, with_cameras
 
     specs = [split_camera_flag(text) for text in flags]
@@ -133,6 +133,7 @@ def _with_camera_flags(config: ServeConfig, flags: list[str]) -> ServeConfig:
     template = dataclasses.replace(config.camera, name="")
     cameras = tuple(override(ServeConfig(camera=template), "camera", name=name, uri=uri).camera
                     for name, uri in specs)  # each URI checked as a [camera] uri flag is
+    check_names(cameras, "--camera")  # named after the flags, not the file they replace
     return check(with_cameras(config, cameras))
 
 

@@ -93,9 +93,9 @@ def check_names(cameras: tuple[CameraConfig, ...], where: str) -> None:
             raise UsageError(f"{where}: {name[:40]!r} is not a valid camera name", NAME_FIX)
         if name.lower() in RESERVED_NAMES:
             raise UsageError(f"{where}: camera name {name!r} is one of the device's own MQTT topics",
-                             f"choose another name (not {', '.join(sorted(RESERVED_NAMES))})")
+                             "choose another name; taken: " + ", ".join(sorted(RESERVED_NAMES)))
         key = name.lower().replace("-", "_")
         if key in seen:
             raise UsageError(f"{where}: cameras {seen[key]!r} and {name!r} have the same name",
-                             "give each camera its own name (case and '-'/'_' do not tell names apart)")
+                             "give each camera its own name: case and '-'/'_' do not tell names apart")
         seen[key] = name

@@ -74,3 +74,12 @@ def test_last_result_for_stats_is_the_frame_its_time_and_the_heads_json():
     last = record_from(result, "cam1", IDENTITY, now=5.0).last_result()
     # as /stats showed it before: {"frame", "time", **FrameResult.to_dict()}
     assert last == {"frame": 12, "time": 5.0, **result.to_dict()}
+
+
+def test_a_named_cameras_record_says_which_camera_right_after_the_device():
+    record = record_from(classified(), "cam1", IDENTITY, now=5.0, camera="door")
+    doc = json.loads(record.to_json())
+    assert record.camera == "door" and list(doc)[:3] == ["device", "camera", "time"] and doc["camera"] == "door"
+    assert as_record(doc).camera == "door"  # a Python caller's dict keeps it: MQTT routes on it
+    unnamed = record_from(classified(), "cam1", IDENTITY, now=5.0)
+    assert unnamed.camera == "" and "camera" not in json.loads(unnamed.to_json())
