@@ -47,8 +47,8 @@ def _checks(config: ServeConfig, model: bool, camera: bool) -> list:
     checks = []
     if model:
         checks.append(lambda: check_model(config.model.path, where))
-    if camera:
-        checks.append(lambda: check_camera(config.camera.uri, config.camera.options, where))
+    if camera:  # every camera, each named in its message
+        checks += [lambda c=c: check_camera(c.uri, c.options, where, c.name) for c in config.camera_list]
     if config.http.listen:
         checks.append(lambda: check_listen(config.http.listen, where))
     if config.mqtt.host and config.mqtt.password_file:
@@ -79,8 +79,9 @@ def check_model(path: str, where: str) -> None:
             raise UsageError(f"{where}[model] path: {exc.message}", exc.hint) from exc
 
 
-def check_camera(uri: str, options: dict, where: str) -> None:
-    """The URI names a known scheme in a valid form and every option is one it takes."""
+def check_camera(uri: str, options: dict, where: str, name: str = "") -> None:
+    """The URI names a known scheme in a valid form and every option is one it takes (``name``:
+    the camera's, in the message)."""
     from edgekit.camera import _locate, check_options, redact_uri
 
     label = redact_uri(uri)
@@ -88,7 +89,7 @@ def check_camera(uri: str, options: dict, where: str) -> None:
         scheme, _target = _locate(uri.strip())
         check_options(scheme, dict(options), label)
     except EdgekitError as exc:
-        raise UsageError(f"{where}[camera] {exc.message}", exc.hint) from exc
+        raise UsageError(f"{where}[camera{' ' + name if name else ''}] {exc.message}", exc.hint) from exc
 
 
 def check_listen(listen: str, where: str) -> None:

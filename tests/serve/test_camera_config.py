@@ -143,3 +143,12 @@ def test_print_config_shows_every_named_camera(tmp_path, capsys):
     assert main(args) == 0
     shown = json.loads(capsys.readouterr().out)["camera"]
     assert [(c["name"], c["uri"]) for c in shown] == [("a", "synthetic:64x48@10"), ("b", "synthetic:64x48@20")]
+
+
+def test_print_config_checks_every_camera_and_names_the_bad_one(capsys):
+    from edgekit.cli import main
+
+    assert main(["serve", "m.tflite", "--camera", "a=synthetic", "--camera", "b=synthetic:1x2x3",
+                 "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert "[camera b] bad camera URI 'synthetic:1x2x3'" in err and "[camera a]" not in err
