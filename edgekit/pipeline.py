@@ -170,6 +170,9 @@ class Pipeline:
         metrics.frame_seen(frame.index)
         problem = frame_problem(frame.array)
         if problem is None:
+            tracked = self.then.track(frame.array) if getattr(self.then, "tracking", False) else None
+            if tracked is not None:  # a cascade followed last frame's landmarks: no detector this frame
+                return self._tracked(frame, tracked, capture_wait_ns)
             try:
                 tensor = self.preprocess(frame.array)
             except _FRAME_ERRORS + _opencv_error() as exc:  # a frame valid on the surface, still unusable
@@ -196,6 +199,15 @@ class Pipeline:
         }
         metrics.record(timings, clock.last)
         return FrameResult(frame.index, frame.t_capture_ns, decoded, {k: v / 1e6 for k, v in timings.items()})
+
+    def _tracked(self, frame: Any, result: TaskResult, capture_wait_ns: int) -> FrameResult:
+        """Record a frame the cascade's tracking answered without the first model (``--track-roi``)."""
+        self._corrupt_in_a_row = 0
+        self._clock.lap()
+        timings = {"capture_wait": capture_wait_ns, **self.then.stage_ns,
+                   "end_to_end": self._clock.last - frame.t_capture_ns}
+        self.metrics.record(timings, self._clock.last)
+        return FrameResult(frame.index, frame.t_capture_ns, result, {k: v / 1e6 for k, v in timings.items()})
 
     def decode_outputs(self, outputs: Sequence[Any], frame_shape: tuple[int, ...]) -> TaskResult:
         """The task head's result for one frame's outputs (a detector's boxes in that frame's pixels)."""

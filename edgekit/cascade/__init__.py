@@ -46,11 +46,12 @@ class Cascade:
 
 
 def open_cascade(detector: Any, second: Any, roi: str | Mapping[str, Any] | RoiOptions | None = None,
-                 **pipeline_options: Any) -> Cascade:
+                 track: str | Mapping[str, Any] | RoiOptions | None = None, **pipeline_options: Any) -> Cascade:
     """Open ``detector`` and ``second`` (each ``BUNDLE[:VARIANT]`` or a bare model, as
     :func:`edgekit.model.open_model` takes them, or an already open model) and chain them.
 
-    ``roi``: the region options (JSON text, a mapping or :class:`RoiOptions`); ``pipeline_options``
+    ``roi``: the region options (JSON text, a mapping or :class:`RoiOptions`); ``track``: the same for
+    following last frame's landmarks instead of detecting (MediaPipe's tracking); ``pipeline_options``
     go to :class:`~edgekit.pipeline.Pipeline` (``warmup``, ``window``, ``max_corrupt``...).
     """
     from edgekit.model import open_model
@@ -60,7 +61,7 @@ def open_cascade(detector: Any, second: Any, roi: str | Mapping[str, Any] | RoiO
     try:
         first = detector if hasattr(detector, "runtime") else _keep(open_model(detector), opened)
         then = second if hasattr(second, "runtime") else _keep(open_model(second), opened)
-        stage = second_stage(then, roi)
+        stage = second_stage(then, roi, track)
         pipeline = Pipeline(first.runtime, first.labels, task=first.task, task_options=first.task_options,
                             then=stage, **pipeline_options)
     except BaseException:
@@ -70,10 +71,13 @@ def open_cascade(detector: Any, second: Any, roi: str | Mapping[str, Any] | RoiO
     return Cascade(first, then, stage, pipeline, opened)
 
 
-def second_stage(model: Any, roi: str | Mapping[str, Any] | RoiOptions | None = None) -> SecondStage:
-    """The :class:`SecondStage` of an open model (its task, labels and task options)."""
+def second_stage(model: Any, roi: str | Mapping[str, Any] | RoiOptions | None = None,
+                 track: str | Mapping[str, Any] | RoiOptions | None = None) -> SecondStage:
+    """The :class:`SecondStage` of an open model (its task, labels and task options); ``track``: the
+    region options that follow last frame's landmarks (``--track-roi``; None: detect every frame)."""
     options = roi if isinstance(roi, RoiOptions) else parse_roi(roi)
-    return SecondStage(model.runtime, model.task, model.labels, model.task_options, options)
+    follow = track if isinstance(track, RoiOptions) or track is None else parse_roi(track, "--track-roi")
+    return SecondStage(model.runtime, model.task, model.labels, model.task_options, options, follow)
 
 
 def _keep(model: Any, opened: list[Any]) -> Any:

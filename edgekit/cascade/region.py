@@ -86,44 +86,45 @@ class RoiOptions:
         return self.start is not None and self.end is not None
 
 
-def parse_roi(value: str | Mapping[str, Any] | None) -> RoiOptions:
-    """``--roi`` JSON text (or a mapping from serve.toml) -> :class:`RoiOptions`; UsageError, one line."""
+def parse_roi(value: str | Mapping[str, Any] | None, flag: str = "--roi") -> RoiOptions:
+    """``--roi`` JSON text (or a mapping from serve.toml) -> :class:`RoiOptions`; UsageError, one line
+    naming ``flag``."""
     if value is None:
         return RoiOptions()
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except ValueError as exc:
-            raise UsageError(f"--roi is not JSON: {exc.msg} at character {exc.pos}",
+            raise UsageError(f"{flag} is not JSON: {exc.msg} at character {exc.pos}",
                              "e.g. --roi '{\"scale_x\": 1.5, \"scale_y\": 1.5, \"square_long\": true}'") from None
     if not isinstance(value, Mapping):
-        raise UsageError(f"--roi must be a JSON object of region options, not {value!r}", _DOCS)
+        raise UsageError(f"{flag} must be a JSON object of region options, not {value!r}", _DOCS)
     declared = by_name(ROI_OPTIONS)
     unknown = sorted(set(value) - set(declared))
     if unknown:
-        raise UsageError(f"--roi has no option {unknown[0]!r}", did_you_mean(unknown[0], declared))
+        raise UsageError(f"{flag} has no option {unknown[0]!r}", did_you_mean(unknown[0], declared))
     got: dict[str, Any] = {o.name: o.default for o in ROI_OPTIONS}
     for key, raw in value.items():
         try:
             got[key] = declared[key].coerce(raw, text=False)
         except OptionValueError as exc:
-            raise UsageError(f"--roi {key} must be {exc.what}, not {raw!r}", _DOCS) from None
-    return _checked(got)
+            raise UsageError(f"{flag} {key} must be {exc.what}, not {raw!r}", _DOCS) from None
+    return _checked(got, flag)
 
 
-def _checked(got: dict[str, Any]) -> RoiOptions:
+def _checked(got: dict[str, Any], flag: str) -> RoiOptions:
     start, end = got["rotation_vector_start_keypoint_index"], got["rotation_vector_end_keypoint_index"]
     if (start is None) != (end is None):
-        raise UsageError("--roi needs both rotation_vector_start_keypoint_index and ..._end_keypoint_index",
+        raise UsageError(f"{flag} needs both rotation_vector_start_keypoint_index and ..._end_keypoint_index",
                          "give both keypoint indices, or neither (no rotation)")
     if got["alignment_points"] and start is None:
-        raise UsageError("--roi alignment_points needs the two keypoint indices",
+        raise UsageError(f"{flag} alignment_points needs the two keypoint indices",
                          "give rotation_vector_start_keypoint_index and rotation_vector_end_keypoint_index")
     if got["square_long"] and got["square_short"]:
-        raise UsageError("--roi square_long and square_short cannot both be true", "keep one")
+        raise UsageError(f"{flag} square_long and square_short cannot both be true", "keep one")
     degrees, radians = got["rotation_vector_target_angle_degrees"], got["rotation_vector_target_angle"]
     if degrees is not None and radians is not None:
-        raise UsageError("--roi gives the target angle twice", "keep rotation_vector_target_angle_degrees")
+        raise UsageError(f"{flag} gives the target angle twice", "keep rotation_vector_target_angle_degrees")
     target = math.radians(degrees) if degrees is not None else (radians or 0.0)
     return RoiOptions(start, end, target, math.radians(got["rotation_degrees"]), got["scale_x"], got["scale_y"],
                       got["shift_x"], got["shift_y"], got["square_long"], got["square_short"],
@@ -137,7 +138,7 @@ def normalize_radians(angle: float) -> float:
 
 def _keypoint(keypoints: Sequence[Sequence[float]], index: int) -> tuple[float, float]:
     if index >= len(keypoints):
-        raise UsageError(f"--roi names keypoint {index}, but the detector gives {len(keypoints)} keypoints",
+        raise UsageError(f"the region options name keypoint {index}, but there are {len(keypoints)} keypoints",
                          "use keypoint indices the detector has (its ssd_decode num_keypoints), or no rotation")
     return float(keypoints[index][0]), float(keypoints[index][1])
 

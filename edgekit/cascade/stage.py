@@ -41,10 +41,14 @@ class SecondStage:
         labels: its labels (a classifier's sub-labels).
         task_options: its head's options.
         roi: where to look (:func:`~edgekit.cascade.region.parse_roi`).
+        track: MediaPipe's tracking shortcut (``--track-roi``): the region options applied to the
+            previous frame's landmarks (their bounding box, the landmarks as keypoints) to find this
+            frame's region, so the detector runs only when a landmark model loses its object.
     """
 
     def __init__(self, runtime: Any, task: str = "landmarks", labels: Sequence[str] = (),
-                 task_options: dict[str, Any] | None = None, roi: RoiOptions | None = None):
+                 task_options: dict[str, Any] | None = None, roi: RoiOptions | None = None,
+                 track: RoiOptions | None = None):
         self.runtime = runtime
         self.task = task
         self.roi = roi or RoiOptions()
@@ -53,6 +57,13 @@ class SecondStage:
         self.width, self.height = runtime.input_spec.width, runtime.input_spec.height
         self.stage_ns: dict[str, int] = {}
         self.regions = 0  # how many second-stage runs the last frame took
+        self.track_roi = track
+        self.tracking = track is not None
+        if self.tracking and not hasattr(self.decode, "normalized"):
+            raise UsageError(f"--track-roi follows landmarks; the second model is a {task} model",
+                             "give a landmarks model after --then, or leave --track-roi out")
+        self._tracks: tuple[Any, ...] = ()  # last frame's detections with landmarks
+        self._last: Any = None  # last frame's first-stage result (the shape of what track() returns)
 
     def __call__(self, frame: np.ndarray, result: Any) -> Any:
         """``result`` (the detector's Detections for ``frame``) with each of its best detections
@@ -70,11 +81,35 @@ class SecondStage:
         total = time.perf_counter_ns() - t_start
         self.regions = k
         self.stage_ns = {**times, "second_stage": total, f"second_stage@k={k}": total}
+        if self.tracking:
+            self._tracks, self._last = tuple(d for d in out[:k] if d.landmarks), result
         return replace(result, detections=tuple(out))
 
-    def _one(self, frame: np.ndarray, detection: Any, times: dict[str, int]) -> Any:
+    def track(self, frame: np.ndarray) -> Any | None:
+        """This frame's result from last frame's landmarks alone, or None (nothing tracked, or a
+        track lost: its presence fell under the threshold), when the detector must run."""
+        if not self._tracks:
+            return None
+        times = {"crop": 0, "second_preprocess": 0, "second_inference": 0, "second_decode": 0}
+        t_start = time.perf_counter_ns()
+        found = []
+        for detection in self._tracks:
+            points = np.asarray(detection.landmarks, np.float64)[:, :2]
+            box = (*points.min(axis=0).tolist(), *points.max(axis=0).tolist())
+            updated = self._one(frame, detection, times, region_for(box, points.tolist(), self.track_roi))
+            if not updated.landmarks:
+                self._tracks = ()
+                return None
+            moved = np.asarray(updated.landmarks, np.float64)[:, :2]
+            found.append(replace(updated, box=(*moved.min(axis=0).tolist(), *moved.max(axis=0).tolist())))
+        total = time.perf_counter_ns() - t_start
+        self.regions, self._tracks = len(found), tuple(found)
+        self.stage_ns = {**times, "tracked": total, "second_stage": total, f"second_stage@k={len(found)}": total}
+        return replace(self._last, detections=tuple(found))
+
+    def _one(self, frame: np.ndarray, detection: Any, times: dict[str, int], region: Region | None = None) -> Any:
         t0 = time.perf_counter_ns()
-        region = region_for(detection.box, detection.keypoints, self.roi)
+        region = region or region_for(detection.box, detection.keypoints, self.roi)
         if not (region.width > 0 and region.height > 0):
             return detection  # a degenerate box: nothing to look at
         image = crop(frame, region, self.width, self.height)

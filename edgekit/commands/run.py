@@ -171,8 +171,10 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
 def _second_model(args: argparse.Namespace) -> Iterator[Any]:
     """The ``--then`` model, open for the run (None without one)."""
     if not getattr(args, "then", None):
-        if getattr(args, "roi", None):
-            raise UsageError("--roi without --then", "add --then SECOND[:VARIANT], the model to run on each region")
+        for flag in ("roi", "track_roi"):
+            if getattr(args, flag, None):
+                raise UsageError(f"--{flag.replace('_', '-')} without --then",
+                                 "add --then SECOND[:VARIANT], the model to run on each region")
         yield None
         return
     from edgekit.model import open_model
@@ -191,7 +193,7 @@ def _second_stage(model: Any, second: Any, args: argparse.Namespace) -> Any:
                          "give a detect bundle (or --task detect) before --then")
     from edgekit.cascade import second_stage
 
-    return second_stage(second, args.roi)
+    return second_stage(second, args.roi, getattr(args, "track_roi", None))
 
 
 def _finish(recording: Any, log: TextIO, args: argparse.Namespace) -> None:

@@ -103,5 +103,5 @@ def test_bad_region_options_are_one_line(roi, needle):
 
 def test_a_keypoint_the_detector_lacks_is_named():
     roi = parse_roi({"rotation_vector_start_keypoint_index": 0, "rotation_vector_end_keypoint_index": 5})
-    with pytest.raises(UsageError, match="keypoint 5"):
+    with pytest.raises(UsageError, match="keypoint 5, but there are 2"):
         region_for(BOX, ((1.0, 1.0), (2.0, 2.0)), roi)

@@ -42,14 +42,15 @@ def _spot(channel: np.ndarray) -> tuple[float, float] | None:
 
 
 def _upright_landmark_model(present: bool = True) -> FakeRuntime:
-    """Finds the red eye in its RGB crop and, as a model trained on upright faces would, puts the blue eye
-    level to its right at the gap the crop's scale implies; z = 5; presence logit +-4. The x, y are in a
+    """Finds both eyes in its RGB crop and, as a model trained on upright faces would, puts the blue eye
+    level to the right of the red one at their distance; z = 5; presence logit +-4. The x, y are in a
     192-px frame (input_image_width 192), to check the head's normalisation."""
     spec = InputSpec(shape=(1, SIDE, SIDE, 3), colour="rgb", mean=(0.0,), std=(255.0,))
 
     def infer(tensor: np.ndarray) -> list[np.ndarray]:
         red = _spot(tensor[0, :, :, 0] - tensor[0, :, :, 2]) or (0.0, 0.0)
-        gap = EYE_GAP * SIDE / 120  # the region is 2 x the 60-px box: 120 frame px -> 96 input px
+        blue = _spot(tensor[0, :, :, 2] - tensor[0, :, :, 0]) or red
+        gap = float(np.hypot(blue[0] - red[0], blue[1] - red[1]))
         points = np.array([[red[0], red[1], 5.0], [red[0] + gap, red[1], 5.0]]) * 2  # in 192-px units
         return [points.reshape(1, 6).astype(np.float32), np.array([[4.0 if present else -4.0]], np.float32)]
 
@@ -136,3 +137,40 @@ def test_the_pipeline_records_the_second_stage_beside_the_first():
     assert {"second_stage", "second_stage@k=1", "crop", "second_inference"} <= set(result.timings_ms)
     assert "second_stage@k=1" in pipeline.metrics.summary()["stages"]
     assert result.to_dict()["detections"][0]["landmarks"][0][:2] == pytest.approx(face.keypoints[0], abs=1.5)
+
+
+def _tracking_stage(present: list[bool]) -> tuple[SecondStage, FakeRuntime]:
+    """A landmark model whose presence follows ``present`` call by call, and a stage tracking its two eyes."""
+    model = _upright_landmark_model()
+    calls = iter(present)
+    inner = model._fn
+
+    def infer(tensor):
+        points, _flag = inner(tensor)
+        return [points, np.array([[4.0 if next(calls, True) else -4.0]], np.float32)]
+
+    model._fn = infer
+    track = parse_roi({**EYES, "rotation_vector_start_keypoint_index": 0, "rotation_vector_end_keypoint_index": 1})
+    return SecondStage(model, "landmarks", (), LANDMARK_OPTIONS, parse_roi(EYES), track), model
+
+
+def test_tracking_follows_the_landmarks_and_detects_again_when_presence_drops():
+    frame, face = _face(40.0)
+    stage, _model = _tracking_stage([True, True, True, False, True])
+    detector = FakeRuntime(lambda t: [np.zeros((1, 1), np.float32)], InputSpec(shape=(1, 16, 16, 3)))
+    pipeline = Pipeline(detector, decoder=lambda outputs: Detections((face,), (400, 300)), warmup=0, then=stage)
+    results = [pipeline.step(Frame(frame, 0, i)) for i in range(4)]
+    # frame 0 detects; frames 1-2 follow the landmarks; frame 3 loses the face (presence) and detects again
+    assert detector.calls == 2
+    assert ["tracked" in r.timings_ms for r in results] == [False, True, True, False]
+    for r in results:
+        eyes = r.result.detections[0].landmarks
+        assert eyes[0][:2] == pytest.approx(face.keypoints[0], abs=1.5)
+        assert eyes[1][:2] == pytest.approx(face.keypoints[1], abs=1.5)
+
+
+def test_tracking_needs_a_landmarks_model():
+    from edgekit.errors import UsageError
+
+    with pytest.raises(UsageError, match="--track-roi follows landmarks"):
+        SecondStage(_colour_classifier(), "classify", ("red", "blue"), {}, parse_roi(None), parse_roi(EYES))
