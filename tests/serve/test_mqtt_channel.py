@@ -84,3 +84,33 @@ def test_two_cameras_publish_under_their_own_topics(tmp_path):
     assert [p for p, _ in sub.on("edgekit/cam-1/availability")] == ["online", "offline"]  # the device's, once
     stats = json.loads(sub.on("edgekit/cam-1/stats")[-1][0])
     assert set(stats["cameras"]) == {"door", "yard"}
+
+
+@needs_mosquitto
+def test_pausing_detection_idles_every_camera_and_a_threshold_holds_for_all(tmp_path):
+    from edgekit.serve.mqtt import MqttPublisher
+
+    broker = Broker(tmp_path).start()
+    sub = Subscriber(broker.port, "edgekit/#")
+    pub = MqttPublisher("127.0.0.1", broker.port, topic="edgekit/g", policy=PublishPolicy(confirm_frames=1),
+                        options=MqttOptions(qos=1, cameras=("door", "yard"), count_labels=("cat",)))
+    try:
+        pub.start()
+        wait_until(pub.connected.is_set, DEADLINE_S, what="connected")
+        for camera, label in (("door", "cat"), ("yard", "dog")):
+            pub.publish_result({"camera": camera, "top": [{"label": label, "score": 0.9}]})
+        pub.publish_counts({"cat": 2}, camera="yard")
+        pub.set_min_score(0.95)  # the threshold command: 0.6 no longer keeps a label (0.5 - hysteresis did)
+        pub.publish_result({"camera": "door", "top": [{"label": "cat", "score": 0.6}]})
+        wait_until(lambda: len(sub.on("door/state")) >= 2, DEADLINE_S, what="door's new state")
+        pub.publish_idle()  # detection paused: the camera still showing a label goes to none too
+        wait_until(lambda: len(sub.on("yard/state")) >= 2, DEADLINE_S, what="yard idle")
+    finally:
+        pub.close()
+        sub.close()
+        broker.stop()
+    assert [p for p, _ in sub.on("edgekit/g/door/state")][:2] == ["cat", "none"]
+    assert [p for p, _ in sub.on("edgekit/g/yard/state")][:2] == ["dog", "none"]
+    assert "2" in [p for p, _ in sub.on("edgekit/g/yard/count/cat")]  # the counts are the camera's own
+    assert {p for p, _ in sub.on("edgekit/g/door/count/cat")} <= {"0", ""}
+    assert pub.stats()["state_changes"] == 3 and pub.stats()["published"] == 3  # cat, dog, door's none

@@ -230,3 +230,26 @@ def test_object_feed_names_the_model_and_keeps_only_best_frames():
     many = [box("x", 50 * n, w=10) for n in range(MAX_SNAPSHOT_TRACKS + 10)]
     feed_.frame({"time": 2.0, "detections": many}, np.zeros((10, 10, 3), np.uint8))
     assert len(feed_.snapshots._best) == MAX_SNAPSHOT_TRACKS
+
+
+class CameraOutputs(Outputs):
+    """Outputs of a named camera's feed: counts and snapshots say which camera."""
+
+    def publish_counts(self, counts, camera=""):
+        self.counts.append((camera, dict(counts)))
+
+    def publish_snapshot(self, label, jpeg, camera=""):
+        self.snapshots.append((camera, label))
+
+
+def test_a_named_cameras_objects_say_which_camera_and_track_alone():
+    from edgekit.serve.object_feed import ObjectFeed
+
+    config = override(ServeConfig(), "events", min_frames=1, max_missing=1)
+    out = CameraOutputs()
+    door, yard = (ObjectFeed(config, lambda: {"bundle": "demo"}, mqtt=out, camera=c) for c in ("door", "yard"))
+    door.frame({"time": 1.0, "detections": [box("cat", 10, 0.6)]})
+    yard.frame({"time": 1.0, "detections": [box("cat", 10, 0.6)]})  # the same box, another camera: its own object
+    assert [(e["camera"], e["type"]) for e in out.events] == [("door", "new"), ("yard", "new")]
+    assert list(out.events[0])[:2] == ["device", "camera"] and out.events[0]["id"] != out.events[1]["id"]
+    assert out.counts == [("door", {"cat": 1}), ("yard", {"cat": 1})]
