@@ -132,7 +132,9 @@ def _open(spec: str | Path, variant: str | None, labels: str | Path | None, opti
         runtime = open_runtime(bundle, model=entry.name, **options)  # hashed once, by load_bundle
         _refuse_unused_device(runtime, options, f"{path.name}:{entry.name}")
         names = read_labels(labels) if labels else bundle.labels
-        task_options = _task_options(bundle, entry)
+        from edgekit.modelinfo.bundled import task_options as bundle_task_options
+
+        task_options = bundle_task_options(bundle, entry)
         _refuse_label_count(runtime, names, bundle.task, task_options, f"{path.name}:{entry.name}",
                             "give a labels file with one line per class" if labels else "rebuild the bundle")
         return OpenModel(f"{path.name}:{entry.name}", path, entry.name, runtime, names, entry.precision, bundle.target,
@@ -163,9 +165,10 @@ def _open_bare(path: Path, labels: str | Path | None, options: dict[str, Any], p
     runtime = open_runtime(path, **options)
     try:
         _refuse_unused_device(runtime, options, path.name)
-        runtime.input_spec = _bare_spec(path, runtime.input_spec, resolved.given, origin)
+        runtime.input_spec = _bare_spec(path, runtime.input_spec, resolved.given, origin, resolved.scales_own_pixels)
         task = embedded.task if embedded and embedded.task else _bare_task(runtime)
         origin["task"] = embedded.source if embedded and embedded.task else "default"
+        task_options = dict(embedded.task_options) if embedded and embedded.task else {}
         names, notes = resolved.labels or [], list(resolved.notes)
         if labels:
             _refuse_label_count(runtime, names, task, {}, path.name, "give a labels file with one line per class")
@@ -177,7 +180,8 @@ def _open_bare(path: Path, labels: str | Path | None, options: dict[str, Any], p
     except BaseException:
         runtime.close()
         raise
-    return OpenModel(path.name, path, None, runtime, names, task=task, origin=origin, notes=tuple(notes))
+    return OpenModel(path.name, path, None, runtime, names, task=task, task_options=task_options, origin=origin,
+                     notes=tuple(notes))
 
 
 def _free_size(dims: Any) -> bool:
@@ -185,13 +189,16 @@ def _free_size(dims: Any) -> bool:
     return bool(dims) and len(dims) == 4 and not all(isinstance(d, int) and d > 0 for d in dims[1:])
 
 
-def _bare_spec(path: Path, base: Any, given: dict[str, Any], origin: dict[str, str]) -> Any:
-    """The runtime's input (shape, dtype, quantisation) with the resolved preprocessing."""
+def _bare_spec(path: Path, base: Any, given: dict[str, Any], origin: dict[str, str], raw_why: str | None) -> Any:
+    """The runtime's input (shape, dtype, quantisation) with the resolved preprocessing; ``raw_why``:
+    why the graph takes 0-255 pixels (its first op divides by 255), recorded in ``origin``."""
     from edgekit.imaging.image import InputSpec
-    from edgekit.modelinfo.preprocessing import fit_resize, preprocessing
+    from edgekit.modelinfo.preprocessing import fit_resize, preprocessing, raw_pixels_origin
 
+    if raw_why:
+        origin.update(mean=raw_pixels_origin(raw_why), std=raw_pixels_origin(raw_why))
     try:
-        kw = fit_resize(preprocessing(given, base.channels), base.height, base.width)
+        kw = fit_resize(preprocessing(given, base.channels, raw_pixels=bool(raw_why)), base.height, base.width)
     except UsageError as exc:
         said = ", ".join(sorted({o for o in origin.values() if o}))
         raise UsageError(f"{path.name}: {exc.message}" + (f" (preprocessing from {said})" if said else ""),
@@ -223,24 +230,6 @@ def _label_count_problem(runtime: Any, labels: list[str], task: str, options: di
     if isinstance(width, (int, np.integer)) and width > 0 and int(width) != len(labels):
         return f"{len(labels)} labels for a model with {int(width)} classes"
     return ""
-
-
-def _task_options(bundle: Any, entry: Any) -> dict[str, Any]:
-    """The head's options a bundle model carries: classify's output index (a converter may
-    have moved the class scores), raw's output names as the original model called them, a
-    file option (``anchors``) as the absolute path of the bundle's file (load_bundle checked it
-    is listed, hashed and inside the bundle)."""
-    from edgekit.bundle import PATH_OPTIONS, option_path
-
-    task = bundle.task
-    options = dict(entry.extra.get("task_options") or {})
-    for key in PATH_OPTIONS:
-        if isinstance(options.get(key), str):
-            options[key] = option_path(bundle, options[key])
-    if task == "raw":
-        options.setdefault("names", [str(o.get("name", f"output_{i}")) if isinstance(o, dict) else f"output_{i}"
-                                     for i, o in enumerate(entry.outputs)])
-    return options
 
 
 def _bare_task(runtime: Any) -> str:

@@ -301,6 +301,10 @@ def _float_spec(request: BuildRequest, source: SourceModel, side_pre: dict, log:
     """The original model's input with the build's preprocessing (sidecar file, then the request's)."""
     h, w, c = source.input_hwc
     given = merge_options(side_pre, request.preprocess, PREPROCESS_KEYS)
+    if source.kind == "tflite" and not source.scales_own_pixels:  # run/bench read the same graph the same way
+        from edgekit.modelinfo.rescale import in_graph_rescale
+
+        source.scales_own_pixels = in_graph_rescale(request.model)
     spec_kw = preprocessing(given, c, raw_pixels=bool(source.scales_own_pixels))
     log.info(f"model {request.model.name}: {source.kind}, input {h}x{w}x{c} ({source.layout}), "
              f"outputs {', '.join(f'{o.name} {list(o.shape)}' for o in source.outputs)}; preprocessing "

@@ -190,26 +190,19 @@ def load_onnx(path: Path, input_size: tuple[int, int] | None = None, precheck: P
 
 def scales_own_pixels(model, input_name: str) -> str | None:
     """Why the model takes 0-255 pixels, or None: its first op on the image (past Transpose,
-    Identity, Cast) divides it by 100 or more, as a Keras Rescaling exported by tf2onnx does."""
+    Identity, Cast) divides it by 100 or more, as a Keras Rescaling exported by tf2onnx does
+    (the rule of :func:`edgekit.modelinfo.rescale.rescale_reason`, which run and bench apply too)."""
     from onnx import numpy_helper
 
-    consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    from edgekit.modelinfo.rescale import Node, rescale_reason
+
+    arrays = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     for node in model.graph.node:
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            consts[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    frontier = {input_name}
-    for _ in range(8):
-        users = [n for n in model.graph.node if frontier.intersection(n.input)]
-        for node in users:
-            factors = [float(abs(consts[i]).max()) for i in node.input if i in consts and consts[i].size]
-            divisor = (1 / factors[0] if node.op_type == "Mul" and factors and factors[0] > 0
-                       else factors[0] if node.op_type == "Div" and factors and node.input[1] in consts else None)
-            if divisor is not None and divisor >= 100:
-                return f"its first op '{node.name or node.op_type}' divides the image by {divisor:.6g}"
-        frontier = {o for n in users if n.op_type in ("Transpose", "Identity", "Cast") for o in n.output}
-        if not frontier:
-            return None
-    return None
+            arrays[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    consts = {name: float(abs(a).max()) for name, a in arrays.items() if a.size and a.dtype.kind in "fiu"}
+    nodes = [Node(n.name, n.op_type.upper(), tuple(n.input), tuple(n.output)) for n in model.graph.node]
+    return rescale_reason(nodes, consts, input_name)
 
 
 def _run_hint(dims: list, input_size: tuple[int, int] | None) -> str:

@@ -46,6 +46,7 @@ class Embedded:
     input_size: tuple[int, int] | None = None
     input_dims: tuple[Any, ...] | None = None  # the ONNX graph's first input (ints, or names if symbolic)
     notes: tuple[str, ...] = ()
+    task_options: dict[str, Any] = field(default_factory=dict)  # the task head's, as a bundle records them
 
 
 def read_embedded(path: str | Path) -> Embedded:

@@ -4,8 +4,10 @@ One precedence rule for ``build``, ``run`` and ``bench``, key by key:
 
 1. flags (``--colour --crop --mean --std --resize --pad-value``, or keyword arguments);
 2. ``<model>.preprocess.json`` beside the model (as ``robot.train`` writes it);
-3. what the model file declares (:mod:`edgekit.modelinfo.embedded`: Ultralytics ONNX metadata,
-   TFLite metadata);
+3. what the model says: for a file of a bundle, what the bundle's ``edgekit.json`` records for it
+   (:mod:`edgekit.modelinfo.bundled`), else what the file declares (:mod:`edgekit.modelinfo.embedded`:
+   Ultralytics ONNX metadata, TFLite metadata); and a first op dividing the image by 255
+   (:mod:`edgekit.modelinfo.rescale`), which makes the default pixels 0-255;
 4. defaults: gray or RGB by channel count, pixels / 255, stretched, no crop.
 
 Labels follow the same order (``--labels``, ``<model>.labels.txt``, the model's own). Every
@@ -42,6 +44,7 @@ class Resolved:
     labels_origin: str | None = None
     embedded: Any = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    scales_own_pixels: str | None = None  # why the graph takes 0-255 pixels (when no layer gives mean or std)
 
 
 def read_sidecar_files(model_path: Path) -> tuple[list[str] | None, dict, Path | None]:
@@ -75,9 +78,10 @@ def resolve(model_path: Path, flags: dict[str, Any] | None = None, labels_flag: 
     ``given`` holds only what one of the three layers says (defaults are added by
     :func:`preprocessing`, which knows the channel count); ``origin`` names the layer of each key.
     """
+    from edgekit.modelinfo.bundled import bundle_record
     from edgekit.modelinfo.embedded import read_embedded
 
-    embedded = read_embedded(model_path) if model_path.is_file() else None
+    embedded = (bundle_record(model_path) or read_embedded(model_path)) if model_path.is_file() else None
     side_labels, side_pre, side_file = read_sidecar_files(model_path)
     layers = [(embedded.source if embedded else "", embedded.preprocess if embedded else {}),
               (f"sidecar {side_file.name}" if side_file else "", side_pre), (FLAG, flags or {})]
@@ -95,7 +99,17 @@ def resolve(model_path: Path, flags: dict[str, Any] | None = None, labels_flag: 
         labels, labels_origin = side_labels, f"sidecar {Path(str(model_path.with_suffix(''))).name}.labels.txt"
     if not labels and embedded is not None and embedded.labels:
         labels, labels_origin = embedded.labels, embedded.source
-    return Resolved(given, origin, labels, labels_origin, embedded, embedded.notes if embedded else ())
+    rescale = None
+    if model_path.is_file() and "mean" not in given and "std" not in given:
+        from edgekit.modelinfo.rescale import in_graph_rescale
+
+        rescale = in_graph_rescale(model_path)
+    return Resolved(given, origin, labels, labels_origin, embedded, embedded.notes if embedded else (), rescale)
+
+
+def raw_pixels_origin(why: str) -> str:
+    """Where 0-255 pixels came from, as :func:`describe` prints it (``model graph: its first op ...``)."""
+    return f"model graph: {why}"
 
 
 def preprocessing(given: dict[str, Any], channels: int, raw_pixels: bool = False) -> dict[str, Any]:
@@ -103,7 +117,8 @@ def preprocessing(given: dict[str, Any], channels: int, raw_pixels: bool = False
 
     Defaults: grey or RGB by channel count, pixels scaled to [0, 1] (mean 0, std 255), or left
     0-255 (std 1) for a model that scales its own pixels (``raw_pixels``: a Keras model whose first
-    layer is Rescaling, :func:`edgekit.builders.source.scales_own_pixels`) unless a mean or std
+    layer is Rescaling, :func:`edgekit.builders.source.scales_own_pixels`, or a graph whose first op
+    divides by 255, :func:`edgekit.modelinfo.rescale.in_graph_rescale`) unless a mean or std
     is given; one mean/std value is repeated for every channel. ``resize`` may still be ``crop``
     (:func:`fit_resize` turns it into a crop once the input's size is known).
     """

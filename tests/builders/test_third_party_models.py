@@ -504,6 +504,7 @@ def test_keras_model_with_its_own_rescaling_is_fed_0_255_pixels(tmp_path):
 def test_onnx_that_rescales_its_own_pixels_is_found(tmp_path, factor, op, expected):
     """A Keras model with Rescaling exported by tf2onnx (NCHW: Transpose, then Mul by 1/127.5)."""
     from edgekit.builders.onnx_source import load_onnx
+    from edgekit.modelinfo.rescale import in_graph_rescale
 
     nodes = [helper.make_node("Transpose", ["input.1"], ["t"], perm=[0, 2, 3, 1]),
              helper.make_node(op, ["t", "k"], ["s"], name="rescaling/mul"),
@@ -514,6 +515,7 @@ def test_onnx_that_rescales_its_own_pixels_is_found(tmp_path, factor, op, expect
     model.ir_version = 8
     onnx.save(model, tmp_path / "m.onnx")
     found = load_onnx(tmp_path / "m.onnx").scales_own_pixels
+    assert in_graph_rescale(tmp_path / "m.onnx") == found  # run and bench read the file by the build's rule
     if expected is None:
         assert found is None
     else:
