@@ -88,7 +88,8 @@ class Capture:
 
     def start(self) -> None:
         """Start the capture thread."""
-        self._thread = threading.Thread(target=self._run, name="edgekit-capture", daemon=True)
+        name = f"edgekit-capture-{self.config.name}" if self.config.name else "edgekit-capture"  # py-spy, ps -L
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def join(self, timeout_s: float = 1.0) -> None:
