@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from edgekit.modelinfo.preprocessing import pad_value, preprocess_flags
+from edgekit.modelinfo.preprocessing import INTERPOLATION_HELP, INTERPOLATIONS, pad_value, preprocess_flags
 from edgekit.options import key_value, target_completer
 
 
@@ -39,6 +39,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--std", help="per-channel std in pixel units, e.g. 127.5")
     p.add_argument("--resize", choices=["stretch", "letterbox", "crop"],
                    help="stretch, letterbox (aspect kept, borders padded) or crop (centre crop to the input's aspect)")
+    p.add_argument("--interpolation", choices=list(INTERPOLATIONS),
+                   help=INTERPOLATION_HELP + "; recorded in the bundle")
     p.add_argument("--pad-value", type=pad_value, metavar="0-255",
                    help="letterbox border grey (Ultralytics: 114)")
     p.add_argument("--compiler", help="edgetpu_compiler executable (default: search PATH)")

@@ -27,7 +27,7 @@ from edgekit.util.quiet import optional_cv2
 _INT_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-32768, 32767)}
 _CHOICES = {"dtype": ("float32", "float16", *_INT_RANGES), "layout": ("NHWC", "NCHW"),
             "colour": ("gray", "rgb", "bgr"), "resize": ("stretch", "letterbox"),
-            "interpolation": ("area", "linear", "nearest")}
+            "interpolation": imgops.INTERPOLATIONS}
 MAX_SIDE = 16384
 """The largest input or crop side accepted (one 16384 x 16384 x 3 float32 tensor is 3 GiB)."""
 
@@ -201,10 +201,11 @@ def resize(frame: np.ndarray, height: int, width: int, mode: str = "stretch", in
            pad_value: int = 0):
     """Resize to ``height x width``; ``letterbox`` keeps the aspect ratio and pads with ``pad_value``.
 
-    ``interpolation``: ``area``, ``linear`` or ``nearest`` (OpenCV's, or :mod:`edgekit.imaging.imgops`).
+    ``interpolation``: ``area``, ``linear``, ``nearest`` or ``cubic`` (OpenCV's, or
+    :mod:`edgekit.imaging.imgops`).
     """
-    if interpolation not in ("area", "linear", "nearest"):
-        raise ValueError(f"unknown interpolation {interpolation!r}; use area, linear or nearest")
+    if interpolation not in imgops.INTERPOLATIONS:
+        raise ValueError(f"unknown interpolation {interpolation!r}; use {', '.join(imgops.INTERPOLATIONS)}")
     h, w = frame.shape[:2]
     if (h, w) == (height, width):
         return frame
@@ -220,7 +221,8 @@ def _resize(frame: np.ndarray, height: int, width: int, interpolation: str) -> n
         return imgops.resize(frame, height, width, interpolation)
     if interpolation == "area" and imgops.area_shrink_matches_opencv(frame.shape[:2], (height, width)):
         return imgops.area_shrink(frame, height, width)  # OpenCV's numbers, 2-6x sooner at odd ratios
-    inter = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR, "nearest": cv2.INTER_NEAREST}[interpolation]
+    inter = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR, "nearest": cv2.INTER_NEAREST,
+             "cubic": cv2.INTER_CUBIC}[interpolation]
     return cv2.resize(frame, (width, height), interpolation=inter)
 
 

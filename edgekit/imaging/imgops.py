@@ -10,6 +10,9 @@ model calibrated on a host with OpenCV sees the same tensors on a device without
   pixels it covers (OpenCV's ``INTER_AREA``; within 1 grey level, float rounding);
 - ``linear`` (half-pixel centres, edge clamped), ``nearest`` (``floor(dst * scale)``), and
   ``area`` when enlarging (OpenCV's area-mode linear weights): within 1 grey level;
+- ``cubic``: Keys' kernel with a = -0.75 over 4x4 pixels, half-pixel centres, edge replicated
+  (OpenCV's ``INTER_CUBIC``; within 1 grey level: OpenCV rounds its weights to 11 bits), no
+  averaging when shrinking, as OpenCV's;
 - a resize that enlarges one axis and shrinks the other differs from OpenCV (approximate):
   preprocessing crops and shrinks, so this case is rare.
 
@@ -28,6 +31,8 @@ from math import gcd
 from typing import Any
 
 import numpy as np
+
+INTERPOLATIONS = ("area", "linear", "nearest", "cubic")
 
 # OpenCV's RGB->gray for 8-bit images: BT.601 weights in 15-bit fixed point, rounded.
 _GRAY_SHIFT = 15
@@ -69,6 +74,8 @@ def _weights(src: int, dst: int, mode: str, area_both: bool) -> np.ndarray:
             for j in range(int(np.floor(lo)), min(int(np.ceil(hi)), src)):
                 w[i, j] = (min(hi, j + 1) - max(lo, j)) / scale
         return w
+    if mode == "cubic":
+        return _cubic_weights(src, dst)
     if mode == "area":  # OpenCV enlarging with INTER_AREA: linear with area-mode coefficients
         sx = np.floor(rows * scale).astype(int)
         fx = (rows + 1) - (sx + 1) / scale
@@ -83,6 +90,25 @@ def _weights(src: int, dst: int, mode: str, area_both: bool) -> np.ndarray:
     sx = np.minimum(sx, src - 1)
     w[rows, sx] += 1.0 - fx
     w[rows, np.minimum(sx + 1, src - 1)] += fx
+    return w
+
+
+CUBIC_A = -0.75  # OpenCV's interpolateCubic (PIL and Pillow use -0.5)
+
+
+def _cubic_weights(src: int, dst: int) -> np.ndarray:
+    """The ``dst x src`` matrix of OpenCV's INTER_CUBIC: four taps around each half-pixel centre,
+    indices past an edge clamped to it (BORDER_REPLICATE)."""
+    rows = np.arange(dst)
+    pos = (rows + 0.5) * (src / dst) - 0.5
+    base = np.floor(pos).astype(int)
+    t = pos - base
+    w = np.zeros((dst, src), dtype=np.float32)
+    for k in range(-1, 3):
+        d = np.abs(t - k)  # distance of tap base + k from the sample point
+        weight = np.where(d <= 1, ((CUBIC_A + 2) * d - (CUBIC_A + 3)) * d * d + 1,
+                          np.where(d < 2, ((CUBIC_A * d - 5 * CUBIC_A) * d + 8 * CUBIC_A) * d - 4 * CUBIC_A, 0.0))
+        np.add.at(w, (rows, np.clip(base + k, 0, src - 1)), weight)
     return w
 
 
@@ -138,8 +164,8 @@ def area_shrink(frame: np.ndarray, height: int, width: int) -> np.ndarray:
 
 def resize(frame: np.ndarray, height: int, width: int, interpolation: str = "area") -> np.ndarray:
     """Resize a uint8 ``HxW`` or ``HxWxC`` image to ``height x width`` (see the module notes)."""
-    if interpolation not in ("area", "linear", "nearest"):
-        raise ValueError(f"unknown interpolation {interpolation!r}; use area, linear or nearest")
+    if interpolation not in INTERPOLATIONS:
+        raise ValueError(f"unknown interpolation {interpolation!r}; use {', '.join(INTERPOLATIONS)}")
     h, w = frame.shape[:2]
     if interpolation == "nearest":  # indexing: exact and cheaper than a product
         ys = np.minimum(np.floor(np.arange(height) * (h / height)).astype(int), h - 1)

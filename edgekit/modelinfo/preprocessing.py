@@ -2,7 +2,7 @@
 
 One precedence rule for ``build``, ``run`` and ``bench``, key by key:
 
-1. flags (``--colour --crop --mean --std --resize --pad-value``, or keyword arguments);
+1. flags (``--colour --crop --mean --std --resize --interpolation --pad-value``, or keyword arguments);
 2. ``<model>.preprocess.json`` beside the model (as ``robot.train`` writes it);
 3. what the model says: for a file of a bundle, what the bundle's ``edgekit.json`` records for it
    (:mod:`edgekit.modelinfo.bundled`), else what the file declares (:mod:`edgekit.modelinfo.embedded`:
@@ -29,6 +29,10 @@ from edgekit.errors import UsageError, first_line
 
 PREPROCESS_KEYS = ("colour", "crop", "resize", "interpolation", "mean", "std", "pad_value")
 RESIZE_MODES = ("stretch", "letterbox", "crop")
+INTERPOLATIONS = ("area", "linear", "nearest", "cubic")  # edgekit.imaging.imgops.INTERPOLATIONS, without numpy
+INTERPOLATION_HELP = ("how the frame is resized to the input: area (averages: the default), linear (bilinear, as "
+                      "MediaPipe and Ultralytics resize), nearest or cubic (OpenCV's INTER_*; numpy equivalents "
+                      "within one grey level without OpenCV)")
 FLAG, DEFAULT = "flag", "default"
 _MAX_SIDE = 16384  # edgekit.imaging.image.MAX_SIDE, without importing numpy for argparse
 
@@ -161,7 +165,7 @@ def check_preprocess(spec: dict, channels: int) -> None:
                              f"give 1 or {channels} comma-separated values")
     if any(float(v) <= 0 for v in spec.get("std", ())):
         raise UsageError("--std must be positive (pixel = (value - mean) / std)", "use e.g. 255 or 127.5")
-    for key, allowed in (("resize", RESIZE_MODES), ("interpolation", ("area", "linear", "nearest"))):
+    for key, allowed in (("resize", RESIZE_MODES), ("interpolation", INTERPOLATIONS)):
         if spec.get(key, allowed[0]) not in allowed:
             raise UsageError(f"bad {key} {spec[key]!r}", f"use {' or '.join(allowed)}")
     if spec.get("resize") == "crop" and spec.get("crop") not in (None, "none"):
@@ -205,7 +209,7 @@ def _one_or_all(values: tuple[float, ...]) -> tuple[float, ...]:
 
 
 def add_preprocess_options(parser: argparse.ArgumentParser) -> None:
-    """``--colour --crop --mean --std --resize --pad-value`` for a bare model (run, bench)."""
+    """``--colour --crop --mean --std --resize --interpolation --pad-value`` for a bare model (run, bench)."""
     g = parser.add_argument_group("preprocessing of a bare model (over <model>.preprocess.json and the model's "
                                   "own metadata; a bundle records its own)")
     g.add_argument("--colour", choices=["gray", "rgb", "bgr"], help="the model's input colour")
@@ -215,6 +219,7 @@ def add_preprocess_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--resize", choices=list(RESIZE_MODES),
                    help="stretch to the input size, letterbox (aspect kept, borders padded) or crop (centre crop "
                         "to the input's aspect ratio, then resize)")
+    g.add_argument("--interpolation", choices=list(INTERPOLATIONS), help=INTERPOLATION_HELP)
     g.add_argument("--pad-value", type=pad_value, metavar="0-255", help="letterbox border grey (Ultralytics: 114)")
 
 
@@ -231,7 +236,7 @@ def pad_value(text: str) -> int:
 
 def preprocess_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The preprocessing flags given, parsed; unset ones are left out so the lower layers apply."""
-    pre: dict[str, Any] = {k: getattr(args, k) for k in ("colour", "resize", "pad_value")
+    pre: dict[str, Any] = {k: getattr(args, k) for k in ("colour", "resize", "interpolation", "pad_value")
                            if getattr(args, k, None) is not None}
     crop = getattr(args, "crop", None)
     if crop in ("square", "none"):

@@ -124,12 +124,13 @@ SIZES = [((200, 200), (32, 32)), ((360, 640), (224, 224)), ((360, 640), (96, 128
 
 
 @pytest.mark.parametrize(("src", "dst"), SIZES)
-@pytest.mark.parametrize("interpolation", ["area", "linear", "nearest"])
+@pytest.mark.parametrize("interpolation", ["area", "linear", "nearest", "cubic"])
 def test_numpy_resize_follows_opencv(src, dst, interpolation):
     from edgekit.imaging import imgops
 
     rng = np.random.default_rng(0)
-    codes = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR, "nearest": cv2.INTER_NEAREST}
+    codes = {"area": cv2.INTER_AREA, "linear": cv2.INTER_LINEAR, "nearest": cv2.INTER_NEAREST,
+             "cubic": cv2.INTER_CUBIC}
     for img in (rng.integers(0, 256, src, dtype=np.uint8), rng.integers(0, 256, (*src, 3), dtype=np.uint8)):
         ref = cv2.resize(img, dst[::-1], interpolation=codes[interpolation])
         got = imgops.resize(img, *dst, interpolation)
@@ -251,7 +252,8 @@ def test_spec_choices_are_named_in_the_refusal():
     assert _problem(layout="HWC") == "input layout 'HWC' is not one of NHWC, NCHW"
     assert _problem(colour="yuv") == "input colour 'yuv' is not one of gray, rgb, bgr"
     assert _problem(resize="crop") == "input resize 'crop' is not one of stretch, letterbox"
-    assert _problem(interpolation="cubic") == "input interpolation 'cubic' is not one of area, linear, nearest"
+    assert _problem(interpolation="lanczos") == (
+        "input interpolation 'lanczos' is not one of area, linear, nearest, cubic")
     assert len(_problem(dtype="x" * 400)) == 300  # an untrusted value cannot flood the error line
 
 
@@ -353,13 +355,13 @@ def no_cv2_too(request, monkeypatch):
 
 def test_resize_refuses_unknown_interpolation_and_keeps_a_frame_already_the_size(no_cv2_too):
     frame = np.zeros((8, 8), np.uint8)
-    with pytest.raises(ValueError, match="^unknown interpolation 'cubic'; use area, linear or nearest$"):
-        resize(frame, 8, 8, interpolation="cubic")
+    with pytest.raises(ValueError, match="^unknown interpolation 'lanczos'; use area, linear, nearest, cubic$"):
+        resize(frame, 8, 8, interpolation="lanczos")
     assert resize(frame, 8, 8) is frame and resize(frame, 8, 8, mode="letterbox") is frame
 
 
 @pytest.mark.parametrize(("interpolation", "code"), [
-    ("area", cv2.INTER_AREA), ("linear", cv2.INTER_LINEAR), ("nearest", cv2.INTER_NEAREST)])
+    ("area", cv2.INTER_AREA), ("linear", cv2.INTER_LINEAR), ("nearest", cv2.INTER_NEAREST), ("cubic", cv2.INTER_CUBIC)])
 def test_resize_uses_the_interpolation_asked_for(interpolation, code, no_cv2_too):
     img = np.random.default_rng(5).integers(0, 256, (20, 60, 3), dtype=np.uint8)
     assert letterbox_window(20, 60, 16, 24) == (4, 0, 8, 24)

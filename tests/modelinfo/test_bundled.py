@@ -93,12 +93,17 @@ def test_a_keras_rescaling_models_fp32_tflite_run_bare_scores_as_its_bundle(tmp_
         colour_folder(calib, colour)
     folder = calib / "green"
     assert cli(["build", "--model", str(tmp_path / "m.keras"), "--target", "cpu", "--variants", "fp32",
-                "--calib", str(calib), "--out", str(tmp_path / "dist"), "-q"]) == 0
+                "--calib", str(calib), "--out", str(tmp_path / "dist"), "--interpolation", "linear", "-q"]) == 0
     capsys.readouterr()
-    scores = {}
+    manifest = json.loads((tmp_path / "dist/m-cpu/edgekit.json").read_text())
+    assert manifest["models"][0]["input"]["interpolation"] == "linear"  # --interpolation is recorded
+    scores, headers = {}, {}
     for spec in (tmp_path / "dist/m-cpu", tmp_path / "dist/m-cpu/m_fp32.tflite"):
         assert cli(["run", str(spec), "--camera", f"folder:{folder}", "--json"]) == 0
-        scores[spec.name] = [r["top"][0] for r in map(json.loads, capsys.readouterr().out.splitlines()[1:-1])]
+        lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        headers[spec.name], scores[spec.name] = lines[0], [r["top"][0] for r in lines[1:-1]]
+    assert "interpolation linear, mean 0, std 1 (bundle m-cpu's edgekit.json)" in headers["m_fp32.tflite"][
+        "assumed_input"]
     bundled, bare = scores["m-cpu"], scores["m_fp32.tflite"]
     assert [t["label"] for t in bare] == [t["label"] for t in bundled] == ["green"] * 3
     assert max(abs(a["score"] - b["score"]) for a, b in zip(bare, bundled)) <= 0.02 and bare[0]["score"] > 0.9
