@@ -63,7 +63,7 @@ in [0, 1]): the advice to split or normalise would not apply, so no hint."""
 
 def layer_errors(conv: Any, representative: Iterable[np.ndarray], debug_images: int = REPORT_IMAGES,
                  worst: int = WORST, outputs: Mapping[str, str] | None = None,
-                 skip: frozenset[str] = frozenset()) -> tuple[list[dict], int]:
+                 clamped: Mapping[str, tuple[float, float]] | None = None) -> tuple[list[dict], int]:
     """The ``worst`` layers by RMSE/scale of an int8 conversion, and the number of images the
     instrumented model ran on.
 
@@ -72,7 +72,8 @@ def layer_errors(conv: Any, representative: Iterable[np.ndarray], debug_images: 
     ``TFLiteConverter`` set up for int8 calibrating on ``representative`` (one float tensor per
     image, no batch axis; a sized re-iterable), so the debugger's ranges are the built model's;
     the first ``debug_images`` of it run through the instrumented model.
-    ``outputs``: see :func:`worst_layers`.
+    ``outputs``, ``clamped``: see :func:`worst_layers` (each clamp's range gets its own metric,
+    :func:`clipped_metrics`, computed beside the debugger's).
     """
     import tensorflow as tf
 
@@ -84,8 +85,10 @@ def layer_errors(conv: Any, representative: Iterable[np.ndarray], debug_images: 
             seen[0] += 1
             yield [np.asarray(x, np.float32)[None]]
 
+    metrics, columns = clipped_metrics(clamped or {})
     options = tf.lite.experimental.QuantizationDebugOptions(
-        layer_debug_metrics={"mean_abs_error": lambda diff: float(np.mean(np.abs(diff)))})
+        layer_debug_metrics={"mean_abs_error": lambda diff: float(np.mean(np.abs(diff)))},
+        layer_direct_compare_metrics=metrics or None)
     with warnings.catch_warnings():  # tf.lite.Interpreter's deprecation notice: the debugger's own use
         warnings.simplefilter("ignore", UserWarning)
         model = {"quant_debug_model_content": conv} if isinstance(conv, bytes) else {"converter": conv}
@@ -95,40 +98,76 @@ def layer_errors(conv: Any, representative: Iterable[np.ndarray], debug_images: 
     dump = io.StringIO()
     debugger.layer_statistics_dump(dump)
     dump.seek(0)
-    return worst_layers(csv.DictReader(dump), worst, outputs, skip), seen[0]
+    rows = ({**row, **_clipped_mse(row, clamped or {}, columns)} for row in csv.DictReader(dump))
+    return worst_layers(rows, worst, outputs, clamped), seen[0]
 
 
-def worst_layers(rows: Iterable[Mapping[str, Any]], worst: int = WORST,
-                 outputs: Mapping[str, str] | None = None, skip: frozenset[str] = frozenset()) -> list[dict]:
+def clipped_metrics(clamped: Mapping[str, tuple[float, float]]) -> tuple[dict[str, Callable], dict]:
+    """The debugger's direct-compare metrics for ``clamped`` tensors: one per distinct clamp
+    range, the mean squared error of the dequantised int8 value against the float value clipped
+    to that range (what the clamp makes of it); and the column of each range."""
+    columns = {bounds: f"clipped_mse_{i}" for i, bounds in enumerate(sorted(set(clamped.values())))}
+
+    def metric(low: float, high: float) -> Callable:
+        def clipped_mse(floats, quants, scale, zero_point) -> float:
+            real = (np.asarray(quants, np.float64) - zero_point) * scale
+            return float(np.mean((real - np.clip(np.asarray(floats, np.float64), low, high)) ** 2))
+
+        return clipped_mse
+
+    return {name: metric(*bounds) for bounds, name in columns.items()}, columns
+
+
+def _clipped_mse(row: Mapping[str, Any], clamped: Mapping[str, tuple[float, float]], columns: dict) -> dict:
+    """A clamped tensor's row judged by its clamp's metric: ``clipped_mse`` (else nothing)."""
+    bounds = clamped.get(str(row.get("tensor_name", "")))
+    column = columns.get(bounds) if bounds is not None else None
+    return {"clipped_mse": row[column]} if column and row.get(column) not in (None, "") else {}
+
+
+def worst_layers(rows: Iterable[Mapping[str, Any]], worst: int = WORST, outputs: Mapping[str, str] | None = None,
+                 clamped: Mapping[str, tuple[float, float]] | None = None) -> list[dict]:
     """The ``worst`` rows of a ``layer_statistics_dump`` CSV by RMSE/scale, worst first.
 
     A row needs ``tensor_name``, ``op_name``, ``mean_squared_error`` and ``scale``; rows with no
     usable scale (0, missing, NaN) are left out. ``outputs`` maps a model output's tensor name
-    to the output's name: such a layer's entry says ``output``. ``skip``: tensors left out (a value
-    clamped right after, whose int8 range is the clamp's on purpose: its error against the
-    unclamped float value is the clamp's doing, not a rounding loss).
+    to the output's name: such a layer's entry says ``output``. ``clamped``: per tensor, the range
+    of the clamp whose int8 range it takes (builders/tflite_clamps.py): against the unclamped
+    float value its error is the clamp's doing, so it is judged by ``clipped_mse`` (the error
+    against the float value clipped to that range; its entry says ``clamp``), and left out
+    without one.
     """
     layers = []
     for row in rows:
-        if str(row.get("tensor_name", "")) in skip:
+        entry = _entry(row, (clamped or {}).get(str(row.get("tensor_name", ""))))
+        if entry is None:
             continue
-        try:
-            mse, scale = float(row["mean_squared_error"]), float(row["scale"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        if not (math.isfinite(mse) and math.isfinite(scale) and scale > 0):
-            continue
-        entry = {"tensor": str(row.get("tensor_name", "")), "op": str(row.get("op_name", "")),
-                 "rmse_over_scale": round(math.sqrt(max(mse, 0.0)) / scale, 4), "scale": float(scale)}
-        for key in ("mean_abs_error", "max_abs_error", "mean_error"):
-            value = _number(row.get(key))
-            if value is not None:
-                entry[key] = value
         if outputs and entry["tensor"] in outputs:
             entry["output"] = outputs[entry["tensor"]]
         layers.append(entry)
     layers.sort(key=lambda e: e["rmse_over_scale"], reverse=True)
     return layers[:worst]
+
+
+def _entry(row: Mapping[str, Any], clamp: tuple[float, float] | None) -> dict | None:
+    """One layer's entry, or None when the row has no usable error or scale. A clamped tensor's
+    error is ``clipped_mse``, and the statistics of the unclamped difference are not kept."""
+    try:
+        mse, scale = float(row["clipped_mse" if clamp is not None else "mean_squared_error"]), float(row["scale"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not (math.isfinite(mse) and math.isfinite(scale) and scale > 0):
+        return None
+    entry = {"tensor": str(row.get("tensor_name", "")), "op": str(row.get("op_name", "")),
+             "rmse_over_scale": round(math.sqrt(max(mse, 0.0)) / scale, 4), "scale": float(scale)}
+    if clamp is not None:
+        entry["clamp"] = [b if math.isfinite(b) else None for b in clamp]  # None: no bound that side
+        return entry
+    for key in ("mean_abs_error", "max_abs_error", "mean_error"):
+        value = _number(row.get(key))
+        if value is not None:
+            entry[key] = value
+    return entry
 
 
 def _number(value: Any) -> float | None:
@@ -139,11 +178,13 @@ def _number(value: Any) -> float | None:
     return float(f"{number:.6g}") if math.isfinite(number) else None
 
 
-def mixed_ranges(outputs: Mapping[str, np.ndarray], ratio: float = MIXED_RANGE_RATIO) -> list[dict]:
+def mixed_ranges(outputs: Mapping[str, np.ndarray], ratio: float = MIXED_RANGE_RATIO,
+                 layout: str | None = None, num_classes: int | None = None) -> list[dict]:
     """Outputs whose channels fall into a wide-range and a narrow-range group, one finding each.
 
-    ``outputs``: per output name, its values on some images (batch first). Every other axis
-    is tried as the channel axis (``[1, 4+nc, N]`` and ``[1, N, 4+nc]`` alike): each channel's
+    ``outputs``: per output name, its values on some images (batch first). Every axis that
+    may hold channels (:func:`channel_axes`; ``layout``, ``num_classes``: the detect head's) is tried as the
+    channel axis (``[1, 4+nc, N]`` and ``[1, N, 4+nc]`` alike): each channel's
     [min, max] over the images and the other axes, then every split into a leading and a
     trailing block of channels; the split where every channel of one block spans at least
     ``ratio`` times the widest of the other is a finding (:data:`MIXED_RANGE_RATIO`).
@@ -155,11 +196,39 @@ def mixed_ranges(outputs: Mapping[str, np.ndarray], ratio: float = MIXED_RANGE_R
         a = np.asarray(values, dtype=np.float32)
         if a.ndim < 2 or a.size == 0 or not np.all(np.isfinite(a)):
             continue
-        best = max((f for axis in range(1, a.ndim) if (f := _split(a, axis)) is not None),
+        best = max((f for axis in channel_axes(a.shape, layout, num_classes) if (f := _split(a, axis)) is not None),
                    key=lambda f: f["ratio"], default=None)
         if best is not None and best["ratio"] >= ratio:
             found.append({"output": name, **best})
     return found
+
+
+BOXES_ON_AXIS_1 = frozenset({"ssd", "decoded", "postprocess", "yolo_objectness"})
+"""Detect layouts whose outputs are ``[1, N, ...]``: axis 1 counts boxes (anchors), not channels."""
+
+
+def channel_axes(shape: Sequence[int], layout: str | None = None, num_classes: int | None = None) -> list[int]:
+    """The axes of an output (batch first) that may hold channels, i.e. different quantities side
+    by side, which the mixed-range advice (split the outputs, normalise the boxes) is about.
+
+    An output of three or more axes also has one that counts positions (anchors, grid cells):
+    its entries are the same quantity at different places, and an SSD regressor's anchors of
+    one feature map regress wider than another's (MediaPipe's pose detector: [-448, 448] beside
+    [-0.7, 0.7]) without anything to split. That axis is axis 1 for the ``layout``s of
+    :data:`BOXES_ON_AXIS_1`; a ``yolo`` output's channels are its axis of ``4 + num_classes``;
+    else the strictly longest axis counts positions (as the detect head takes a YOLO output's
+    longer axis for its boxes when it does not know the classes, edgekit/detect/yolo.py)."""
+    axes = list(range(1, len(shape)))
+    if len(shape) < 3:
+        return axes
+    if layout in BOXES_ON_AXIS_1:
+        return [a for a in axes if a != 1]
+    if layout == "yolo" and num_classes and [shape[a] for a in axes].count(4 + num_classes) == 1:
+        return [a for a in axes if shape[a] == 4 + num_classes]
+    longest = max(axes, key=lambda a: shape[a])
+    if sum(shape[a] == shape[longest] for a in axes) > 1:
+        return axes  # no axis stands out (an image-like output): every one may be channels
+    return [a for a in axes if a != longest]
 
 
 def _split(a: np.ndarray, axis: int) -> dict | None:
@@ -228,24 +297,30 @@ def reference_sample(ctx: BuildContext, rows: int = HINT_IMAGES,
 def quantization_report(ctx: BuildContext, make_converter: Callable[[TensorStream], Any],
                         outputs: Mapping[str, str] | None = None,
                         expect: Sequence[Callable | None] | None = None,
-                        skip: frozenset[str] = frozenset()) -> dict:
+                        clamped: Mapping[str, tuple[float, float]] | None = None) -> dict:
     """The report for ``ctx``'s int8 conversion: worst layers, mixed-range findings, hints.
 
     ``make_converter`` gives the instrumented int8 model (or a ``TFLiteConverter``) calibrated
     on the stream it is handed (``ctx.representative()``); ``outputs`` maps the int8 model's output tensor names
     to the outputs' names; ``expect`` what rewrites made of each output (:func:`reference_sample`:
-    an output a rewrite already normalised gets no "normalise the boxes" hint).
+    an output a rewrite already normalised gets no "normalise the boxes" hint); ``clamped`` the
+    tensors whose int8 range is a clamp's (:func:`worst_layers`).
     A debugger failure (the API is experimental) is recorded as ``error`` and the hints are
     still given: the report explains a gate failure, it never causes one.
     """
     report: dict[str, Any] = {"metric": "rmse_over_scale", "ideal": round(IDEAL_RMSE_OVER_SCALE, 4)}
     try:
         rep = ctx.representative()
-        report["worst_layers"], report["images"] = layer_errors(make_converter(rep), rep, outputs=outputs, skip=skip)
+        report["worst_layers"], report["images"] = layer_errors(make_converter(rep), rep, outputs=outputs,
+                                                                clamped=clamped)
     except Exception as exc:  # noqa: BLE001 - TensorFlow raises anything; a diagnosis must not end the build
         first = first_line(exc, 200)
         report.update(worst_layers=[], images=0, error=f"QuantizationDebugger failed: {first}")
-    mixed = [f for name, values in reference_sample(ctx, expect=expect) for f in mixed_ranges({name: values})]
+    detect = getattr(ctx, "detect", None)  # the detect head says which output axis counts boxes
+    layout = getattr(detect, "layout", None)
+    classes = getattr(getattr(getattr(detect, "detector", None), "config", None), "num_classes", None)
+    mixed = [f for name, values in reference_sample(ctx, expect=expect)
+             for f in mixed_ranges({name: values}, layout=layout, num_classes=classes)]
     report["mixed_ranges"] = mixed
     report["hints"] = [hint_text(f) for f in mixed]
     return report
@@ -255,7 +330,7 @@ def report_lines(report: dict) -> list[str]:
     """The report as log lines: one per worst layer, then the error and hints."""
     lines = [f"  {i}. {layer['op']} {_fused(layer['tensor'])}"
              + (f" (output {layer['output']})" if layer.get("output") else "")
-             + f": RMSE/scale {layer['rmse_over_scale']:.2f}"
+             + f": RMSE/scale {layer['rmse_over_scale']:.2f}" + _within(layer.get("clamp"))
              for i, layer in enumerate(report.get("worst_layers", []), 1)]
     if lines:
         lines.insert(0, f"worst layers on {report.get('images')} calibration images, RMSE in int8 steps "
@@ -264,6 +339,14 @@ def report_lines(report: dict) -> list[str]:
         lines.append(report["error"])
     lines += [f"hint: {h}" for h in report.get("hints", [])]
     return lines
+
+
+def _within(clamp: list | None) -> str:
+    """What a clamped layer's error is measured against, for its log line."""
+    if not clamp:
+        return ""
+    low, high = (f"{b:g}" if b is not None else "" for b in clamp)
+    return f" (against the float values clipped to its clamp [{low or '-inf'}, {high or 'inf'}])"
 
 
 def _fused(tensor: str) -> str:

@@ -163,25 +163,39 @@ def recommended_attempt(ctx: BuildContext, first: BuiltModel) -> tuple[str, Any]
 
 def worst_layers(float_model: bytes, ctx: BuildContext) -> list[str]:
     """Tensor names of the int8 model's op outputs, worst first by relative error against the
-    float graph's same tensor on a few calibration images (both run with every tensor kept)."""
+    float graph's same tensor on a few calibration images (both run with every tensor kept).
+    A tensor whose int8 range is a clamp's (builders/tflite_clamps.py) is compared with its float
+    values clipped as the clamp clips them: the clamp's cut is no error to keep in float."""
+    from edgekit.builders.tflite_clamps import clamped_ranges
     from edgekit.builders.tflite_quantize import quantize_int8
 
     images = [np.asarray(x, np.float32)[None] for _, x in zip(range(PROBE_IMAGES), ctx.representative())]
     quantized = quantize_int8(float_model, ctx.representative(), "uint8")
-    reference, got = _tensors(float_model, images), _tensors(quantized, images)
+    return ranked_layers(_tensors(float_model, images), _tensors(quantized, images), clamped_ranges(float_model))
+
+
+def ranked_layers(reference: dict[str, np.ndarray], got: dict[str, np.ndarray],
+                  clamped: dict[str, tuple[float, float]]) -> list[str]:
+    """The names of ``got``'s tensors, worst first by relative error against ``reference``'s
+    (clipped to ``clamped``'s range where a tensor has one); tensors of one value are left out."""
     scored = []
     for name, ref in reference.items():
         if name in got and got[name].shape == ref.shape and ref.size > 1:
+            if name in clamped:
+                ref = np.clip(ref, *clamped[name])
             scored.append((float(np.linalg.norm(got[name] - ref) / (np.linalg.norm(ref) + 1e-9)), name))
     return [name for _, name in sorted(scored, reverse=True)]
 
 
 def _tensors(blob: bytes, images: list[np.ndarray]) -> dict[str, np.ndarray]:
-    """Every float (or dequantised) tensor of a model over ``images``, stacked, by name."""
+    """Every float (or dequantised) op output of a model over ``images``, stacked, by name: not its
+    constants or input, which no denylist puts in float (a clamp's bound, 16 in float and the top
+    of the clamped range in int8, ranked first)."""
     from edgekit.builders.tflite_quantize import every_tensor_kept
 
     interp = every_tensor_kept(blob)
     detail = interp.get_input_details()[0]
+    produced = {int(i) for op in interp._get_ops_details() for i in op["outputs"]}
     found: dict[str, list[np.ndarray]] = {}
     for x in images:
         if np.dtype(detail["dtype"]) != np.float32:
@@ -191,7 +205,7 @@ def _tensors(blob: bytes, images: list[np.ndarray]) -> dict[str, np.ndarray]:
         interp.set_tensor(detail["index"], x)
         interp.invoke()
         for t in interp.get_tensor_details():
-            value = _value(interp, t)
+            value = _value(interp, t) if t["index"] in produced else None
             if value is not None:
                 found.setdefault(t["name"], []).append(value.ravel())
     return {name: np.concatenate(v) for name, v in found.items() if len(v) == len(images)}

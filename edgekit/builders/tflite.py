@@ -268,15 +268,14 @@ def _quant_report(ctx: BuildContext, target: Target, saved: Path, io_dtype: str,
     and clamps included, the same calibration ranges) and the mixed-range hints (on the outputs
     as ``expect`` says the rewritten model gives them), logged line by line."""
     from edgekit.builders.quant_report import quantization_report, report_lines
+    from edgekit.builders.tflite_clamps import clamped_ranges
     from edgekit.builders.tflite_quantize import quantize_int8
 
     why = "int8 missed the gate" if missed else "int8"
-    from edgekit.builders.tflite_rewrite import clamp_inputs
-
     float_graph = ctx.int8_float[0]
     with ctx.log.step(f"[{target.name}] {why}: per-layer quantisation error"):
         report = quantization_report(ctx, lambda rep: quantize_int8(float_graph, rep, io_dtype, numeric_verify=True),
-                                     tensors, expect, skip=clamp_inputs(float_graph))
+                                     tensors, expect, clamped=clamped_ranges(float_graph))
     for line in report_lines(report):
         (ctx.log.warn if line.startswith(("hint:", "QuantizationDebugger")) else ctx.log.info)(line)
     return report

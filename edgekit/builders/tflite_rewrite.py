@@ -249,23 +249,6 @@ def clamp_outputs(blob: bytes, positions: list[int], bound: float) -> bytes:
     return tflite_edit.write(model)
 
 
-def clamp_inputs(blob: bytes) -> frozenset[str]:
-    """Names of the tensors every consumer of which is a MINIMUM or MAXIMUM: values clamped right
-    after (a rewrite's clamp, a YOLO box corner), whose int8 range the quantiser takes from the
-    clamp on purpose (the quantisation report leaves them out)."""
-    model = tflite_edit.read(blob)
-    found = set()
-    for sg in model.subgraphs:
-        consumers: dict[int, set[int]] = {}
-        for op in sg.operators:
-            for t in tflite_edit._indices(op.inputs):
-                consumers.setdefault(t, set()).add(tflite_edit._opcode(model, op.opcodeIndex))
-        for t, codes in consumers.items():
-            if codes <= {MINIMUM, MAXIMUM} and sg.tensors[t].name:
-                found.add(sg.tensors[t].name.decode("utf-8", "replace"))
-    return frozenset(found)
-
-
 def box_clamp(detect) -> tuple[int, float] | None:
     """``(source output index, bound)`` of a MediaPipe-decoded SSD's box/keypoint regressors:
     values past twice the decode scale put a box outside the image, and on scenes the detector

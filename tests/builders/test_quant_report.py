@@ -82,6 +82,45 @@ def test_mixed_range_check_on_arrays():
     assert mixed_ranges({"near": near}) == [] and mixed_ranges({"near": near}, ratio=5) != []
 
 
+def _ssd_regressors(images: int = 8, channels_first: bool = False) -> np.ndarray:
+    """An SSD regressor output as MediaPipe's pose detector gives it: ``[n, 2254, 12]``, the anchors of
+    the finest feature maps (the first 1960) regressing up to its clamp (+-448 px), the coarsest
+    map's 294 within +-0.7: a split along the anchors, not between quantities."""
+    rng = np.random.default_rng(0)
+    out = np.concatenate([rng.uniform(-448, 448, (images, 1960, 12)), rng.uniform(-0.7, 0.7, (images, 294, 12))], 1)
+    return np.swapaxes(out, 1, 2) if channels_first else out
+
+
+@pytest.mark.parametrize("layout", [None, "ssd"])
+def test_no_hint_along_an_ssd_regressors_anchors(layout):
+    regressors = _ssd_regressors()
+    assert mixed_ranges({"Identity": regressors}, layout=layout) == []
+    assert mixed_ranges({"Identity": _ssd_regressors(channels_first=True)}) == []  # the longer axis counts anchors
+    # the check itself would find the split on the anchor axis: what fired before
+    assert mixed_ranges({"Identity": regressors[:, :, :1].reshape(8, 2254)})[0]["axis"] == 1
+
+
+def test_the_hint_still_fires_on_yolo_channels_beside_its_anchors():
+    out = _detector_output(pixels=True, anchors=50, classes=6)  # [n, 10, 50]
+    for layout in (None, "yolo"):
+        (f,) = mixed_ranges({"output0": out}, layout=layout, num_classes=6)
+        assert f["axis"] == 1 and f["wide"]["channels"] == [0, 4]
+    # a YOLO output with more channels than anchors: the detect head's class count says which axis
+    few = np.concatenate([np.random.default_rng(0).uniform(0, 640, (4, 4, 8)),
+                          np.random.default_rng(1).uniform(0, 1, (4, 20, 8))], 1)  # [n, 4 + 20, 8 anchors]
+    assert mixed_ranges({"output0": few}) == []  # the longer axis taken for the anchors: no finding
+    assert mixed_ranges({"output0": few}, layout="yolo", num_classes=20)[0]["axis"] == 1
+
+
+def test_channel_axes():
+    from edgekit.builders.quant_report import channel_axes
+
+    assert channel_axes((1, 84, 8400)) == [1] and channel_axes((1, 8400, 84)) == [2]
+    assert channel_axes((1, 2254, 12)) == [2] and channel_axes((1, 12, 2254), "ssd") == [2]
+    assert channel_axes((1, 14)) == [1] and channel_axes((1, 64, 64, 3)) == [1, 2, 3]  # no axis stands out
+    assert channel_axes((1, 24, 8), "yolo", 20) == [1] and channel_axes((1, 24, 8), "yolo") == [2]
+
+
 def test_worst_layers_from_a_statistics_dump():
     rows = [{"op_name": "CONV_2D", "tensor_name": "a", "mean_squared_error": "4e-6", "scale": "0.004"},
             {"op_name": "TANH", "tensor_name": "b", "mean_squared_error": "0.0001", "scale": "0.0078125",
@@ -94,7 +133,11 @@ def test_worst_layers_from_a_statistics_dump():
                         "mean_abs_error": 0.009, "output": "logits"}
     assert worst[1]["rmse_over_scale"] == 0.5 and "output" not in worst[1]
     assert worst_layers(rows, worst=1) == worst_layers(rows)[:1]
-    assert [w["tensor"] for w in worst_layers(rows, skip=frozenset({"b"}))] == ["a"]  # clamped right after
+    # a clamped tensor is judged against the float values clipped to its clamp, else left out
+    assert [w["tensor"] for w in worst_layers(rows, clamped={"b": (-1.0, 1.0)})] == ["a"]
+    clipped = [{**r, "clipped_mse": "6.103515625e-07"} if r["tensor_name"] == "b" else r for r in rows]
+    b = worst_layers(clipped, clamped={"b": (-1.0, 1.0)})[-1]
+    assert b["tensor"] == "b" and b["rmse_over_scale"] == 0.1 and b["clamp"] == [-1.0, 1.0]
 
 
 def test_report_lines_and_summary_name_layers_and_hints():

@@ -179,10 +179,11 @@ def test_score_logits_are_clamped_in_the_graph_before_int8():
     expect = source_expect([rewrite], [0, 1])
     np.testing.assert_array_equal(expect[position](raw[position]), cut[position])
     assert expect[1 - position] is None  # the other output is compared as it is
-    from edgekit.builders.tflite_rewrite import clamp_inputs  # what the quantisation report leaves out
+    from edgekit.builders.tflite_clamps import clamped_ranges  # what the quantisation report judges within the clamp
 
-    inputs = clamp_inputs(clamped)
-    assert names[position] + "/unclamped" in inputs and not inputs & set(names) and clamp_inputs(blob) == set()
+    ranges = clamped_ranges(clamped)
+    assert ranges[names[position] + "/unclamped"] == (-16.0, 16.0) and not set(ranges) & set(names)
+    assert clamped_ranges(blob) == {}
 
 
 def _run_all(blob: bytes, x: np.ndarray) -> list[np.ndarray]:
