@@ -17,10 +17,12 @@ graph (rewrites included) and verified like the first:
 5. calibration on every drawn calibration image (the first saw ``--calib-steps`` of them).
 
 The first attempt that passes is kept; when none does, the best of them (its figure: top-1 or
-mAP ratio, else the worst output's cosine; a landmark model's: the least mean pixel error,
-builders/landmark_gate.py), so the ``.rejected`` evidence is the closest miss.
-Every attempt is a row of ``verification.recovery`` and a log line. Recovery stops once it has
-spent three times the first attempt's time (at least 30 s).
+mAP ratio, a detector without an eval set its agreement with the original's detections, else the
+worst output's cosine; a landmark model's: the least mean pixel error; builders/gate_figures.py),
+so the ``.rejected`` evidence is the closest miss.
+Every attempt is a row of ``verification.recovery`` and a log line, which name each figure the
+attempt missed with its value and limit (a classifier's top-1 agreement beside its ratio).
+Recovery stops once it has spent three times the first attempt's time (at least 30 s).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edgekit.builders.gate_figures import Figure, figures, judged, missed
 from edgekit.builders.landmark_gate import judged_px
 
 if TYPE_CHECKING:
@@ -74,7 +77,7 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
             finish, first_seconds: float) -> tuple[BuiltModel, dict]:
     """Retry a missed int8 (see the module doc); ``finish(blob, rewrites, seconds)`` writes
     ``path`` and verifies it. Returns the kept (model, coverage); ``path`` holds its file."""
-    rows = [_row("as built", first[0], _cost(ctx, target, path, first[0]))]
+    rows = [_row("as built", first[0], _cost(ctx, target, path, first[0]), ctx.task, ctx.request)]
     if _hopeless(rows[0], first[0]):
         first_figure = f"{rows[0]['figure_name']} {rows[0]['figure']}"
         ctx.log.info(f"[{target.name}] int8 recovery: not tried ({first_figure} is too far from the gate for float "
@@ -93,10 +96,10 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
         with ctx.log.step(f"[{target.name}] int8 recovery: {label}") as step:
             blob = attempt.quantise(float_model, attempt.images.stream(ctx._nhwc, ctx.chunk), io_dtype)
         candidate = finish(blob, rewrites, step["seconds"], report=False)
-        rows.append(_row(label, candidate[0], _cost(ctx, target, path, candidate[0])))
+        rows.append(_row(label, candidate[0], _cost(ctx, target, path, candidate[0]), ctx.task, ctx.request))
         ctx.log.info(f"[{target.name}] int8 recovery: {label}: {rows[-1]['figure_name']} {rows[-1]['figure']}, "
-                     + ("passed" if rows[-1]["passed"] else "missed"))
-        if rows[-1]["passed"] or _figure(candidate[0]) > _figure(best[0]):
+                     + ("passed" if rows[-1]["passed"] else _missed_text(rows[-1])))
+        if rows[-1]["passed"] or _figure(candidate[0], ctx.task) > _figure(best[0], ctx.task):
             best, best_blob, kept = candidate, blob, len(rows) - 1
         if rows[-1]["passed"]:
             break
@@ -127,10 +130,11 @@ def _attempts(ctx: BuildContext, target: Target, float_model: bytes, first: Buil
     if recommended is not None:
         yield Attempt(*recommended)
     if not ctx.options_for(target).get("compile"):  # the Edge TPU runs full-integer models only
-        worst = worst_layers(float_model, ctx)
-        for count in FLOAT_LAYERS:
-            if len(worst) >= count or count == FLOAT_LAYERS[0]:
+        worst, before = worst_layers(float_model, ctx), 0
+        for count in FLOAT_LAYERS:  # a small model's every layer, when it has fewer than the next count
+            if len(worst) > before or count == FLOAT_LAYERS[0]:
                 yield Attempt(f"{min(count, len(worst))} worst layers in float", ctx.converter_calib, worst[:count])
+            before = count
         yield Attempt(SIXTEEN_BY_EIGHT_LABEL, ctx.converter_calib, quantiser="16x8")
     tried = len(recommended[1]) if recommended is not None else None
     if ctx.converter_calib is not None and tried != len(ctx.calib) > len(ctx.converter_calib):
@@ -233,21 +237,14 @@ def _hopeless(row: dict[str, Any], model: BuiltModel) -> bool:
     return row["figure"] < HOPELESS
 
 
-def _figure(model: BuiltModel) -> float:
-    """The number the gate judged, higher the better: the eval ratio (top-1 or mAP), else the worst
-    cosine held back; a landmark model's mean pixel error, negated."""
-    v = model.verification
-    px = judged_px(v)
-    if px is not None:
-        return -px[0]
-    for dataset in ("eval", "holdout"):
-        res = v.get(dataset)
-        if isinstance(res, dict):
-            if res.get("ratio") is not None:
-                return float(res["ratio"])
-            if res.get("cosine") is not None:
-                return float(res["cosine"])
-    return float("-inf")
+def _figure(model: BuiltModel, task: str | None = None) -> float:
+    """The number attempts are compared by, higher the better (builders/gate_figures.py: the eval
+    ratio, a detector's agreement with its original without an eval set, else the worst cosine;
+    a landmark model's mean pixel error, negated)."""
+    found = judged(model.verification, task)
+    if found is None:
+        return float("-inf")
+    return -found[1] if found[0] == "px mean" else found[1]
 
 
 def _cost(ctx: BuildContext, target: Target, path: Path, model: BuiltModel) -> dict[str, Any]:
@@ -274,22 +271,46 @@ def _cost(ctx: BuildContext, target: Target, path: Path, model: BuiltModel) -> d
 
 
 def table_lines(target: str, rows: list[dict[str, Any]]) -> list[str]:
-    """The recovery table for the build log: one line per attempt (what changed, the figure the
-    gate judged, p50 here, ops predicted on the TPU, kept)."""
+    """The recovery table for the build log: one line per attempt (what changed, the figure attempts
+    are compared by, each figure an attempt missed with its limit, p50 here, ops predicted on the
+    TPU, kept). A figure some attempt missed gets a column of its own, named in the header."""
     width = max(len(r["label"]) for r in rows)
-    lines = [f"[{target}] int8 recovery: {'attempt'.ljust(width)}  {rows[0]['figure_name']:>12}  p50 ms  "
-             "TPU ops  kept"]
-    for r in rows:
+    judged_name = rows[0]["figure_name"]
+    names = list(dict.fromkeys(m["figure"] for r in rows for m in r.get("missed") or [] if m["figure"] != judged_name))
+    cells = [[_cell(r, judged_name, r["figure"]), *(_cell(r, n, (r.get("figures") or {}).get(n)) for n in names)]
+             for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate([judged_name, *names])]
+    head = "  ".join(h.rjust(w) for h, w in zip([judged_name, *names], widths))
+    lines = [f"[{target}] int8 recovery: {'attempt'.ljust(width)}  {head}  p50 ms  TPU ops  kept"]
+    for r, row_cells in zip(rows, cells):
         p50 = f"{r['p50_ms']:.3g}" if r.get("p50_ms") is not None else "-"
-        lines.append(f"[{target}] int8 recovery: {r['label'].ljust(width)}  {r['figure']:>12.6g}  {p50:>6}  "
+        figures = "  ".join(c.rjust(w) for c, w in zip(row_cells, widths))
+        lines.append(f"[{target}] int8 recovery: {r['label'].ljust(width)}  {figures}  {p50:>6}  "
                      f"{r.get('tpu_ops') or '-':>7}  {'yes' if r.get('kept') else ''}")
     return lines
 
 
-def _row(label: str, model: BuiltModel, cost: dict[str, Any] | None = None) -> dict[str, Any]:
+def _cell(row: dict[str, Any], name: str, value: float | None) -> str:
+    """One figure of one row: its value, and the limit when the row missed it (``0.94 < 0.97``)."""
+    miss = next((m for m in row.get("missed") or [] if m["figure"] == name), None)
+    if miss is not None:
+        return Figure.from_dict(miss).value_text()
+    return f"{value:.6g}" if isinstance(value, (int, float)) else "-"
+
+
+def _missed_text(row: dict[str, Any]) -> str:
+    """``missed (top-1 agreement 0.94 < 0.97)``: what an attempt's log line says it failed on."""
+    misses = [Figure.from_dict(m).text() for m in row.get("missed") or []]
+    return f"missed ({'; '.join(misses)})" if misses else "missed"
+
+
+def _row(label: str, model: BuiltModel, cost: dict[str, Any] | None = None, task: str | None = None,
+         request: Any = None) -> dict[str, Any]:
+    """One attempt's row: the figure attempts are compared by, every figure it missed (value, limit,
+    flag: builders/gate_figures.py) and the figures of its task's gate, what it costs."""
     passed = not any(isinstance(r, dict) and r.get("passed") is False for r in model.verification.values())
-    has_ratio = any(isinstance(r, dict) and r.get("ratio") is not None for r in model.verification.values())
-    px = judged_px(model.verification)  # builders/landmark_gate.py: a landmark model's mean pixel error
-    name, figure = ("px mean", px[0]) if px is not None else ("ratio" if has_ratio else "worst cosine", _figure(model))
+    name, figure = judged(model.verification, task) or ("worst cosine", float("-inf"))
     return {"label": label, "figure_name": name, "figure": round(figure, 6), "passed": passed,
+            "missed": [m.to_dict() for m in missed(model.verification, task or "", request)],
+            "figures": figures(model.verification, task or ""),
             "seconds": round(model.convert_seconds, 2), **(cost or {})}

@@ -100,3 +100,83 @@ def test_the_recovery_table_has_a_line_per_attempt_with_its_cost():
     assert lines[0].split(": ", 1)[1].split() == ["attempt", "ratio", "p50", "ms", "TPU", "ops", "kept"]
     assert "0.9527" in lines[1] and "4.34" in lines[1] and "227/263" in lines[1] and not lines[1].endswith("yes")
     assert lines[2].rstrip().endswith("-  yes") and "0.9432" in lines[2]
+
+
+# --- each row names the figure the gate failed on (builders/gate_figures.py) ----------------------
+
+REQUEST = SimpleNamespace(min_accuracy_ratio=0.99, min_top1_agreement=0.97, min_map_ratio=0.99, max_map_gain=0.05,
+                          min_detect_agreement=0.9, min_score_levels=20, min_score_cosine=0.95, min_cosine=0.98)
+
+
+def _attempt(**results) -> SimpleNamespace:
+    """An attempt's model as recovery reads it: its verification and conversion time."""
+    return SimpleNamespace(verification=results, convert_seconds=1.0)
+
+
+def _classified(agreement: float, ratio: float = 1.016) -> dict:
+    """A labelled classifier's eval result, as builders/verify.py classify_gate leaves it."""
+    res = {"ratio": ratio, "original": 0.95, "converted": round(0.95 * ratio, 4), "agreement": agreement,
+           "cosine": 0.99, "passed": agreement >= 0.97}
+    if agreement < 0.97:
+        res["gate_failures"] = {"--min-top1-agreement": f"top-1 the same as the original's on {agreement} ..."}
+    return res
+
+
+def test_a_classifier_row_names_the_top1_agreement_it_missed():
+    rows = [recovery._row("as built", _attempt(eval=_classified(0.94)), {"p50_ms": 0.346}, "classify", REQUEST),
+            recovery._row(recovery.LOGGED_RANGES_LABEL, _attempt(eval=_classified(0.9512, 1.0)), None, "classify",
+                          REQUEST),
+            recovery._row("3 worst layers in float", _attempt(eval=_classified(0.98, 1.0)), None, "classify", REQUEST)]
+    first = rows[0]
+    assert (first["figure_name"], first["figure"], first["passed"]) == ("top-1 ratio", 1.016, False)
+    assert first["missed"] == [{"figure": "top-1 agreement", "value": 0.94, "limit": 0.97,
+                                "flag": "--min-top1-agreement", "higher": True}]
+    assert first["figures"] == {"top-1 ratio": 1.016, "top-1 agreement": 0.94}
+    assert recovery._missed_text(first) == "missed (top-1 agreement 0.94 < 0.97)"
+    rows[2]["kept"] = True
+    header, *lines = recovery.table_lines("cpu", rows)
+    assert "top-1 ratio  top-1 agreement  p50 ms" in header  # the header names the agreement
+    assert "0.94 < 0.97" in lines[0] and "0.346" in lines[0] and "0.9512 <" in lines[1] and "0.98" in lines[2]
+    assert lines[2].endswith("yes") and "<" not in lines[2]
+
+
+def test_a_detector_without_eval_is_tabled_by_its_agreement():
+    def holdout(agreement: float, cosine: float, levels: int = 40) -> dict:
+        res = {"metric": "map_agreement", "agreement": 0.66, "cosine": cosine, "passed": agreement >= 0.9,
+               "fidelity": {"detections": {"threshold": 0.5, "agreement": agreement, "matched": 40, "original": 45,
+                                           "converted": 44},
+                            "score_levels": {"original": 80, "converted": levels},
+                            "score_cosine": {"output": "scores", "cosine": cosine}}}
+        if agreement < 0.9:
+            res["gate_failures"] = {"--min-detect-agreement": "detections ... agree ..."}
+        if levels < 20:
+            res["passed"] = False
+            res.setdefault("gate_failures", {})["--min-score-levels"] = "levels ..."
+        return res
+
+    first = recovery._row("as built", _attempt(holdout=holdout(0.8989, 0.99)), None, "detect", REQUEST)
+    better = recovery._row("x", _attempt(holdout=holdout(0.95, 0.97, levels=12)), None, "detect", REQUEST)
+    assert (first["figure_name"], first["figure"]) == ("detection agreement", 0.8989)  # not the worst cosine
+    assert recovery._figure(_attempt(holdout=holdout(0.95, 0.97)), "detect") == 0.95
+    assert [m["figure"] for m in better["missed"]] == ["score levels"] and better["missed"][0]["limit"] == 20
+    header, *lines = recovery.table_lines("cpu", [first, better])
+    assert "detection agreement  score levels" in header
+    assert "0.8989 < 0.9" in lines[0] and "40" in lines[0] and "0.95" in lines[1] and "12 < 20" in lines[1]
+
+
+def test_other_gates_name_their_figures():
+    gain = {"ratio": 1.07, "passed": False, "gate_failures": {"--max-map-gain": "..."}}
+    assert recovery._missed_text(recovery._row("a", _attempt(eval=gain), None, "detect", REQUEST)) == \
+        "missed (mAP gain 1.07 > 1.05)"
+    raw = recovery._row("a", _attempt(holdout={"cosine": 0.97, "passed": False}), None, "raw", REQUEST)
+    assert (raw["figure_name"], raw["missed"][0]["figure"], raw["missed"][0]["limit"]) == ("worst cosine",
+                                                                                          "worst cosine", 0.98)
+    assert "0.97 < 0.98" in recovery.table_lines("cpu", [raw])[1]
+    px = {"landmark_error_px": {"mean": 1.3, "p95": 2.0}, "passed": False,
+          "landmark_gate": {"max_mean_px": 0.96, "max_p95_px": 2.4, "min_presence_agreement": 0.97},
+          "gate_failures": {"--max-landmark-error": "landmark error 1.3 px mean > 0.96 px"}}
+    assert recovery._missed_text(recovery._row("a", _attempt(eval=px), None, "landmarks", REQUEST)) == \
+        "missed (px mean 1.3 > 0.96)"
+    other = {"mask_iou": {"mean": 0.8}, "passed": False, "gate_failures": {"--min-mask-iou": "mask IoU 0.8 < 0.9"}}
+    row = recovery._row("a", _attempt(eval=other, holdout={"cosine": 0.99}), None, "segment", REQUEST)
+    assert recovery._missed_text(row) == "missed (mask IoU 0.8 < 0.9)"  # a gate this module does not know: its line
