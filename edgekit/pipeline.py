@@ -65,13 +65,15 @@ class FrameResult:
     """What the pipeline made of one frame: the task head's result and how long each stage took (ms).
 
     ``result`` is whatever the decoder returned (a :class:`~edgekit.heads.classify.Classification`
-    for ``classify``); ``classification`` is the same object, for classifiers.
+    for ``classify``); ``classification`` is the same object, for classifiers. ``source`` is the
+    frame's (:attr:`edgekit.camera.Frame.source`: the image file, the video, the camera).
     """
 
     index: int
     t_capture_ns: int
     result: TaskResult
     timings_ms: dict[str, float]
+    source: str | None = None
 
     @property
     def classification(self) -> Classification:
@@ -81,8 +83,10 @@ class FrameResult:
         return self.result
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``run --json``): frame number, ``source`` when known, the head's result, ms."""
         return {
             "frame": self.index,
+            **({"source": self.source} if self.source is not None else {}),
             **self.result.to_dict(),
             "ms": {k: round(v, 4) for k, v in self.timings_ms.items()},
         }
@@ -198,7 +202,8 @@ class Pipeline:
             "end_to_end": clock.last - frame.t_capture_ns,
         }
         metrics.record(timings, clock.last)
-        return FrameResult(frame.index, frame.t_capture_ns, decoded, {k: v / 1e6 for k, v in timings.items()})
+        return FrameResult(frame.index, frame.t_capture_ns, decoded, {k: v / 1e6 for k, v in timings.items()},
+                           getattr(frame, "source", None))
 
     def _tracked(self, frame: Any, result: TaskResult, capture_wait_ns: int) -> FrameResult:
         """Record a frame the cascade's tracking answered without the first model (``--track-roi``)."""
@@ -207,7 +212,8 @@ class Pipeline:
         timings = {"capture_wait": capture_wait_ns, **self.then.stage_ns,
                    "end_to_end": self._clock.last - frame.t_capture_ns}
         self.metrics.record(timings, self._clock.last)
-        return FrameResult(frame.index, frame.t_capture_ns, result, {k: v / 1e6 for k, v in timings.items()})
+        return FrameResult(frame.index, frame.t_capture_ns, result, {k: v / 1e6 for k, v in timings.items()},
+                           getattr(frame, "source", None))
 
     def decode_outputs(self, outputs: Sequence[Any], frame_shape: tuple[int, ...]) -> TaskResult:
         """The task head's result for one frame's outputs (a detector's boxes in that frame's pixels)."""

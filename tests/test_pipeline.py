@@ -68,6 +68,15 @@ def test_results_follow_the_frames():
     assert results[0].to_dict()["top"][0]["label"] == "dark"
 
 
+def test_a_result_names_the_frames_source():
+    pipe = Pipeline(brightness_model(), ["dark", "bright"], warmup=0)
+    named, unnamed = pipe.run([Frame(np.full((36, 64, 3), 10, np.uint8), 0, 0, "eval/x/000.jpg"),
+                               Frame(np.full((36, 64, 3), 10, np.uint8), 0, 1)])
+    assert named.source == "eval/x/000.jpg" and list(named.to_dict())[:3] == ["frame", "source", "top"]
+    assert named.to_dict()["source"] == "eval/x/000.jpg"
+    assert unnamed.source is None and "source" not in unnamed.to_dict()  # a frame made by hand names nothing
+
+
 def test_stage_timings_come_from_the_clock():
     clock = FakeClock()
     rt = timed_runtime(clock, infer_ms=7)

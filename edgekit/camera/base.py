@@ -40,12 +40,16 @@ class Frame:
     """One captured image (OpenCV convention: uint8, gray 2-D or HxWx3 BGR).
 
     ``t_capture_ns`` is ``time.perf_counter_ns()`` when the frame was captured (or arrived),
-    ``index`` the source's running frame number (gaps mean frames were skipped).
+    ``index`` the source's running frame number (gaps mean frames were skipped). ``source`` says
+    where it came from, for results that name their image: an image's path as the folder was
+    given (``eval/x/000.jpg``), a video file's path, else the camera's name with a stream's
+    password redacted (``v4l2:0``, ``rtsp://***@cam/stream``); None for frames made by hand.
     """
 
     array: np.ndarray
     t_capture_ns: int
     index: int
+    source: str | None = None
 
 
 @runtime_checkable
@@ -253,7 +257,7 @@ class LatestFrameSource(_SourceBase):
                 # A frame never taken is simply replaced; the consumer counts it as skipped
                 # from the index gap when it takes the next one (or, delivered, as it is replaced).
                 with self._handover:
-                    dropped = self._mailbox.put(Frame(array, t_ns, index))
+                    dropped = self._mailbox.put(Frame(array, t_ns, index, self.name))
                 if self._direct:
                     self._counters.add(delivered=1 - int(dropped), skipped=int(dropped))
                 index += 1

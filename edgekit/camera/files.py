@@ -33,7 +33,8 @@ class _EndOfStream(Exception):
 class _Reader(Protocol):
     """Frames in order: ``read()`` -> array, or None for an unreadable frame;
     ``skip()`` -> advance one frame without decoding (False if it failed);
-    both raise _EndOfStream at the end; ``rewind()`` starts the next pass."""
+    both raise _EndOfStream at the end; ``rewind()`` starts the next pass. ``frame_source``,
+    when a reader has it, names the frame ``read()`` returned last (an image's path)."""
 
     def read(self) -> np.ndarray | None: ...
 
@@ -102,7 +103,7 @@ class SequenceSource(_SourceBase):
             self._counters.on_capture(t_ns)
             self._counters.add(delivered=1)
             self._info.setdefault("size", (int(array.shape[1]), int(array.shape[0])))
-            return Frame(array, t_ns, k)
+            return Frame(array, t_ns, k, getattr(self._reader, "frame_source", None) or self.name)
 
     def _wait_until_due(self) -> None:
         """A consumer ahead of the clock waits for the next frame's time (close() wakes it)."""
@@ -171,6 +172,7 @@ class _VideoFileReader:
         from edgekit.util.quiet import import_cv2
 
         self.path = path
+        self.frame_source = str(path)  # every frame of a clip: its path (the index says which)
         self._cv2 = cv2 = import_cv2(f"reading the video {path.name}")
         self._cap = self._open()
         fps = self._cap.get(cv2.CAP_PROP_FPS)
@@ -267,6 +269,7 @@ class _FolderReader:
     def __init__(self, paths: list[Path]):
         self.paths = paths
         self._pos = 0
+        self.frame_source: str | None = None  # the image read last, as the folder was given: eval/x/000.jpg
 
     def _next_path(self) -> Path:
         if self._pos >= len(self.paths):
@@ -276,6 +279,7 @@ class _FolderReader:
 
     def read(self) -> np.ndarray | None:
         path = self._next_path()
+        self.frame_source = str(path)
         try:
             return read_image(path)
         except (ImageReadError, OSError):

@@ -10,7 +10,8 @@ Results are printed live (at most every ``--every`` seconds, or one JSON line pe
 with ``--json``), a stats line every ``--stats-every`` seconds, and a summary at the end.
 Ctrl-C (or SIGTERM) ends the run cleanly: the summary is still printed and the exit code is 0.
 ``--save DIR`` writes every processed frame with its result drawn (boxes and labels for a
-detector, the top label for a classifier) as ``DIR/frame_000001.jpg`` ...; ``--save out.mp4``
+detector, the top label for a classifier) as ``DIR/frame_000001.jpg`` ... (a folder's images keep
+their names: ``000.jpg`` -> ``DIR/000.jpg``; each line and JSON object names its image); ``--save out.mp4``
 (or ``.avi``) writes them as one video. Either appears only when the run ends (written under a
 temporary name, then renamed); a write failure is one line and a non-zero exit.
 """
@@ -230,26 +231,36 @@ def _loop(pipeline, source, args, out: TextIO, log: TextIO, recording: Any = Non
     """The live loop: results, throttled printing, periodic stats, frames drawn to ``recording``."""
     now = time.monotonic
     next_print = next_stats = now()
-    every = args.every if args.every is not None else (0.0 if _is_stills(args.camera) else 0.5)
+    stills = _is_stills(args.camera)  # each frame is an image file: its name is said and kept
+    every = args.every if args.every is not None else (0.0 if stills else 0.5)
     crop = pipeline.preprocess.spec.crop  # the classifier overlay outlines the window the model saw
     if recording is not None:
         from edgekit.outputs.overlay import draw
     for frame, result in pipeline.steps(source, max_frames=args.max_frames, duration_s=args.duration):
+        image = result.source if stills and result.source else None
         if recording is not None:
-            recording.write(draw(frame.array, result.result, crop=crop), frame.t_capture_ns)
+            recording.write(draw(frame.array, result.result, crop=crop), frame.t_capture_ns, image)
         t = now()
         if args.json:
             out.write(strict_dumps(result.to_dict()) + "\n")
             out.flush()  # a consumer piping the stream sees each frame as it happens
         elif t >= next_print:
             top = str(result.result)
-            out.write(f"frame {result.index:6d}  {top}   e2e {result.timings_ms['end_to_end']:.2f} ms\n")
+            named = f"  {_file_name(image)}" if image else ""
+            out.write(f"frame {result.index:6d}{named}  {top}   e2e {result.timings_ms['end_to_end']:.2f} ms\n")
             next_print = t + every
             out.flush()
         if args.stats_every and not args.quiet and t >= next_stats + args.stats_every:
             log.write(f"[stats] {pipeline.metrics.stats_line()}\n")
             log.flush()
             next_stats = t
+
+
+def _file_name(path: str) -> str:
+    """An image's file name for the text line (``--json`` has its path as the folder was given)."""
+    from pathlib import Path
+
+    return Path(path).name
 
 
 def _is_stills(uri: str) -> bool:

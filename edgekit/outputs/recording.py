@@ -33,6 +33,10 @@ H264_HINT = "pip install 'edgekit-vision[video]': PyAV, whose wheels carry FFmpe
 """OpenCV's pip wheels leave the GPL x264 encoder out ('avc1' does not open): an .mp4 from them
 is MPEG-4 Part 2, which browsers do not play. PyAV, when installed, writes H.264 instead."""
 FRAME_PATTERN = "frame_{:06d}.jpg"
+MARKER = ".edgekit-save"
+"""Left in a folder ``--save`` wrote, so the next run may replace it although its frames carry the
+source images' names (a folder of other files is refused, never emptied)."""
+JPEG_SUFFIXES = (".jpg", ".jpeg")
 DEFAULT_FPS = 10.0
 _PROBE_FRAMES = 10  # frames held back to measure the rate of a source that states none
 _FIX = "give a folder or a .mp4/.avi path in a writable place with free space"
@@ -80,8 +84,9 @@ class Recording:
         self.frames = 0
         self.done = False
 
-    def write(self, image: np.ndarray, t_ns: int | None = None) -> None:
-        """Add one BGR frame (``t_ns``: its capture time, used to measure a video's rate)."""
+    def write(self, image: np.ndarray, t_ns: int | None = None, name: str | None = None) -> None:
+        """Add one BGR frame (``t_ns``: its capture time, used to measure a video's rate; ``name``:
+        the source image's file, whose name a folder recording keeps)."""
         raise NotImplementedError
 
     def finish(self) -> Path:
@@ -103,13 +108,16 @@ class Recording:
 
 
 class FolderRecording(Recording):
-    """One JPEG per frame, ``frame_000001.jpg`` on, filled under a temporary folder."""
+    """One JPEG per frame, filled under a temporary folder: named as the source image it was drawn
+    on (``000.jpg``; ``000.png`` becomes ``000.jpg``; a name already written gets ``-2``, ``-3``...,
+    so a folder read twice, or two images of one stem, never overwrite each other), or
+    ``frame_000001.jpg`` on for frames of a video or camera."""
 
     def __init__(self, path: Path, quality: int = 90):
         super().__init__(path)
         if path.exists() and not path.is_dir():
             raise SaveTargetError(f"--save {path}: exists and is not a folder")
-        if path.is_dir() and any(not _is_frame(p) for p in path.iterdir()):
+        if path.is_dir() and not (path / MARKER).is_file() and any(not _is_frame(p) for p in path.iterdir()):
             raise SaveTargetError(f"--save {path}: the folder holds other files than frames",
                                   "give a new or empty folder (an earlier recording's frames are replaced)")
         self.quality = int(quality)
@@ -117,20 +125,35 @@ class FolderRecording(Recording):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+            (self._tmp / MARKER).write_text("frames drawn by edgekit run --save\n", encoding="utf-8")
         except OSError as exc:
             raise SaveError(f"--save {path}: cannot write there: {exc.strerror or exc}") from exc
+        self._names: set[str] = {MARKER}  # lower case: 'A.jpg' and 'a.jpg' are one file on some disks
 
-    def write(self, image: np.ndarray, t_ns: int | None = None) -> None:
+    def write(self, image: np.ndarray, t_ns: int | None = None, name: str | None = None) -> None:
         ok, data = self._cv2.imencode(".jpg", image, [self._cv2.IMWRITE_JPEG_QUALITY, self.quality])
         if not ok:
             raise SaveError(f"--save {self.path}: OpenCV could not encode frame {self.frames + 1} as JPEG")
-        path = self._tmp / FRAME_PATTERN.format(self.frames + 1)
+        path = self._tmp / self._file_name(name)
         try:
             _write_bytes(path, data.tobytes(), self.path)
         except BaseException:  # Ctrl-C/SIGTERM mid-write too: the recording finishes without a torn frame
             path.unlink(missing_ok=True)
             raise
         self.frames += 1
+
+    def _file_name(self, name: str | None) -> str:
+        """The source image's name as a JPEG, never one this recording already wrote."""
+        base = Path(name).name if name else ""
+        stem, suffix = Path(base).stem, Path(base).suffix
+        if not stem:
+            stem, suffix = FRAME_PATTERN.format(self.frames + 1)[:-4], ".jpg"
+        suffix = suffix if suffix.lower() in JPEG_SUFFIXES else ".jpg"
+        candidate, n = stem + suffix, 2
+        while candidate.lower() in self._names:
+            candidate, n = f"{stem}-{n}{suffix}", n + 1
+        self._names.add(candidate.lower())
+        return candidate
 
     def finish(self) -> Path:
         if self.done:
@@ -178,7 +201,7 @@ class VideoRecording(Recording):
         self._size: tuple[int, int] | None = None
         self._held: list[tuple[np.ndarray, int | None]] = []
 
-    def write(self, image: np.ndarray, t_ns: int | None = None) -> None:
+    def write(self, image: np.ndarray, t_ns: int | None = None, name: str | None = None) -> None:
         self.frames += 1
         if self._writer is None:
             self._held.append((image, t_ns))

@@ -680,6 +680,22 @@ def test_frame_mailbox_keeps_the_newest_and_close_is_sticky():
     assert box.take(5) is None and time.monotonic() - t0 < 1  # closed and empty: no 5 s wait
 
 
+def test_every_source_names_its_frames(clip, tmp_path, monkeypatch):
+    """An image by its path as the folder was given, a clip by its path, a camera by its name."""
+    monkeypatch.chdir(tmp_path)
+    Path("imgs").mkdir()
+    for name in ("b10.png", "b2.png"):
+        cv2.imwrite(f"imgs/{name}", np.zeros((4, 4, 3), np.uint8))
+    with ImageFolderSource("imgs") as folder:
+        assert [f.source for f in folder] == ["imgs/b2.png", "imgs/b10.png"]
+    with VideoFileSource(clip, pace=False) as video:
+        assert {next(video).source for _ in range(3)} == {str(clip)}
+    with SyntheticSource((32, 24), frames=1) as synthetic:
+        assert next(synthetic).source == "synthetic:32x24"
+    with LatestFrameSource(lambda: (True, np.zeros((2, 2), np.uint8)), name="rtsp://***@cam/1") as live:
+        assert next(iter(live)).source == "rtsp://***@cam/1"  # the name open_camera gives it: redacted
+
+
 def test_live_source_goes_through_the_frame_mailbox_and_counts_every_frame():
     ticks = iter(range(10**6))
 

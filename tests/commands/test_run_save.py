@@ -60,8 +60,10 @@ def test_save_dir_writes_a_jpeg_per_frame_with_the_boxes_where_the_json_says(bun
     lines = [json.loads(line) for line in stdout.splitlines()]
     results = [r for r in lines if "frame" in r]
     assert len(results) == len(SEQUENCE) and "summary" in lines[-1]
-    saved = sorted(out.iterdir())
-    assert [p.name for p in saved] == [f"frame_{i:06d}.jpg" for i in range(1, len(SEQUENCE) + 1)]
+    saved = sorted(p for p in out.iterdir() if p.name != ".edgekit-save")  # the marker: a recording, replaceable
+    # each image keeps its name (000.png drawn on is 000.jpg) and each JSON line names its file
+    assert [p.name for p in saved] == [f"{i:03d}.jpg" for i in range(len(SEQUENCE))]
+    assert [r["source"] for r in results] == [str(frames / f"{i:03d}.png") for i in range(len(SEQUENCE))]
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temporary folder left beside it
     for (left, right), record, path in zip(SEQUENCE, results, saved):
         # JSON lines: boxes in the source frame's pixels, through the letterbox
@@ -173,8 +175,24 @@ def test_a_second_run_replaces_an_earlier_recording(bundle, frames, tmp_path, ca
     assert cli(["run", str(bundle), "--camera", f"folder:{frames}", "--save", str(out), "--quiet"]) == 0
     assert cli(["run", str(bundle), "--camera", f"folder:{frames}", "--save", str(out), "--quiet",
                 "--max-frames", "2"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["frame_000001.jpg", "frame_000002.jpg"]
+    assert sorted(p.name for p in out.iterdir()) == [".edgekit-save", "000.jpg", "001.jpg"]
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert cli(["run", str(bundle), "--camera", "synthetic", "--save", str(out), "--quiet", "--max-frames", "1"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == [".edgekit-save", "frame_000001.jpg"]  # a camera's frames
+
+
+def test_a_folder_recording_never_writes_one_name_twice(tmp_path):
+    from edgekit.outputs.recording import FolderRecording
+
+    recording = FolderRecording(tmp_path / "out")
+    image = scene(True, False)
+    for i, name in enumerate(["eval/a/000.png", "eval/b/000.jpg", "eval/a/000.png", "x/A.JPEG", "y/a.jpeg", None,
+                              "frame_000007.jpg", None, "eval/.hidden.jpg"]):
+        recording.write(image, i, name)
+    recording.finish()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted([
+        ".edgekit-save", "000.jpg", "000-2.jpg", "000-3.jpg", "A.JPEG", "a-2.jpeg", "frame_000006.jpg",
+        "frame_000007.jpg", "frame_000008.jpg", ".hidden.jpg"])
 
 
 class VanishingFolderSource:
