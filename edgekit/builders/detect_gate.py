@@ -142,9 +142,9 @@ class DetectGate:
                   evaluation: DetectEval | None) -> DetectGate:
         """Choose the layout from the original's output shapes (ModelError naming every layout
         tried when none fits) and make the decoder that scores every model alike."""
-        from edgekit.detect.head import Detector, choose_layout, detect_config
+        from edgekit.detect.head import Detector, choose_layout, detect_config, with_preset
 
-        opts = dict(options or {})
+        opts = with_preset(options or {})  # the bundle records the preset's options, not only its name
         if "outputs" in opts:
             raise UsageError("the detect option outputs is set by edgekit build (from the converted model)",
                              "leave it out; give layout= if the layout must be named")
@@ -160,7 +160,7 @@ class DetectGate:
             # a COCO model scored on a few of its classes: the labels must still list them all
             raise ModelError(message, f"check that the {len(labels)} labels ({', '.join(labels[:4])}"
                              f"{', ...' if len(labels) > 4 else ''}) are all the model's classes in its order "
-                             "(--labels FILE; an eval set's categories may be fewer), or use --task raw") from exc
+                             f"(--labels FILE; an eval set's categories may be fewer); {exc.hint}") from exc
         detector = Detector(detect_config(spec, nc, {**opts, **EVAL_OPTIONS}), chosen, labels, spec)
         return cls(chosen, list(labels), opts, detector, _source_roles(chosen, shapes, detector.config),
                    source.output_names, evaluation, threshold=detect_config(spec, nc, opts).score_threshold)

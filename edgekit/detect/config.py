@@ -35,6 +35,9 @@ OPTIONS = (
     Option("score_activation", "str", "auto", "SSD scores: auto (sigmoid unless in [0, 1]), none, sigmoid, softmax",
            choices=("auto", "none", "sigmoid", "softmax")),
     Option("ssd_decode", "table", None, "SSD: MediaPipe-named decode options (edgekit.detect.ssd_decode)"),
+    Option("preset", "str", None, "a published detector's options (edgekit.detect.presets: mediapipe_face_short, "
+           "mediapipe_face_full, mediapipe_palm, mediapipe_pose); options given win; preprocessing is the model "
+           "input's: give it as flags (docs/detection.md)"),
 )
 """The ``detect`` head's options: names, types, ranges and defaults, written once."""
 _DEFAULT = defaults(OPTIONS)

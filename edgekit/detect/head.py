@@ -10,8 +10,9 @@ source frame through the preprocessing's crop and letterbox (:mod:`edgekit.detec
 
 from __future__ import annotations
 
+import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,11 +22,13 @@ from edgekit.detect.anchors import check_anchors, check_ssd_anchors
 from edgekit.detect.boxes import BoxMap, Detection, Detections, box_map, identity_map
 from edgekit.detect.config import OPTIONS, DetectConfig
 from edgekit.detect.nms import nms
+from edgekit.detect.presets import PRESETS
 from edgekit.detect.ssd_decode import SsdDecode, check_ssd_decode
 from edgekit.errors import ModelError, UsageError
 from edgekit.heads.options import check_head_options
 from edgekit.heads.tensors import label_for
 from edgekit.imaging.image import InputSpec
+from edgekit.util.optionspec import did_you_mean
 from edgekit.util.plugins import resolve
 
 
@@ -138,18 +141,59 @@ def choose_layout(layout: str, shapes: list[tuple[int, ...]], config: DetectConf
     tried = "; ".join(f"{n}: {row.describe}" for n, row in LAYOUTS.items())
     classes = f" with {config.num_classes} classes" if config.num_classes else ""
     raise ModelError(f"the model's outputs ({seen}) match no detection layout{classes} (tried {tried})",
-                     "export the model with one of these layouts, or use --task raw")
+                     no_layout_fix(shapes))
+
+
+NO_LAYOUT_FIX = ("an SSD without NMS in the graph needs its anchors and decode: -T ssd_anchors={...} "
+                 "-T ssd_decode={...}, or a MediaPipe detector's -T preset=" + "|".join(PRESETS)
+                 + " with its preprocessing (e.g. --resize letterbox: a task option cannot set it; docs/detection.md); "
+                 "else export the model with one of these layouts, or use --task raw")
+"""The fix of a model whose outputs fit no layout: a bare SSD (MediaPipe's) is the usual case."""
+
+
+def no_layout_fix(shapes: list[tuple[int, ...]]) -> str:
+    """:data:`NO_LAYOUT_FIX`, led by the preset whose box count and row width ``shapes`` match, if one
+    does, and the preprocessing flags that preset needs."""
+    for name, preset in PRESETS.items():
+        decode = preset["options"]["ssd_decode"]
+        if sorted(shapes) == sorted([(1, decode["num_boxes"], 1), (1, decode["num_boxes"], decode["num_coords"])]):
+            p = preset["preprocessing"]
+            return (f"these outputs are those of {preset['model'].split(' (')[0]}: -T preset={name} --resize "
+                    f"{p['resize']} (--mean {p['mean']:g} --std {p['std']:g} unless the model's metadata says so); "
+                    + NO_LAYOUT_FIX)
+    return NO_LAYOUT_FIX
+
+
+def with_preset(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` laid over the options of their ``preset`` (:mod:`edgekit.detect.presets`): an
+    option given wins, and inside ``ssd_anchors`` and ``ssd_decode`` a key given wins. Options
+    without a preset come back as they are; an unknown preset is refused with a did-you-mean."""
+    name = options.get("preset")
+    if name is None:
+        return dict(options)
+    if not isinstance(name, str) or name not in PRESETS:
+        close = did_you_mean(str(name), PRESETS)
+        raise UsageError(f"detect preset {name!r} is unknown",
+                         close if close.startswith("did you mean") else f"presets: {', '.join(PRESETS)}")
+    out = copy.deepcopy(PRESETS[name]["options"])
+    for key, value in options.items():
+        both = isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
+        out[key] = {**out[key], **value} if both else value
+    return out
 
 
 # Checked by their own modules (a list or .npy path, tables of sub-options) or by choose_layout.
-_OWN_CHECKS = ("layout", "anchors", "ssd_anchors", "ssd_decode")
+_OWN_CHECKS = ("layout", "anchors", "ssd_anchors", "ssd_decode", "preset")
 
 
 def detect_config(spec: InputSpec | None, num_classes: int | None, options: dict[str, Any]) -> DetectConfig:
     """Check the head's options (untrusted: they may come from a bundle) against
-    :data:`edgekit.detect.config.OPTIONS` into a :class:`DetectConfig`."""
+    :data:`edgekit.detect.config.OPTIONS` into a :class:`DetectConfig` (a ``preset`` under them:
+    :func:`with_preset`)."""
+    options = with_preset(options)
     o = {k: v for k, v in check_head_options("detect", OPTIONS, options, skip=_OWN_CHECKS).items() if v is not None}
     o.pop("layout", None)
+    o.pop("preset", None)
     if "box_coder_scales" in o:
         if len(o["box_coder_scales"]) != 4:
             raise UsageError(f"detect box_coder_scales must be 4 numbers (y, x, h, w), "
@@ -194,9 +238,12 @@ def _shape(dims: Sequence[Any]) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def detector(labels: Sequence[str] = (), runtime: Any = None, layout: str = "auto", **options: Any) -> Detector:
+def detector(labels: Sequence[str] = (), runtime: Any = None, layout: str | None = None, **options: Any) -> Detector:
     """The ``detect`` head's factory (:data:`edgekit.heads.table.TASK_HEADS`): a :class:`Detector` for
-    ``runtime``'s outputs, its layout chosen from their shapes unless ``layout`` names one."""
+    ``runtime``'s outputs, its layout chosen from their shapes unless ``layout`` (or the ``preset``)
+    names one."""
+    options = with_preset({**options, **({"layout": layout} if layout is not None else {})})
+    layout = options.pop("layout", "auto")
     spec = getattr(runtime, "input_spec", None)
     details = getattr(runtime, "output_details", None)
     shapes = [_shape(d.get("shape", ())) for d in details()] if callable(details) else []

@@ -153,7 +153,7 @@ def test_anchors_for_without_anchors():
 def test_the_head_options_are_the_task_heads_options():
     # one list, not two kept equal: the table row holds the spec detect_config checks against
     assert TASK_HEADS["detect"].options is OPTIONS
-    assert TASK_HEADS["detect"].option_names[0] == "layout" and len(OPTIONS) == 15
+    assert TASK_HEADS["detect"].option_names[0] == "layout" and len(OPTIONS) == 16
 
 
 @pytest.mark.parametrize("shapes, options, layout", [
