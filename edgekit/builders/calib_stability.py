@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edgekit.builders.gate_figures import judged
 from edgekit.builders.landmark_gate import judged_px
 from edgekit.errors import ModelError
 
@@ -84,12 +85,18 @@ class Gate:
         return self.figure < HOPELESS if self.higher else self.figure > self.broken_over
 
 
-def gate_of(task: str, min_ratio: float, min_cosine: float, verification: dict) -> Gate | None:
+def gate_of(task: str, min_ratio: float, min_cosine: float, verification: dict,
+            min_agreement: float = 0.9) -> Gate | None:
     """The gate's figure of one model's verification (the lowest over the data sets it judged:
     a ratio, or for ``raw`` the worst output's cosine; for ``landmarks`` the judged data set's mean
-    pixel error); None when no gate judged it."""
+    pixel error; for a detector without an eval set, whose held-back images were gated by its
+    agreement with the original's detections, that agreement against ``min_agreement``: it has no
+    ratio, which read 0, "a broken calibration"); None when no gate judged it."""
     if task == "landmarks":
         return _landmark_gate(verification)
+    found = judged(verification, task) if task == "detect" else None
+    if found is not None and found[0] == "detection agreement":
+        return Gate(found[0], "--min-detect-agreement", min_agreement, found[1], _missed(verification))
     figures = []
     for res in verification.values():
         if isinstance(res, dict) and "passed" in res:
@@ -178,7 +185,7 @@ def check(ctx: BuildContext, target: Target, path: Path, model: BuiltModel, fini
     attempt's way; ``finish(blob, rewrites, seconds, report=False)`` writes ``path`` and verifies
     it (``path`` gets the first model's bytes back). Logs one line; warns when the two disagree."""
     request = ctx.request
-    gate = gate_of(ctx.task, ctx.min_ratio, request.min_cosine, model.verification)
+    gate = gate_of(ctx.task, ctx.min_ratio, request.min_cosine, model.verification, request.min_detect_agreement)
     pool, used = len(ctx.calib), len(ctx.converter_calib)
     # the held-back images may calibrate the second model when an eval set, not they, is what the gate judges
     held_usable = ctx.evalset is not None and ctx.task != "raw"
@@ -202,7 +209,7 @@ def check(ctx: BuildContext, target: Target, path: Path, model: BuiltModel, fini
     if second is None:
         ctx.log.info(f"[{target.name}] int8 calibration check: not completed ({reason})")
         return _with(model, {"checked": False, "reason": reason})
-    other = gate_of(ctx.task, ctx.min_ratio, request.min_cosine, second.verification)
+    other = gate_of(ctx.task, ctx.min_ratio, request.min_cosine, second.verification, request.min_detect_agreement)
     record = _record(gate, other, second.verification, model.verification, (request.seed, request.seed + 1),
                      (used, len(idx)), kind)
     record["seconds"] = round(step["seconds"], 2)  # the conversion and verification this check added

@@ -138,6 +138,12 @@ def test_the_gate_figure_and_when_it_is_near():
     assert raw.figure == 0.985 and raw.margin == pytest.approx(0.02) and skip_reason(raw, some) is None
     assert gate_of("classify", 0.99, 0.98, {"holdout": {"agreement": 0.9}}) is None  # no --eval: no gate
     assert Gate("top-1 ratio", "--min-accuracy-ratio", 1.0, 1.0).margin == 0.005
+    # a detector without --eval is held to its agreement with the original's detections: no ratio to read 0
+    held = {"holdout": {"metric": "map_agreement", "agreement": 0.66, "passed": True,
+                        "fidelity": {"detections": {"agreement": 0.9677}}}}
+    agreement = gate_of("detect", 0.99, 0.98, held, 0.9)
+    assert agreement == Gate("detection agreement", "--min-detect-agreement", 0.9, 0.9677)
+    assert "above the gate" in skip_reason(agreement, some)  # not "0.0 ... broken"
 
 
 def test_the_second_sample_and_the_recommendation():
