@@ -62,9 +62,11 @@ EXAMPLES = {
 tests/test_cli_grammar.py parses every one)."""
 
 EXIT_CODES = ("exit codes: 0 ok; 1 runtime failure (a camera that cannot be opened or was lost, a missing "
-              "accelerator or delegate, a full disk or unwritable output; also a bench run that missed its "
-              "minimums); 2 usage or input error, in one line with a fix (arguments, camera URI, model, images, "
-              "bundle); 3 accuracy gate failed (build); 130/143 interrupted")
+              "accelerator or its runtime: Edge TPU, libedgetpu, CUDA device or provider, TensorRT, cuda-python, "
+              "onnxruntime-gpu; a full disk or unwritable output; also a bench run that missed its minimums or "
+              "had nothing this machine can run); 2 usage or input error, in one line with a fix (arguments, "
+              "camera URI, model, images, bundle, a missing edgekit extra such as LiteRT or ONNX Runtime); "
+              "3 accuracy gate failed (build); 130/143 interrupted")
 """The exit codes, as each error class carries them (edgekit.errors: EXIT_RUNTIME, EXIT_USAGE, EXIT_GATE)."""
 
 

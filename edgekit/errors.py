@@ -78,7 +78,10 @@ class BackendUnavailable(EdgekitError):
 
 class DeviceError(BackendUnavailable):
     """An accelerator that is not there or fails at run time (no Edge TPU on the bus, no CUDA device,
-    a provider ONNX Runtime dropped): the command was right, the machine was not (exit 1)."""
+    a provider ONNX Runtime dropped), or whose runtime is not installed (TensorRT, cuda-python,
+    onnxruntime-gpu or its CUDA/TensorRT provider): the command was right, the machine was not
+    (exit 1). A missing edgekit extra for the CPU (LiteRT, ONNX Runtime) stays a BackendUnavailable:
+    exit 2, with the pip command that fixes it."""
 
     exit_code = EXIT_RUNTIME
 

@@ -11,7 +11,8 @@ are interleaved (repeat 1: A B C, repeat 2: B C A, ...) so that drift of a share
 hits all variants alike; results are reported as ratios to the first variant, with the
 machine context and a warning when the numbers are noisy.
 
-This module measures (:func:`run_bench`, :func:`single_stream`); the report it returns, its
+This module measures (:func:`run_bench`, :func:`single_stream`); which variants it opens, and how
+(``--skip-unavailable``), is :mod:`edgekit.bench.variants`; the report it returns, its
 table, JSON, CSV and warnings are in :mod:`edgekit.bench.report`, plots in
 :mod:`edgekit.bench.plots`, and the accuracy mode (``--eval``) in :mod:`edgekit.bench.accuracy`.
 """
@@ -33,15 +34,9 @@ from edgekit.bench.cascade import open_second
 from edgekit.bench.caveats import noise_warnings
 from edgekit.bench.machine import machine_context
 from edgekit.bench.report import BenchReport, RunResult, VariantResult
-from edgekit.errors import (
-    BackendUnavailable,
-    CameraUnavailable,
-    EdgekitError,
-    ModelError,
-    UnknownOptionError,
-    UsageError,
-)
-from edgekit.model import OpenModel, open_model, split_model_spec
+from edgekit.bench.variants import expand_variants, open_all
+from edgekit.errors import CameraUnavailable, EdgekitError, UsageError
+from edgekit.model import OpenModel
 from edgekit.pipeline import Pipeline
 
 
@@ -72,33 +67,7 @@ class BenchConfig:
     then_options: dict[str, Any] = field(default_factory=dict)
 
 
-# --- Variants and input frames ---------------------------------------------------------------
-
-
-def expand_variants(specs: Sequence[str], variants: str = "default") -> list[tuple[str, str | None]]:
-    """Expand model arguments into ``(path, variant)`` pairs, in order.
-
-    ``BUNDLE:fp16`` names one model of a bundle; a plain bundle gives its default model,
-    every model with ``variants="all"``, or the listed ones with ``variants="fp32,int8"``.
-    Bare model files give themselves.
-    """
-    from edgekit.bundle import load_bundle
-
-    out: list[tuple[str, str | None]] = []
-    for spec in specs:
-        path, named = split_model_spec(spec)
-        if named or not path.is_dir() or variants in ("", "default"):
-            out.append((str(path), named))
-            continue
-        models = [m.name for m in load_bundle(path, allow_rejected=True).models]
-        wanted = models if variants == "all" else [v.strip() for v in variants.split(",") if v.strip()]
-        missing = [v for v in wanted if v not in models]
-        if missing:
-            raise UsageError(f"bundle {path} has no variant {', '.join(missing)}", f"choose from: {', '.join(models)}")
-        out.extend((str(path), m) for m in wanted)
-    if not out:
-        raise UsageError("nothing to benchmark", "give at least one bundle or model file")
-    return out
+# --- Input frames ------------------------------------------------------------------------------
 
 
 def synthetic_frames(n: int = 32, size: tuple[int, int] = (640, 360), seed: int = 0) -> list[np.ndarray]:
@@ -182,88 +151,6 @@ def single_stream(
     )
 
 
-def _backends_for(path: str, variant: str | None, backends: list[str | None]) -> list[str | None]:
-    """The requested backends that can run this model's format (``[None]``: the bundle's own)."""
-    from edgekit.bundle import load_bundle
-    from edgekit.runtime import BACKENDS
-
-    if backends == [None]:
-        return [None]
-    p = Path(path)
-    try:
-        if p.is_dir():
-            fmt = load_bundle(p, check_hashes=False, allow_rejected=True).model(variant).format
-        else:
-            fmt = p.suffix.lstrip(".")
-    except EdgekitError:
-        return [None]  # let open_model report what is wrong with it
-    usable = [b for b in backends if b is None or fmt in BACKENDS[b][1]]
-    return usable or [None]
-
-
-def _open_all(pairs: list[tuple[str, str | None]], config: BenchConfig) -> tuple[list[OpenModel], list[str]]:
-    """Open every variant; with ``skip_unavailable``, variants this machine cannot run (no
-    Edge TPU, no CUDA, a model compiled for other hardware) are left out with a reason.
-
-    A runtime flag applies to the variants whose adapter takes it (``--delegate`` to the LiteRT
-    ones of a TFLite-vs-ONNX comparison) and is listed as not applied to the others; a flag no
-    variant takes is an error, never silently nothing."""
-    options = dict(config.runtime_options)
-    backends = options.pop("backend", None) or [None]
-    backends = [backends] if isinstance(backends, str) else list(backends)
-    if config.profile:
-        options["profile"] = True
-    opened: list[OpenModel] = []
-    notes: list[str] = []
-    untaken: dict[str, UnknownOptionError] = {}
-    applied: set[str] = set()  # flags at least one opened variant took
-    try:
-        for path, variant in pairs:
-            for backend in _backends_for(path, variant, backends):
-                name = f"{Path(path).name}{':' + variant if variant else ''}{'@' + backend if backend else ''}"
-                m, taken = _open_one(path, variant, backend, options, config, name, notes, untaken)
-                if m is not None:
-                    if backend and len(backends) > 1:
-                        m.name = f"{m.name}@{backend}"
-                    opened.append(m)
-                    applied |= taken
-    except BaseException:
-        for m in opened:
-            m.close()
-        raise
-    if not opened:
-        raise BackendUnavailable("none of the models can run on this machine: " + "; ".join(notes))
-    taken_nowhere = [exc for key, exc in untaken.items() if key not in applied]
-    if taken_nowhere:
-        for m in opened:
-            m.close()
-        raise taken_nowhere[0]
-    return opened, notes
-
-
-def _open_one(path: str, variant: str | None, backend: str | None, options: dict[str, Any], config: BenchConfig,
-              name: str, notes: list[str], untaken: dict[str, UnknownOptionError]) -> tuple[OpenModel | None, set]:
-    """Open one variant, leaving out the flags its adapter does not take (recorded in ``notes``);
-    returns it (None when skipped as unavailable) and the flags it took."""
-    options = dict(options)
-    while True:
-        try:
-            m = open_model(path, variant, config.labels, backend=backend, **options)
-        except UnknownOptionError as exc:
-            if exc.key not in options or exc.key == "profile":
-                raise
-            untaken.setdefault(exc.key, exc)
-            options.pop(exc.key)
-            notes.append(f"{exc.key} not applied to {name}: its runtime does not take it")
-            continue
-        except (BackendUnavailable, ModelError) as exc:
-            if not config.skip_unavailable or not Path(path).exists():
-                raise
-            notes.append(f"skipped {name}: {exc.message}")
-            return None, set()
-        return m, set(options)
-
-
 def run_bench(
     models: Sequence[str],
     config: BenchConfig | None = None,
@@ -293,7 +180,7 @@ def run_bench(
         else synthetic_frames(config.frames, config.frame_size)
     )
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    opened, skipped = _open_all(pairs, config)
+    opened, skipped = open_all(pairs, config)
     second = None  # a cascade's second model (--then), open for the whole bench
     try:
         second = open_second(opened, config.then, config.roi, config.then_options, progress)

@@ -52,7 +52,7 @@ FALLBACK_HINT = "install the provider, request --providers cpu, or pass --allow-
 
 def check_providers(requested: list[str], used: list[str], allow_fallback: bool,
                     hint: str = FALLBACK_HINT) -> list[str]:
-    """The requested providers missing from ``used``; BackendUnavailable if any and not ``allow_fallback``."""
+    """The requested providers missing from ``used``; DeviceError if any and not ``allow_fallback``."""
     dropped = [p for p in requested if p not in used]
     if dropped and not allow_fallback:
         raise DeviceError(f"ONNX Runtime would silently run without {dropped} (using {used})", hint)
@@ -123,8 +123,8 @@ class OnnxRuntime:
         self.providers_requested = provider_names(providers)
         available = ort.get_available_providers()
         usable = [p for p in self.providers_requested if p in available]
-        if not usable:
-            raise BackendUnavailable(
+        if not usable:  # a GPU provider this onnxruntime lacks: the accelerator's runtime is missing (exit 1)
+            raise DeviceError(
                 f"none of the requested ONNX Runtime providers {self.providers_requested} is available "
                 f"(available: {available})",
                 "install onnxruntime-gpu for CUDA/TensorRT, or pass --providers cpu",

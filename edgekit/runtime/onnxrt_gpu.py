@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import edgekit.runtime.trt_engine as trt_engine  # not `from edgekit.runtime`: its registry names this module
-from edgekit.errors import BackendUnavailable, DeviceError, ModelError, first_line
+from edgekit.errors import DeviceError, ModelError, first_line
 from edgekit.imaging.image import InputSpec
 from edgekit.runtime.backends import MAX_INDEX, MAX_MIB, MAX_THREADS
 from edgekit.runtime.onnxrt import OnnxRuntime, provider_names, session_options
@@ -138,7 +138,7 @@ class OnnxRuntimeGPU(OnnxRuntime):
         try:
             import onnxruntime as ort
         except ImportError as exc:
-            raise BackendUnavailable("onnxruntime-gpu is not installed", GPU_HINT) from exc
+            raise DeviceError("onnxruntime-gpu is not installed", GPU_HINT) from exc  # the GPU's runtime: exit 1
         self.model_path = Path(model_path)
         if not self.model_path.is_file():
             raise ModelError(f"model {self.model_path} does not exist")

@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from edgekit.errors import BackendUnavailable, DeviceError, ModelError, UsageError
+from edgekit.errors import DeviceError, ModelError, UsageError
 from edgekit.runtime.trt_build import (  # noqa: F401 - re-exported
     PRECISIONS,
     WORKSPACE_MB,
@@ -66,29 +66,30 @@ CUDA_HINT = "pip install cuda-python (major version matching the CUDA of your Je
 
 
 def import_tensorrt() -> Any:
-    """Return the ``tensorrt`` module, or raise BackendUnavailable with the install hint."""
+    """Return the ``tensorrt`` module, or raise DeviceError with the install hint: TensorRT is the
+    accelerator's runtime (it comes with JetPack), so its absence exits 1 as a missing CUDA provider does."""
     try:
         import tensorrt
     except ImportError as exc:
-        raise BackendUnavailable("TensorRT's Python bindings (tensorrt) are not installed", TRT_HINT) from exc
+        raise DeviceError("TensorRT's Python bindings (tensorrt) are not installed", TRT_HINT) from exc
     return tensorrt
 
 
 def import_cudart() -> Any:
     """Return cuda-python's runtime bindings: ``cuda.bindings.runtime`` (cuda-python >= 12.6,
-    the only place in 13), else the older ``cuda.cudart``."""
+    the only place in 13), else the older ``cuda.cudart``; DeviceError (exit 1) when neither is installed."""
     try:
         from cuda.bindings import runtime as cudart
     except ImportError:
         try:
             from cuda import cudart
         except ImportError as exc:
-            raise BackendUnavailable("cuda-python is not installed", CUDA_HINT) from exc
+            raise DeviceError("cuda-python is not installed", CUDA_HINT) from exc
     return cudart
 
 
 def cuda_call(cudart: Any, result: Any, what: str = "CUDA call") -> Any:
-    """Unpack a cuda-python result ``(err, *values)``; raise BackendUnavailable unless err is 0.
+    """Unpack a cuda-python result ``(err, *values)``; raise DeviceError unless err is 0.
 
     Returns None, the single value, or a tuple of values.
     """
