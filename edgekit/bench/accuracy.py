@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.bench.report import short_runtime
-from edgekit.bench.runner import expand_variants
+from edgekit.bench.variants import distinct_labels, expand_variants
 from edgekit.errors import CalibrationError
 from edgekit.model import open_model
 from edgekit.pipeline import Pipeline
@@ -88,8 +88,10 @@ def evaluate(
     variants: str = "default",
     runtime_options: dict[str, Any] | None = None,
     labels: str | None = None,
+    names: dict[str, str] | None = None,
 ) -> list[EvalResult]:
-    """Top-1 accuracy of every variant on the same images, through the same pipeline.
+    """Top-1 accuracy of every variant on the same images, through the same pipeline; each row
+    labelled as the bench's (:func:`edgekit.bench.variants.distinct_labels`, ``names``: ``--label``).
 
     ``agreement`` is the share of images where a variant's top-1 equals the first variant's.
     Unreadable or truncated images are skipped and counted.
@@ -98,8 +100,10 @@ def evaluate(
     from edgekit.imaging.image import ImageReadError, read_image
 
     out: list[EvalResult] = []
+    seen: list[tuple[Path, str, str | None]] = []  # one per row of out: what labels it
     for path, variant in expand_variants(models, variants):
         with open_model(path, variant, labels, **(runtime_options or {})) as m:
+            seen.append((m.path, m.name, m.variant))
             if m.task == "detect":
                 out.append(evaluate_detector(m, directory))
                 continue
@@ -121,14 +125,16 @@ def evaluate(
             if not preds:
                 raise CalibrationError(f"no readable image in {directory}", "check the image files")
             p, t = np.array(preds), np.array(truth)
-            names = {c: label for c, label in enumerate(m.labels)}
-            per_class = {names.get(int(c), str(c)): float((p[t == c] == c).mean()) for c in np.unique(t)}
+            class_names = {c: label for c, label in enumerate(m.labels)}
+            per_class = {class_names.get(int(c), str(c)): float((p[t == c] == c).mean()) for c in np.unique(t)}
             out.append(
                 EvalResult(
                     m.name, len(preds), unreadable, float((p == t).mean()), per_class, preds, m.runtime.describe(),
                     inference_p50_ms=pipeline.metrics.stages["inference"].summary().p50_ms,
                 )
             )
+    for r, label in zip(out, distinct_labels(seen, names)):
+        r.name = label
     ref = out[0].predictions
     for r in out:
         if r.metric == "top-1" and len(r.predictions) == len(ref):

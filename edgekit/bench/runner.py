@@ -62,6 +62,7 @@ class BenchConfig:
     runtime_options: dict[str, Any] = field(default_factory=dict)
     labels: str | None = None
     skip_unavailable: bool = False
+    names: dict[str, str] = field(default_factory=dict)  # --label NAME=PATH (edgekit.bench.variants.distinct_labels)
     then: str | None = None  # a cascade: every variant feeds this SECOND[:VARIANT] (roi: its region options,
     roi: Any = None  # edgekit.cascade.region.parse_roi; then_options: its open_model keywords)
     then_options: dict[str, Any] = field(default_factory=dict)

@@ -88,6 +88,9 @@ def open_all(pairs: list[tuple[str, str | None]], config: Any) -> tuple[list[Ope
                         m.name = f"{m.name}@{backend}"
                     opened.append(m)
                     applied |= taken
+        for m, label in zip(opened, distinct_labels([(m.path, m.name, m.variant) for m in opened],
+                                                    getattr(config, "names", None))):
+            m.name = label
     except BaseException:
         for m in opened:
             m.close()
@@ -148,3 +151,45 @@ def off_its_accelerator(m: OpenModel, backend: str | None, options: dict[str, An
     if ran_on_accelerator(info):
         return None
     return f"built for {m.target}, it would run on {short_runtime(info)} here, not on {ACCELERATORS[m.target]}"
+
+
+def distinct_labels(models: Sequence[tuple[Path, str, str | None]], names: dict[str, str] | None = None) -> list[str]:
+    """Labels for the rows, progress lines and plot groups of ``models`` (path, the name open_model
+    gave it, variant), told apart: a ``--label NAME=PATH`` first (NAME replaces
+    the bundle or file name, ``:VARIANT`` kept when PATH names no variant), then for names still
+    shared the shortest trailing part of the path that differs (``dist/demo-cpu:int8``,
+    ``other/demo-cpu:int8``), and ``#2``, ``#3`` for one model given twice.
+
+    Raises UsageError for a ``--label`` PATH that names none of the models.
+    """
+    labels = [name for _, name, _ in models]
+    for label, spec in (names or {}).items():
+        path, variant = split_model_spec(spec)
+        hits = [i for i, (p, _, v) in enumerate(models)
+                if _same(p, path) and (variant is None or v == variant)]
+        if not hits:
+            raise UsageError(f"--label {label}={spec}: no model of this bench is {spec}",
+                             "give PATH as the bundle (BUNDLE or BUNDLE:VARIANT) or model file is given")
+        for i in hits:
+            p, name, _ = models[i]
+            labels[i] = label if variant else label + name[len(p.name):]
+    for shared in sorted({name for name in labels if labels.count(name) > 1}):
+        group = [i for i, name in enumerate(labels) if name == shared]
+        parts = [models[i][0].resolve().parts if shared.startswith(models[i][0].name) else () for i in group]
+        for k in range(2, max(len(p) for p in parts) + 1):
+            tails = ["/".join(p[-k:]) for p in parts]
+            if all(parts) and len(set(tails)) == len(tails):
+                for i, tail in zip(group, tails):
+                    labels[i] = tail + shared[len(models[i][0].name):]
+                break
+        else:  # one path given twice (or --label twice): numbered in order
+            for n, i in enumerate(group[1:], 2):
+                labels[i] = f"{shared}#{n}"
+    return labels
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except (OSError, RuntimeError):
+        return False

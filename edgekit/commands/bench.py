@@ -74,11 +74,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--profile", action="store_true", help="per-op profile (ONNX Runtime: measured; LiteRT: static)")
     o.add_argument("--eval", metavar="DIR", help="accuracy mode: ImageFolder with one subfolder per class; "
                    "for a detector, a COCO (annotations.json) or YOLO (images/ + labels/) set: mAP per variant")
+    o.add_argument("--label", action="append", type=_label, metavar="NAME=PATH",
+                   help="call PATH (BUNDLE, BUNDLE:VARIANT or a model file, as given) NAME in rows, progress "
+                        "and plots; repeatable (two bundles of one name are told apart by their paths anyway)")
     o.add_argument(
         "--skip-unavailable",
         action="store_true",
         help="leave out (with a warning) variants this machine cannot run, e.g. an Edge TPU bundle",
     )
+
+
+def _label(text: str) -> tuple[str, str]:
+    """``--label NAME=PATH`` -> ``(NAME, PATH)`` (edgekit.bench.variants.distinct_labels applies it)."""
+    name, sep, path = text.partition("=")
+    if not sep or not name.strip() or not path.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=PATH (e.g. new=dist/demo-cpu:int8)")
+    return name.strip(), path.strip()
 
 
 def _add_cascade_gate(g: argparse._ArgumentGroup) -> None:
@@ -184,6 +195,7 @@ def _bench(args: argparse.Namespace) -> int:
         camera_options=camera_options(args),
         profile=args.profile,
         skip_unavailable=args.skip_unavailable,
+        names=dict(args.label or []),
         runtime_options=_model_options(args),
         labels=args.labels,
         then=args.then,
@@ -219,7 +231,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     results = []
     for backend in options.pop("backend", None) or [None]:  # --backend repeats: one pass per backend
         chosen = {**options, "backend": backend} if backend else options
-        results += evaluate(args.models, args.eval, args.variants, chosen, args.labels)
+        results += evaluate(args.models, args.eval, args.variants, chosen, args.labels, dict(args.label or []))
     ref = results[0].predictions
     for r in results:  # agreement with the first row over all backends, not only within one pass
         same = r.metric == "top-1" and len(r.predictions) == len(ref) > 0  # detectors: mAP, no top-1 to agree on
