@@ -2,13 +2,14 @@
 the bundle when the accuracy gate passes or keep it as ``<bundle>.rejected`` when it does not.
 
 Whatever happens, no bundle from an earlier build is left at the destination looking as if this
-build had produced it.
+build had produced it; replacing one is said (``replaced dist/demo-cpu (it held fp32, fp16, int8; now fp32)``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import platform
 import shutil
@@ -23,7 +24,7 @@ from edgekit.builders.openset import log_line
 from edgekit.builders.openset import manifest_entry as openset_entry
 from edgekit.builders.resources import peak_rss
 from edgekit.builders.targets import BuildTarget
-from edgekit.bundle import BundleWriter, sha256_file
+from edgekit.bundle import MANIFEST, BundleWriter, sha256_file
 from edgekit.errors import EdgekitError, OutputError, UsageError
 from edgekit.target import Target, merge_options
 
@@ -77,8 +78,10 @@ def _publish(ctx: BuildContext, target: Target, writer: BundleWriter, output: Bu
     ``<dest>.rejected`` and, when some passed, publish those (a partial bundle)."""
     dest = writer.dest
     seconds = times[0]
+    held = _held(dest)
     if manifest["verification"]["passed"]:
         path = writer.commit(manifest)
+        _say_replaced(ctx, path, held, manifest)
         ctx.log.info(f"== {target.name}: bundle written to {path} ({seconds:.1f}s)")
         return TargetBuild(target.name, path, True, seconds, manifest)
     failures = variant_failures(output.verification, ctx)
@@ -89,6 +92,7 @@ def _publish(ctx: BuildContext, target: Target, writer: BundleWriter, output: Bu
     writer.commit(manifest)
     if dest.exists():
         shutil.rmtree(dest)  # an older bundle no longer matches this model: do not leave it looking good
+        _say_replaced(ctx, dest, held, None)
     error = manifest["verification"]["reason"]
     ctx.log.warn(f"{target.name}: accuracy gate failed ({error}); kept for inspection in {rejected}")
     return TargetBuild(target.name, None, False, seconds, manifest, error, tuple(failures))
@@ -100,6 +104,7 @@ def _publish_partial(ctx: BuildContext, target: Target, writer: BundleWriter, ou
     those that missed it into ``<dest>.rejected`` (evidence: its manifest holds every model's
     numbers). A device never gets a default model that failed."""
     kept, lost = _split(output, failures, ctx)
+    held = _held(writer.dest)
     rejected = writer.dest.with_name(writer.dest.name + ".rejected")
     with BundleWriter(rejected) as evidence:
         for name in [m.file for m in lost.models] + _edgetpu_files(lost):
@@ -118,11 +123,34 @@ def _publish_partial(ctx: BuildContext, target: Target, writer: BundleWriter, ou
                  "verification": m.verification, "delegation": (output.delegation or {}).get(m.name)}
         for m in lost.models}
     path = writer.commit(manifest)
+    _say_replaced(ctx, path, held, manifest)
     names = ", ".join(failures)
     ctx.log.warn(f"{target.name}: {names} missed the accuracy gate ({'; '.join(failures.values())}); the bundle "
                  f"{path} holds {', '.join(m.name for m in kept.models)} (default {kept.default_model}), "
                  f"{names} kept for inspection in {rejected}")
     return TargetBuild(target.name, path, False, times[0], manifest, "; ".join(failures.values()), tuple(failures))
+
+
+def _held(dest: Any) -> tuple[list[str], bool] | None:
+    """The variants of the bundle already at ``dest`` and whether it has an open-set fit (None: no bundle)."""
+    if not dest.exists():
+        return None
+    try:
+        manifest = json.loads((dest / MANIFEST).read_text(encoding="utf-8"))
+        return [str(m["name"]) for m in manifest["models"]], bool(manifest.get("openset"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return [], False
+
+
+def _say_replaced(ctx: BuildContext, dest: Any, held: tuple[list[str], bool] | None, manifest: dict | None) -> None:
+    """Say what the bundle at ``dest`` held and now holds (``manifest`` None: removed); a warning when less."""
+    if held is None:
+        return
+    (was, had_fit), now = held, [m["name"] for m in (manifest or {}).get("models", [])]
+    lost = [v for v in was if v not in now] + ["its open-set fit"] * (had_fit and not (manifest or {}).get("openset"))
+    text = f"{'replaced' if manifest else 'removed'} {dest} (it held {', '.join(was) or 'an unreadable manifest'}"
+    text += (f"; now {', '.join(now)})" if manifest else ")") + (f": {', '.join(lost)} no longer there" * bool(lost))
+    (ctx.log.warn if lost else ctx.log.info)(text)
 
 
 def _split(output: BuilderOutput, failures: dict[str, str], ctx: BuildContext) -> tuple[BuilderOutput, BuilderOutput]:
