@@ -35,6 +35,7 @@ VERBS = {
     "doctor": ("edgekit.commands.doctor", "report what this machine can build and run, and what is missing"),
     "targets": ("edgekit.commands.targets", "list targets and whether this machine can build/run each"),
     "deploy": ("edgekit.commands.deploy", "write the shipped deployment files (serve config, systemd, Prometheus)"),
+    "diff": ("edgekit.commands.diff", "compare two bundles: target, variants, gate figures, file hashes, provenance"),
 }
 
 
@@ -57,6 +58,7 @@ EXAMPLES = {
     "doctor": ["edgekit doctor", "edgekit doctor --json"],
     "targets": ["edgekit targets", "edgekit targets --json"],
     "deploy": ["edgekit deploy", "edgekit deploy systemd prometheus alerts --out deploy-out/"],
+    "diff": ["edgekit diff dist/demo-cpu dist/demo-rpi", "edgekit diff dist/demo-cpu dist/demo-cpu --json"],
 }
 """2-4 real examples per verb, shown at the end of its --help (each runs after ``make demo``;
 tests/test_cli_grammar.py parses every one)."""
