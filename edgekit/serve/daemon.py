@@ -270,7 +270,8 @@ class Daemon(DaemonStatus):
 
     def _housekeeping(self, now: float) -> None:
         """Periodic work of the loop: systemd watchdog, MQTT stats, a journal line."""
-        self._watchdog.tick(now)  # the loop is alive: a hung inference stops these and systemd restarts us
+        # the loop is alive: a hung inference stops these; so does an HTTP endpoint that cannot answer /healthz
+        self._watchdog.tick(now, self.http.io_problem() if self.http is not None else "")
         if now >= self._next_stats:
             self._next_stats = now + self.config.mqtt.stats_interval_s
             if self.mqtt is not None:

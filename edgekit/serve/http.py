@@ -7,6 +7,8 @@
 - ``/healthz``: ``200`` when the camera delivers frames and the model runs, else ``503``;
   the JSON body says which part is down. With several cameras: while at least one delivers
   (the body names each camera that is down). Use it for systemd/k8s-style probes and alerting.
+  The endpoint's own health is part of it (:mod:`edgekit.serve.httphealth`): workers stuck on a
+  request make it 503; an I/O thread that stopped cannot answer at all, so it stops the watchdog.
 - ``/stats``: the daemon's stats as JSON.
 - ``POST /reload`` (off unless ``[http] reload = true``, and only from a loopback address):
   look at the bundle again and hot-swap it (:mod:`edgekit.serve.swap`), as SIGHUP does.
@@ -32,6 +34,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from edgekit.errors import BackendUnavailable
+from edgekit.serve.httphealth import ERROR_KINDS
 from edgekit.serve.httpserver import BoundedHTTPServer
 from edgekit.util.finite_json import strict_dumps
 
@@ -152,6 +155,12 @@ class _StatsCollector:
         for kind, value in sorted((stats.get("errors") or {}).items()):
             errors.add_metric([kind], float(value))
         yield errors
+        http_errors = CounterMetricFamily("edgekit_http_errors", "HTTP requests refused or failed, by kind "
+                                          "(malformed, too_large, timed_out, refused, evicted, internal, handler).",
+                                          labels=["kind"])
+        for kind, value in sorted(((stats.get("http") or {}).get("errors") or {}).items()):
+            http_errors.add_metric([kind], float(value))
+        yield http_errors
         reconnects = CounterMetricFamily(
             "edgekit_reconnects", "Successful reconnections after a loss, by component.", labels=["component"]
         )
@@ -265,6 +274,22 @@ class HttpEndpoint:
         """Connections accepted, answered, refused, evicted, timed out (see BoundedHTTPServer)."""
         return dict(self._server.counts)
 
+    def problem(self) -> str:
+        """Why the endpoint does not serve, in one line (``""`` when it does): its I/O thread
+        stopped or stalled, or its workers stuck (see :mod:`edgekit.serve.httphealth`)."""
+        return self._server.health.problem(time.monotonic())
+
+    def io_problem(self) -> str:
+        """Why not even ``/healthz`` can be answered (``""`` when it can): what stops the watchdog."""
+        return self._server.health.io_problem(time.monotonic())
+
+    def stats(self) -> dict[str, Any]:
+        """The /stats ``http`` entry: requests answered, errors by kind, and whether it serves."""
+        counts = self._server.counts.copy()
+        problem = self.problem()
+        return {"up": int(not problem), "accepted": counts["accepted"], "answered": counts["answered"],
+                "errors": {kind: counts[kind] for kind in ERROR_KINDS}, **({"problem": problem} if problem else {})}
+
     def _handle(self, req: BaseHTTPRequestHandler, body: bool = True) -> None:
         path = req.path.split("?", 1)[0]
         try:
@@ -279,8 +304,10 @@ class HttpEndpoint:
                 status, ctype, payload = 200, "text/plain; charset=utf-8", b"edgekit serve: /metrics /healthz /stats\n"
             else:
                 status, ctype, payload = 404, "text/plain; charset=utf-8", b"not found\n"
-        except Exception as exc:  # a bug in a stats callback must not kill the endpoint
-            log.exception("http %s failed", path)
+        except Exception as exc:  # a bug in a stats callback must not kill the endpoint: one line, counted
+            self._server.counts["handler"] += 1
+            log.warning("http %s failed: %s: %s", path, type(exc).__name__, exc)
+            log.debug("http %s failed", path, exc_info=True)
             status, ctype, payload = 500, "text/plain; charset=utf-8", f"error: {exc}\n".encode()
         _answer(req, status, ctype, payload, body)
 

@@ -23,7 +23,14 @@ touch a socket:
   ``max_connections`` in all: beyond it the oldest connection still sending its request is
   closed (a scrape sends its request at once, so it is never the oldest for long);
 - a request head over ``max_head_bytes`` gets ``431`` (``414`` for a request line alone), a
-  body over ``max_body_bytes`` gets ``413``; a client that hangs up is a DEBUG line.
+  body over ``max_body_bytes`` gets ``413``; framing two parsers could read two ways gets
+  ``400`` (``411`` for Transfer-Encoding alone; :func:`~edgekit.serve.httpwire.request_framing`);
+  ``Expect: 100-continue`` is answered ``100 Continue`` when the body may come, else refused
+  (``413``, ``417``); a client that hangs up is a DEBUG line;
+- an exception while serving one connection (a bug, whatever the request) closes that
+  connection only, is counted (``internal``) and logged in one line: the loop goes on. Its
+  health (:class:`~edgekit.serve.httphealth.ServerHealth`: a heartbeat, why it stopped, the
+  requests the workers hold) is ``health.problem()``.
 
 Threads: 1 + ``workers``, whatever the number of clients.
 """
@@ -43,14 +50,17 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler
 
+from edgekit.serve.httpconn import READ_CHUNK, Conn, hang_up
+from edgekit.serve.httphealth import ServerHealth
 from edgekit.serve.httpwire import (
+    EXPECT_CONTINUE,
     MAX_BODY_BYTES,
     MAX_HEAD_BYTES,
     answer_bytes,
     buffered,
     canned,
     is_loopback,
-    request_length,
+    request_framing,
     request_line,
 )
 
@@ -63,22 +73,9 @@ IDLE_TIMEOUT_S = 10.0  # a connection must have sent a whole request within this
 MAX_CONNECTIONS = 512  # connections open at once; the oldest one still sending is closed beyond this
 MAX_PER_PEER = 32  # connections open at once from one address (not loopback): a scraper needs 1
 PRIORITY_PATHS = ("/healthz",)
-COUNTS = ("accepted", "answered", "refused", "evicted", "timed_out", "too_large")
-READ_CHUNK = 65536
-
-
-class _Conn:
-    """One client connection: its socket, what it sent so far, its deadline and phase."""
-
-    __slots__ = ("sock", "addr", "peer", "buf", "deadline", "out", "phase", "unread")
-
-    def __init__(self, sock: socket.socket, addr: tuple, deadline: float):
-        self.sock, self.addr, self.peer = sock, addr, str(addr[0])
-        self.buf = bytearray()
-        self.deadline = deadline
-        self.out = memoryview(b"")
-        self.phase = "read"  # read -> busy (a worker has it) -> write -> closed
-        self.unread = False  # the client sent more than the request we took: drain before closing
+# malformed: framing refused (400, 411, 417); internal: a connection closed on an exception in
+# the I/O thread; handler: a handler or quick answer raised (500)
+COUNTS = ("accepted", "answered", "refused", "evicted", "timed_out", "too_large", "malformed", "internal", "handler")
 
 
 class BoundedHTTPServer:
@@ -87,7 +84,9 @@ class BoundedHTTPServer:
     ``serve_forever()`` runs the selector loop until ``shutdown()``; ``server_close()``
     releases the port and every open connection. ``server_address`` is where it listens;
     ``counts`` says how many connections were accepted, answered, refused (per-peer cap or
-    full), evicted (``max_connections``), timed out, or sent a request too large.
+    full), evicted (``max_connections``), timed out, sent a request too large or malformed, were
+    closed on an exception (``internal``) or answered 500 by a failing handler (``handler``);
+    ``health`` whether the loop still serves.
     """
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *,
@@ -119,10 +118,10 @@ class BoundedHTTPServer:
         self.counts: Counter[str] = Counter(dict.fromkeys(COUNTS, 0))
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="edgekit-http-worker")
         self._selector = selectors.DefaultSelector()
-        self._reading: OrderedDict[socket.socket, _Conn] = OrderedDict()  # oldest first
-        self._others: dict[socket.socket, _Conn] = {}  # with a worker or being written
+        self._reading: OrderedDict[socket.socket, Conn] = OrderedDict()  # oldest first
+        self._others: dict[socket.socket, Conn] = {}  # with a worker or being written
         self._peers: Counter[str] = Counter()
-        self._done: queue.SimpleQueue[tuple[_Conn, bytes]] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[Conn, bytes]] = queue.SimpleQueue()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -130,6 +129,7 @@ class BoundedHTTPServer:
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._stopped.set()
+        self.health = ServerHealth()
 
     @property
     def open_connections(self) -> int:
@@ -140,25 +140,52 @@ class BoundedHTTPServer:
     def serve_forever(self, poll_interval: float = 0.05) -> None:
         """Accept, read requests, dispatch whole ones, write answers; until :meth:`shutdown`."""
         self._stopped.clear()
-        self._selector.register(self.socket, selectors.EVENT_READ)
-        self._selector.register(self._wake_r, selectors.EVENT_READ)
+        self.health.started()
+        failure: BaseException | None = None
         try:
+            self._selector.register(self.socket, selectors.EVENT_READ)
+            self._selector.register(self._wake_r, selectors.EVENT_READ)
             while not self._stop.is_set():
                 for key, _events in self._selector.select(poll_interval):
-                    if key.fileobj is self.socket:
-                        self._accept()
-                    elif key.fileobj is self._wake_r:
-                        self._collect()
-                    elif key.data.phase == "write":
-                        self._send(key.data)
-                    elif key.data.phase == "read":
-                        self._read(key.data)
-                self._expire(time.monotonic())
+                    self._event(key)
+                now = time.monotonic()
+                self._expire(now)
+                self.health.turned(now)
+        except BaseException as exc:  # noqa: BLE001 - what stopped the loop is the endpoint's health
+            failure = exc
+            log.error("the HTTP endpoint stopped serving: %s: %s", type(exc).__name__, exc)
+            log.debug("the HTTP endpoint's I/O loop failed", exc_info=True)  # the thread ends: health says why
         finally:
             for fileobj in (self.socket, self._wake_r):
                 with contextlib.suppress(KeyError, ValueError):
                     self._selector.unregister(fileobj)
+            self.health.stopped(failure)
             self._stopped.set()
+
+    def _event(self, key: selectors.SelectorKey) -> None:
+        """One ready file: the listening socket, the workers' wake-up or a client connection."""
+        if key.fileobj is self.socket:
+            self._guarded(None, self._accept)
+        elif key.fileobj is self._wake_r:
+            self._guarded(None, self._collect)
+        elif key.data.phase == "write":
+            self._guarded(key.data, self._send, key.data)
+        elif key.data.phase == "read":
+            self._guarded(key.data, self._read, key.data)
+
+    def _guarded(self, conn: Conn | None, step: Callable[..., object], *args: object) -> None:
+        """Run one step of the loop; an exception closes ``conn`` only (a bug must not take every
+        client's endpoint with it), counted as ``internal`` and logged in one line."""
+        try:
+            step(*args)
+        except Exception as exc:
+            self.counts["internal"] += 1
+            log.warning("http: %s while serving %s: %s (that connection is closed; the endpoint goes on)",
+                        type(exc).__name__, conn.peer if conn is not None else "the server", exc)
+            log.debug("http step failed", exc_info=True)
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    self._close(conn)
 
     def _accept(self) -> None:
         while True:
@@ -181,7 +208,7 @@ class BoundedHTTPServer:
                     continue
                 self.counts["evicted"] += 1
                 self._close(next(iter(self._reading.values())), "evicted: too many connections")
-            conn = _Conn(sock, addr, time.monotonic() + self.idle_timeout_s)
+            conn = Conn(sock, addr, time.monotonic() + self.idle_timeout_s)
             self._peers[peer] += 1
             self._reading[sock] = conn
             self._selector.register(sock, selectors.EVENT_READ, conn)
@@ -192,9 +219,9 @@ class BoundedHTTPServer:
         log.debug("http connection refused: %s", why)
         with contextlib.suppress(OSError):
             sock.send(canned(503, why))
-        _hang_up(sock, drain=True)
+        hang_up(sock, drain=True)
 
-    def _read(self, conn: _Conn) -> None:
+    def _read(self, conn: Conn) -> None:
         try:
             chunk = conn.sock.recv(READ_CHUNK)
         except (BlockingIOError, InterruptedError):
@@ -208,17 +235,22 @@ class BoundedHTTPServer:
         if not conn.buf:  # the first byte starts the request's own deadline
             conn.deadline = min(conn.deadline, time.monotonic() + self.timeout_s)
         conn.buf += chunk
-        status, length = request_length(conn.buf, self.max_head_bytes, self.max_body_bytes)
+        status, length, why = request_framing(conn.buf, self.max_head_bytes, self.max_body_bytes)
         if status == 200:
             conn.unread = len(conn.buf) > length
             self._dispatch(conn, bytes(conn.buf[:length]))
+        elif status == 100:  # the client waits for a go-ahead before its body: one short send, once
+            if not conn.continued and request_line(conn.buf)[2] == "HTTP/1.1":
+                conn.continued = True
+                with contextlib.suppress(OSError):
+                    conn.sock.send(EXPECT_CONTINUE)
         elif status:
-            self.counts["too_large"] += 1
+            self.counts["too_large" if status in (413, 414, 431) else "malformed"] += 1
             conn.unread = True
             self._selector.unregister(conn.sock)
-            self._write(conn, canned(status, "request too large"))
+            self._write(conn, canned(status, why))
 
-    def _dispatch(self, conn: _Conn, request: bytes) -> None:
+    def _dispatch(self, conn: Conn, request: bytes) -> None:
         self._selector.unregister(conn.sock)
         del self._reading[conn.sock]
         self._others[conn.sock] = conn
@@ -231,9 +263,12 @@ class BoundedHTTPServer:
             if path in self.priority_paths:  # ahead of all queued
                 self._write(conn, self._answer(conn, request, time.monotonic()))
                 return
+        now = time.monotonic()
+        self.health.job_queued(id(conn), now)
         try:
-            self._pool.submit(self._work, conn, request, time.monotonic())
+            self._pool.submit(self._work, conn, request, now)
         except RuntimeError:  # the pool is shut down: we are stopping
+            self.health.job_done(id(conn))
             self._close(conn)
 
     def _collect(self) -> None:
@@ -249,11 +284,11 @@ class BoundedHTTPServer:
             if conn.phase != "busy":
                 continue
             if answer:
-                self._write(conn, answer)
+                self._guarded(conn, self._write, conn, answer)
             else:  # the handler answered nothing (an empty request line): just close
-                self._close(conn)
+                self._guarded(conn, self._close, conn)
 
-    def _write(self, conn: _Conn, answer: bytes) -> None:
+    def _write(self, conn: Conn, answer: bytes) -> None:
         """Write ``answer`` (the connection is registered with the selector for nothing): at once
         when the socket takes it all (the usual case), else as the client reads, by the deadline."""
         self._reading.pop(conn.sock, None)
@@ -264,7 +299,7 @@ class BoundedHTTPServer:
             conn.deadline = time.monotonic() + self.timeout_s
             self._selector.register(conn.sock, selectors.EVENT_WRITE, conn)
 
-    def _send(self, conn: _Conn) -> bool:
+    def _send(self, conn: Conn) -> bool:
         """Send what the socket takes now; whether some of the answer is left."""
         try:
             sent = conn.sock.send(conn.out)
@@ -286,14 +321,17 @@ class BoundedHTTPServer:
         self._next_expiry = now + 0.05
         for conn in [c for c in (*self._reading.values(), *self._others.values()) if c.phase != "busy"]:
             if conn.deadline <= now:
-                self.counts["timed_out"] += 1
-                if conn.phase == "write":  # a reset frees the answer the kernel still holds for it
-                    with contextlib.suppress(OSError):
-                        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                what = "an answer not taken" if conn.phase == "write" else "no whole request"
-                self._close(conn, f"{what} within the deadline")
+                self._guarded(conn, self._time_out, conn)
 
-    def _close(self, conn: _Conn, why: str = "") -> None:
+    def _time_out(self, conn: Conn) -> None:
+        self.counts["timed_out"] += 1
+        if conn.phase == "write":  # a reset frees the answer the kernel still holds for it
+            with contextlib.suppress(OSError):
+                conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        what = "an answer not taken" if conn.phase == "write" else "no whole request"
+        self._close(conn, f"{what} within the deadline")
+
+    def _close(self, conn: Conn, why: str = "") -> None:
         if conn.phase == "closed":
             return
         if conn.phase in ("read", "write"):
@@ -307,26 +345,34 @@ class BoundedHTTPServer:
             del self._peers[conn.peer]
         if why:
             log.debug("http client %s: %s", conn.peer, why)
-        _hang_up(conn.sock, drain=conn.unread)
+        hang_up(conn.sock, drain=conn.unread)
 
     # ------------------------------------------------------------------ a worker
-    def _answer(self, conn: _Conn, request: bytes, received_at: float) -> bytes:
+    def _answer(self, conn: Conn, request: bytes, received_at: float) -> bytes:
         try:
             return self._handler((request, received_at), conn.addr, self).wfile.getvalue()
-        except Exception:  # a bug in a handler: one log entry, a 500, the server keeps going
-            log.exception("http request from %s failed", conn.peer)
-            return canned(500, "internal error")
+        except Exception as exc:  # a bug in a handler: one log line, a 500, the server keeps going
+            return self._handler_failed(f"http request from {conn.peer}", exc)
 
-    def _quick(self, conn: _Conn, path: str, body: bool) -> bytes:
+    def _quick(self, conn: Conn, path: str, body: bool) -> bytes:
         try:
             status, content_type, payload = self.quick_answers[path]()
-        except Exception:  # a bug in a callback: one log entry, a 500, the server keeps going
-            log.exception("http %s from %s failed", path, conn.peer)
-            return canned(500, "internal error")
+        except Exception as exc:  # a bug in a callback: one log line, a 500, the server keeps going
+            return self._handler_failed(f"http {path} from {conn.peer}", exc)
         return answer_bytes(status, content_type, payload, body)
 
-    def _work(self, conn: _Conn, request: bytes, received_at: float) -> None:
-        self._done.put((conn, self._answer(conn, request, received_at)))
+    def _handler_failed(self, what: str, exc: Exception) -> bytes:
+        """A handler's exception: counted, one WARNING line (the traceback at DEBUG), a 500."""
+        self.counts["handler"] += 1
+        log.warning("%s failed: %s: %s", what, type(exc).__name__, exc)
+        log.debug("%s failed", what, exc_info=True)
+        return canned(500, "internal error")
+
+    def _work(self, conn: Conn, request: bytes, received_at: float) -> None:
+        try:
+            self._done.put((conn, self._answer(conn, request, received_at)))
+        finally:
+            self.health.job_done(id(conn))
         with contextlib.suppress(OSError):  # a full wake-up pipe already wakes the loop
             self._wake_w.send(b"\0")
 
@@ -346,14 +392,3 @@ class BoundedHTTPServer:
         self.socket.close()
         self._wake_r.close()
         self._wake_w.close()
-
-
-def _hang_up(sock: socket.socket, drain: bool) -> None:
-    """Close; with ``drain``, first drop what the client sent that we did not read (closing
-    with unread bytes sends a reset, which can destroy the answer before the client reads it)."""
-    if drain:
-        with contextlib.suppress(OSError):
-            for _ in range(4):
-                if not sock.recv(READ_CHUNK):
-                    break
-    sock.close()

@@ -53,10 +53,13 @@ class DaemonStatus:
         output_ok = self.sink is None or self.sink.healthy  # a full disk: results are being lost
         if not output_ok:
             details.update(status="unavailable", output="down", output_error=self.sink.last_error)
+        http_problem = self.http.problem() if self.http is not None else ""  # e.g. workers stuck: no scrape answered
+        if http_problem:
+            details.update(status="unavailable", http="down", http_error=http_problem)
         if self._stop.is_set():
             details["status"] = "stopping"
             return False, details
-        return camera_ok and model_ok and output_ok, details
+        return camera_ok and model_ok and output_ok and not http_problem, details
 
     def stats(self) -> dict[str, Any]:
         """Counters, recent FPS and latency percentiles, health, MQTT state: JSON-ready."""
@@ -96,6 +99,8 @@ class DaemonStatus:
             stats["reconnects"]["mqtt"] = self.mqtt.reconnects
         if self.sink is not None:
             stats["output"] = {**self.sink.state(), "errors": self.sink.failed}
+        if self.http is not None:  # over MQTT too: the one place to read that the endpoint died
+            stats["http"] = self.http.stats()
         return stats
 
     def _camera_stats(self, stats: dict[str, Any]) -> None:

@@ -2,7 +2,9 @@
 
 The unit (``deploy/edgekit.service``) is ``Type=notify`` with ``WatchdogSec``: the daemon says
 ``READY=1`` once it serves and pings ``WATCHDOG=1`` from the inference loop, so a hung
-inference stops the pings and systemd restarts the service.
+inference stops the pings and systemd restarts the service. The loop pings only while the
+other parts it vouches for are alive too: an HTTP endpoint whose I/O thread died or hangs
+(``/healthz`` unanswered while inference goes on) stops the pings the same way.
 """
 
 from __future__ import annotations
@@ -47,11 +49,20 @@ class Watchdog:
         # Half the interval: a ping that arrives a little late must still be in time.
         self.interval_s = int(environ.get("WATCHDOG_USEC", "0") or 0) / 2e6
         self._next = 0.0
+        self.withheld = ""  # why pings stopped (logged once per episode)
 
-    def tick(self, now: float) -> bool:
-        """Ping when due; True when a ping was sent."""
+    def tick(self, now: float, trouble: str = "") -> bool:
+        """Ping when due, unless ``trouble`` says a part the caller vouches for is dead (one
+        line says so, and systemd restarts the daemon once the interval passes); True when a
+        ping was sent."""
         if not self.interval_s or now < self._next:
             return False
+        if trouble:
+            if not self.withheld:
+                log.error("systemd watchdog: pings stopped (%s): systemd restarts the daemon", trouble)
+            self.withheld = trouble
+            return False
+        self.withheld = ""
         self._next = now + self.interval_s
         return sd_notify("WATCHDOG=1")
 

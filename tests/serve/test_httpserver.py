@@ -8,6 +8,7 @@ clients against a running daemon's endpoint.
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import threading
 import time
@@ -74,7 +75,8 @@ def test_request_framing():
     post = b"POST /reload HTTP/1.0\r\nContent-Length: 5\r\n\r\n"
     assert request_length(post + b"hel") == (0, 0)
     assert request_length(post + b"hello, and more") == (200, len(post) + 5)
-    assert request_length(b"POST / HTTP/1.0\r\nContent-Length: -5\r\n\r\n")[0] == 200  # the handler judges it
+    assert request_length(b"POST / HTTP/1.0\r\nContent-Length: -5\r\n\r\n") == (400, 0)  # not a length
+    assert request_length(b"POST / HTTP/1.0\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n") == (413, 0)
     assert request_length(b"POST / HTTP/1.0\r\nContent-Length: 99999999999\r\n\r\n") == (413, 0)
     assert request_length(b"GET /" + b"a" * 20000) == (414, 0)
     assert request_length(b"GET / HTTP/1.0\r\nX: " + b"b" * 20000) == (431, 0)
@@ -157,7 +159,9 @@ def test_a_handler_bug_is_a_500_and_one_log_entry(caplog):
         answer = exchange(server.server_address, b"GET /boom HTTP/1.0\r\n\r\n")
         assert answer.startswith(b"HTTP/1.0 500 ")
         assert b"ok /x" in exchange(server.server_address)
-    assert [r.getMessage() for r in caplog.records if r.exc_info] == ["http request from 127.0.0.1 failed"]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+        "http request from 127.0.0.1 failed: RuntimeError: a bug in a handler"]  # one line, the traceback at DEBUG
+    assert server.counts["handler"] == 1
 
 
 def test_oversized_requests_get_a_status_not_a_hang():
@@ -261,5 +265,7 @@ def test_the_endpoint_answers_healthz_on_the_io_thread_while_stats_holds_every_w
     assert head.startswith(b"HTTP/1.0 200 OK\r\n") and head.endswith(b"\r\n\r\n")  # HEAD: no body
     assert down.startswith(b"HTTP/1.0 503 ") and down.endswith(b'{"status": "unavailable"}')
     assert bug.startswith(b"HTTP/1.0 500 ")
-    assert [r.getMessage() for r in caplog.records if r.exc_info] == ["http /healthz from 127.0.0.1 failed"]
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "http /healthz from 127.0.0.1 failed: RuntimeError: a bug in the health callback"]  # one line, counted
+    assert endpoint.connection_counts["handler"] == 1
     assert b"Error code explanation: 505" in odd  # http.server answers an unknown version as HTTP/0.9
