@@ -1,9 +1,10 @@
 """The house's import rules, derived from the package tree (no hand-kept module list).
 
-- The device side (every module of ``edgekit`` outside ``builders/``, ``commands/`` and ``cli``) never
-  imports TensorFlow, Keras, torch, ``edgekit.builders`` or ``edgekit.commands``: checked statically on
-  every import statement (lazy ones inside functions included) and in a fresh process that imports
-  every device module.
+- The device side (every module of ``edgekit`` outside ``builders/``, ``commands/``, ``cli`` and
+  ``fleet/publish.py``) never imports TensorFlow, Keras, torch, boto3/botocore (a device reads the store
+  with the stdlib), ``edgekit.builders``, ``edgekit.commands`` or ``edgekit.fleet.publish``: checked
+  statically on every import statement (lazy ones inside functions included) and in a fresh process
+  that imports every device module.
 - ``edgekit.commands`` is imported only by ``edgekit.cli``.
 - Nothing inside ``edgekit`` imports the top package ``edgekit`` (its ``__init__`` is the public API,
   the top of the house: an import of it from below runs back up the layers).
@@ -22,8 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "edgekit"
-HEAVY = ("tensorflow", "keras", "torch")
-HOST_ROOMS = ("edgekit.builders", "edgekit.commands", "edgekit.cli")
+HEAVY = ("tensorflow", "keras", "torch", "boto3", "botocore", "s3transfer")
+HOST_ROOMS = ("edgekit.builders", "edgekit.commands", "edgekit.cli", "edgekit.fleet.publish")
 
 
 def module_name(path: Path) -> str:
@@ -130,7 +131,7 @@ def test_device_side_never_names_the_build_side_or_heavy_libraries():
             continue  # the public facade: its build() defers to the build side when called (checked below)
         for imported, line in imports_of(path, name):
             top = imported.split(".")[0]
-            if top in HEAVY or in_room(imported, ("edgekit.builders", "edgekit.commands")):
+            if top in HEAVY or in_room(imported, ("edgekit.builders", "edgekit.commands", "edgekit.fleet.publish")):
                 bad.append(f"{path.relative_to(ROOT)}:{line} imports {imported}")
     assert bad == []
 
@@ -236,8 +237,9 @@ for name in sys.argv[1:]:
     importlib.import_module(name)
 # Opening a runtime imports its backend: that must not drag TensorFlow in either.
 import ai_edge_litert.interpreter, onnxruntime  # noqa: F401
-print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras", "torch")
-                        or m.startswith(("edgekit.builders", "edgekit.commands")))))
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras", "torch", "boto3",
+                        "botocore") or m.startswith(("edgekit.builders", "edgekit.commands", "edgekit.fleet.publish"))
+                        )))
 """
 
 
