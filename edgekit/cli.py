@@ -36,6 +36,12 @@ VERBS = {
     "targets": ("edgekit.commands.targets", "list targets and whether this machine can build/run each"),
     "deploy": ("edgekit.commands.deploy", "write the shipped deployment files (serve config, systemd, Prometheus)"),
     "diff": ("edgekit.commands.diff", "compare two bundles: target, variants, gate figures, file hashes, provenance"),
+    "keygen": ("edgekit.commands.keygen", "make an Ed25519 key pair for signing bundles"),
+    "sign": ("edgekit.commands.sign", "sign a bundle (a detached signature over its manifest)"),
+    "verify": ("edgekit.commands.verify", "check a bundle's signature, every sha256 and that nothing is unlisted"),
+    "push": ("edgekit.commands.push", "upload a signed bundle to an object store and point a channel at it"),
+    "versions": ("edgekit.commands.versions", "list the versions in an object store and what each channel points at"),
+    "promote": ("edgekit.commands.promote", "point a channel at a version already in the store (canary, rollback)"),
 }
 
 
@@ -59,6 +65,16 @@ EXAMPLES = {
     "targets": ["edgekit targets", "edgekit targets --json"],
     "deploy": ["edgekit deploy", "edgekit deploy systemd prometheus alerts --out deploy-out/"],
     "diff": ["edgekit diff dist/demo-cpu dist/demo-rpi", "edgekit diff dist/demo-cpu dist/demo-cpu --json"],
+    "keygen": ["edgekit keygen --out keys/", "edgekit keygen --out keys/ --name release-2026"],
+    "sign": ["edgekit sign dist/demo-cpu --key keys/edgekit.key",
+             "edgekit sign dist/detector-cpu --key keys/edgekit.key"],
+    "verify": ["edgekit verify dist/demo-cpu --trusted-key keys/edgekit.pub",
+               "edgekit verify dist/demo-cpu --trusted-key keys/edgekit.pub --trusted-key keys/release-2026.pub"],
+    "push": ["edgekit push dist/demo-cpu s3://models/demo --channel canary --key keys/edgekit.key",
+             "edgekit push dist/demo-cpu s3://models/demo --key keys/edgekit.key --json"],
+    "versions": ["edgekit versions s3://models/demo", "edgekit versions s3://models/demo --json"],
+    "promote": ["edgekit promote 3f2a9c1b7d4e s3://models/demo --channel stable",
+                "edgekit promote 3f2a9c1b7d4e s3://models/demo --channel stable --trusted-key keys/edgekit.pub"],
 }
 """2-4 real examples per verb, shown at the end of its --help (each runs after ``make demo``;
 tests/test_cli_grammar.py parses every one)."""

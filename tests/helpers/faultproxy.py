@@ -57,6 +57,8 @@ class FaultProxy:
         on, an answer under way ends short), or listen again on the same port."""
         with self._lock:
             if down and self._server is not None:
+                with contextlib.suppress(OSError):  # wakes the thread blocked in accept(); close() alone would not
+                    self._server.shutdown(socket.SHUT_RDWR)
                 self._server.close()
                 self._server = None
                 for conn in list(self._active):
