@@ -291,7 +291,7 @@ REFUSALS = [
     (lambda d: (d / "labels.txt").unlink(), "is missing labels.txt", "copy the whole bundle directory again"),
     (lambda d: (d / "build.log").write_text("x"), "build.log does not match its sha256 in edgekit.json",
      "copy the bundle again or rebuild it"),
-    (lambda d: _edit(d, lambda m: m.update(task="segment")), "unknown task 'segment' .this edgekit knows classify",
+    (lambda d: _edit(d, lambda m: m.update(task="depth")), "unknown task 'depth' .this edgekit knows classify",
      "upgrade edgekit on this device, or rebuild the bundle"),
     (lambda d: _edit(d, lambda m: m["models"][0].update(task_options={"output_index": 1})),
      r"model 'fp32' has malformed task_options \{'output_index': 1\}", "rebuild the bundle"),
@@ -448,7 +448,7 @@ def test_a_rejected_bundle_says_why_and_unknown_tasks_list_every_known_one(tmp_p
     with pytest.raises(BundleError) as err:
         load_bundle(dest)
     assert err.value.message.endswith("failed its accuracy check at build time (int8 ratio 0.8 < 0.99)")
-    _edit(dest, lambda m: m.update(verification=None, task="segment"))
+    _edit(dest, lambda m: m.update(verification=None, task="depth"))
     with pytest.raises(BundleError) as err:
         load_bundle(dest)
     assert err.value.message.endswith(f"(this edgekit knows {', '.join(TASK_HEADS)})")

@@ -84,6 +84,11 @@ TASK_HEADS: dict[str, TaskHead] = {
         "N points (x, y, z) in source-frame pixels, gated by an optional presence score "
         "(MediaPipe TensorsToLandmarks option names)", "edgekit.heads.landmarks:OPTIONS",
     ),
+    "segment": TaskHead(
+        "edgekit.heads.segment:segment", None,
+        "probability masks (MediaPipe's selfie, hair and multiclass conventions): per class its area and box "
+        "in source-frame pixels (masks=True: the masks too)", "edgekit.heads.segment:OPTIONS",
+    ),
 }
 """Task name -> :class:`TaskHead`. Add a task by adding a row and a factory module."""
 

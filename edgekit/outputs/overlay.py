@@ -1,4 +1,5 @@
-"""Draw a result on a frame: boxes with labels for a detector, a banner for a classifier.
+"""Draw a result on a frame: boxes with labels for a detector, a banner for a classifier, tinted
+masks for a segmenter.
 
 :func:`draw` is pure: it returns a new BGR image and never touches the frame it was given
 (the pipeline may still hold it). Sizes follow the frame, so the text stays readable on
@@ -18,6 +19,7 @@ import numpy as np
 
 from edgekit.detect.boxes import Detections
 from edgekit.heads.classify import Classification
+from edgekit.heads.segment import Segmentation
 from edgekit.util.quiet import import_cv2
 
 # Colour-blind-safe first: Okabe & Ito's 7 colours (black left out: a box outline), then Paul Tol's
@@ -44,7 +46,8 @@ def draw(frame: np.ndarray, result: Any, crop: Any = None) -> np.ndarray:
     any) as small dots; :class:`~edgekit.heads.classify.Classification`: the top label and score as a
     banner across the top, and with ``crop`` (the model input's crop, as
     :class:`~edgekit.imaging.image.InputSpec` holds it) the window the model saw outlined, the rest of
-    the frame dimmed; any other result: the frame unchanged.
+    the frame dimmed; :class:`~edgekit.heads.segment.Segmentation`: each mask tinted in its class
+    colour and outlined, ``label area`` on a tab at its box; any other result: the frame unchanged.
 
     Raises:
         BackendUnavailable: OpenCV is not installed.
@@ -54,6 +57,8 @@ def draw(frame: np.ndarray, result: Any, crop: Any = None) -> np.ndarray:
     image = _as_bgr(cv2, frame)
     if isinstance(result, Detections):
         _draw_detections(cv2, image, result)
+    elif isinstance(result, Segmentation):
+        _draw_segments(cv2, image, result)
     elif isinstance(getattr(result, "points", None), np.ndarray) and result.present:  # the landmarks head
         _points(cv2, image, result.points, PALETTE[0])
     elif isinstance(result, Classification) and result.predictions:
@@ -103,6 +108,42 @@ def _draw_detections(cv2: Any, image: np.ndarray, detections: Detections) -> Non
             _points(cv2, image, np.asarray(det.landmarks) * np.float32([sx, sy, 1.0]), colour)
     for det, text, tab in zip(reversed(detections.detections), reversed(texts), reversed(tabs)):
         _tab(cv2, image, text, tab, colour_for(det.index), font_scale, thick)
+
+
+def _draw_segments(cv2: Any, image: np.ndarray, result: Segmentation) -> None:
+    """Each class's mask tinted half-way to its colour and outlined, with its label and area on a tab."""
+    line, font_scale, thick = _sizes(image)
+    found = [(s, result.indices.index(s.index)) for s in result.segments]
+    masks = [_mask_on(cv2, image.shape, result, k) for _, k in found]
+    for (seg, _), mask in zip(found, masks):
+        colour = np.array(colour_for(seg.index), np.uint16)
+        image[mask] = ((image[mask].astype(np.uint16) + colour) // 2).astype(np.uint8)
+        contours, _ = cv2.findContours(mask.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+        cv2.drawContours(image, contours, -1, colour_for(seg.index), line, cv2.LINE_AA)
+    h, w = image.shape[:2]
+    sx, sy = w / result.grid.size[0], h / result.grid.size[1]
+    boxes = [(int(s.box[0] * sx), int(s.box[1] * sy), int(s.box[2] * sx) - 1, int(s.box[3] * sy) - 1) for s, _ in found]
+    texts = [f"{s.label} {s.area:.0%}" for s, _ in found]
+    tabs = place_tabs(boxes, [_text_size(cv2, t, font_scale, thick) for t in texts], image.shape[:2])
+    for (seg, _), text, tab in zip(found, texts, tabs):
+        _tab(cv2, image, text, tab, colour_for(seg.index), font_scale, thick)
+
+
+def _mask_on(cv2: Any, shape: tuple[int, ...], result: Segmentation, k: int) -> np.ndarray:
+    """Mask ``k`` at the image's resolution, its grid warped bilinearly (smooth edges, not cells)
+    and cut to the region the model saw: where it lies is :class:`~edgekit.heads.segment.GridMap`'s."""
+    h, w = shape[:2]
+    g = result.grid
+    sx, sy = w / g.size[0], h / g.size[1]  # an image other than the frame decoded: scale over
+    cx, cy, ox, oy = g.cell[0] * sx, g.cell[1] * sy, g.offset[0] * sx, g.offset[1] * sy
+    # grid cell centre j + 0.5 lies at ox + (j + 0.5) * cx; OpenCV puts pixel centres on whole numbers
+    warp = np.float32([[cx, 0, ox + 0.5 * cx - 0.5], [0, cy, oy + 0.5 * cy - 0.5]])
+    soft = cv2.warpAffine(result.masks[k].astype(np.float32), warp, (w, h), flags=cv2.INTER_LINEAR,
+                          borderMode=cv2.BORDER_REPLICATE)
+    x1, y1, x2, y2 = (int(round(v)) for v in (g.bounds[0] * sx, g.bounds[1] * sy, g.bounds[2] * sx, g.bounds[3] * sy))
+    inside = np.zeros((h, w), bool)
+    inside[max(y1, 0):max(y2, 0), max(x1, 0):max(x2, 0)] = True
+    return (soft >= 0.5) & inside
 
 
 def _dots(cv2: Any, image: np.ndarray, points: list[tuple[float, float]], colour: tuple[int, int, int],

@@ -166,3 +166,25 @@ def test_a_cascade_draws_its_region_landmarks_and_sub_label():
     assert image[y - 2:y + 3, x - 2:x + 3].any()  # the rotated region's corner
     alone = draw(frame, Landmarks(np.array([[20.0, 30.0, 0.0]], np.float32), 0.9, True, (300, 200)))
     assert alone[30, 20].any() and not draw(frame, Landmarks(np.zeros((0, 3), np.float32), 0.1, False)).any()
+
+
+def test_a_mask_is_tinted_in_its_class_colour_where_the_model_put_it_and_nowhere_else():
+    from edgekit.heads.table import make_decoder
+    from edgekit.imaging.image import InputSpec
+
+    class _Runtime:
+        input_spec = InputSpec(shape=(1, 4, 8, 3), resize="letterbox")
+        output_quantization = None
+
+    grid = np.zeros((1, 4, 8, 1), np.float32)
+    grid[0, :2, 4:8, 0] = 0.9  # the right half of the padding row and the frame's top half
+    frame = np.full((100, 400, 3), 200, np.uint8)  # 400 x 100 letterboxed into 8 x 4: grid rows 1 and 2
+    result = make_decoder("segment", ("person",), _Runtime())([grid], frame_shape=frame.shape)
+    assert result.segments[0].box == (200.0, 0.0, 400.0, 50.0)  # the padding row is not the frame's
+    image = draw(frame, result)
+    tint = (np.full(3, 200) + colour_for(0)) // 2
+    assert tuple(image[30, 300]) == tuple(tint)  # inside the mask: half-way to the class colour
+    assert tuple(image[30, 100]) == (200, 200, 200) and tuple(image[80, 300]) == (200, 200, 200)  # outside
+    assert not _changed(image, frame)[60:].any() and not _changed(image, frame)[20:, :190].any()
+    empty = make_decoder("segment", (), _Runtime())([np.zeros_like(grid)], frame_shape=frame.shape)
+    np.testing.assert_array_equal(draw(frame, empty), frame)
