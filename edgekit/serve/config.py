@@ -97,6 +97,7 @@ class MqttConfig:
     queue_size: int = 1000  # QoS >= 1 results kept while disconnected, replayed on reconnect (0 = none)
     queue_policy: str = "drop_oldest"  # when the queue is full: "drop_oldest" or "drop_newest"
     queue_file: str = ""  # keep that queue in this file across restarts, replayed first ("" = memory only)
+    foreign_queue: str = "refuse"  # a queue_file another node wrote (a cloned card): "refuse" (set aside) or "replay"
     commands: bool = False  # obey <topic>/set/<command> (detect ON/OFF, reload, threshold); see control.py
     discovery: bool = False  # Home Assistant MQTT discovery (sensors, binary sensors, availability)
     discovery_prefix: str = "homeassistant"
@@ -196,6 +197,7 @@ _CHOICES = {
     ("mqtt", "qos"): (0, 1, 2),
     ("mqtt", "publish"): ("every", "change", "interval"),
     ("mqtt", "queue_policy"): ("drop_oldest", "drop_newest"),
+    ("mqtt", "foreign_queue"): ("refuse", "replay"),
     ("mqtt", "device_class"): BINARY_DEVICE_CLASSES,
 }
 _MINIMUM = {  # (table, key) -> smallest allowed value

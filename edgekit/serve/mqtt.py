@@ -19,6 +19,11 @@ count and snapshot topics under ``<topic>/<camera>`` instead, :mod:`edgekit.serv
 - ``<topic>/events``: one JSON per event, QoS 1 whatever ``qos`` is, queued while disconnected:
   a detector's objects (``type`` new / update / end, :mod:`edgekit.serve.objects`) and model
   hot-swaps (``type`` model_swap: ok / rolled_back / refused, with the reason, bundle and sha256).
+- ``<topic>/instance``: this daemon's presence (QoS 0, not retained) on connect and with each
+  stats message; another daemon's there is named in one line (:mod:`edgekit.serve.mqtt_presence`).
+
+The client id is per install (``edgekit-<device>-<install id>``, :mod:`edgekit.serve.node`), so
+two daemons of one device name do not knock each other off the broker.
 
 A clean stop publishes ``offline`` and then clears the retained state, label, count and sensor
 topics (an empty retained message), so nobody reads the last label of a device that is gone; a
@@ -38,31 +43,33 @@ from __future__ import annotations
 
 import logging
 import os
-import ssl
+import secrets
 import sys
 import threading
 import time
 from typing import Any
 
 from edgekit.errors import BackendUnavailable
-from edgekit.serve.discovery import announcements, slug
+from edgekit.serve.discovery import announcements
 from edgekit.serve.events import PublishPolicy, state_text
 from edgekit.serve.mqtt_channel import Channel, channels
+from edgekit.serve.mqtt_extras import MqttExtras
 from edgekit.serve.mqtt_options import QUEUE_POLICIES, MqttOptions
-from edgekit.serve.mqtt_paho import InFlight, QuietLogger
+from edgekit.serve.mqtt_paho import InFlight, QuietLogger, configure
+from edgekit.serve.mqtt_presence import Presence
 from edgekit.serve.mqtt_queue import MessageQueue
+from edgekit.serve.node import NodeIdentity
 from edgekit.serve.record import ResultRecord, as_record
-from edgekit.serve.sink import to_json
 
 log = logging.getLogger("edgekit.serve")
 
 
-class MqttPublisher:
+class MqttPublisher(MqttExtras):
     """Publish results, state, stats and availability; ``publish_*`` are thread-safe."""
 
     def __init__(self, host: str, port: int = 1883, topic: str = "edgekit/device", client_id: str = "",
                  password: str | None = None, options: MqttOptions | None = None,
-                 policy: PublishPolicy | None = None, **option_values: Any):
+                 policy: PublishPolicy | None = None, node: NodeIdentity | None = None, **option_values: Any):
         try:
             import paho.mqtt.client as mqtt
         except ImportError as exc:
@@ -76,7 +83,11 @@ class MqttPublisher:
         self.address = f"{'mqtts' if o.tls else 'mqtt'}://{host}:{port}"
         self.policy = policy or PublishPolicy(mode="every")  # the first camera's; each other one has a copy
         self.availability_topic = f"{topic}/availability"
-        self.client_id = client_id or f"edgekit-{os.getpid()}"
+        self.node = node  # this install's ids (edgekit.serve.node): the client id, the queue records' node
+        self.client_id = client_id or (node.client_id if node else f"edgekit-{os.getpid()}")
+        self.presence = Presence(topic, o.device or topic.rsplit("/", 1)[-1], self.client_id,
+                                 node.node_id if node else "", node.instance if node else secrets.token_hex(6))
+        self._connected_at = 0.0
         # a camera's topics and publish state: <topic>/... for the one unnamed camera, <topic>/<name>/... each
         self._channels = channels(topic, tuple(o.cameras), o, self.policy)
         self._first = next(iter(self._channels.values()))
@@ -93,31 +104,16 @@ class MqttPublisher:
         self._no_conn = mqtt.MQTT_ERR_NO_CONN
         self._client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id, clean_session=True)
         self._client.enable_logger(QuietLogger(logging.getLogger("edgekit.serve.mqtt")))
-        self._setup_client(password)
-        self._queue = MessageQueue(o.queue_size, o.queue_policy, o.queue_file)  # last: it locks a file
-
-    def _setup_client(self, password: str | None) -> None:
-        o, c = self.options, self._client
-        if o.username:
-            c.username_pw_set(o.username, password)
-        if o.tls:
-            try:
-                c.tls_set(ca_certs=o.ca_file or None, certfile=o.cert_file or None, keyfile=o.key_file or None,
-                          cert_reqs=ssl.CERT_REQUIRED)
-            except (OSError, ValueError, ssl.SSLError) as exc:
-                from edgekit.errors import UsageError
-
-                raise UsageError(f"MQTT TLS settings for {self.address}: {exc}",
-                                 "check [mqtt] ca_file, cert_file and key_file") from exc
-        c.will_set(self.availability_topic, "offline", qos=1, retain=True)
-        # paho takes whole seconds; a sub-second minimum would become 0 (a busy loop).
-        c.reconnect_delay_set(max(1, round(o.reconnect_min_s)), max(1, round(o.reconnect_max_s)))
-        c.connect_timeout = 5.0
+        configure(self._client, o, password, self.address, self.availability_topic)
+        c = self._client
         c.on_connect = self._on_connect
         c.on_disconnect = self._on_disconnect
         c.on_connect_fail = self._on_connect_fail
         c.on_publish = self._on_publish
         c.on_message = self._on_message
+        # last: it locks a file
+        self._queue = MessageQueue(o.queue_size, o.queue_policy, o.queue_file, node=node.node_id if node else "",
+                                   foreign=o.foreign_queue)
 
     # ------------------------------------------------------------------ paho's network thread
     def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
@@ -127,7 +123,10 @@ class MqttPublisher:
             log.warning("MQTT %s: %s; retrying", self.address, self.last_error)
             return
         older = self._inflight.pending()  # paho sends these again once this callback returns
+        self._connected_at = time.monotonic()
         self._send(self.availability_topic, "online", 1, retain=True)
+        client.subscribe(self.presence.topic, qos=0)  # a second daemon of this name says so there
+        self._send(*self.presence.message(), 0)
         if self.options.discovery:
             self._announce()
         if self.commands is not None:
@@ -209,6 +208,13 @@ class MqttPublisher:
                 self.published += 1
 
     def _on_message(self, client, userdata, message) -> None:
+        if message.topic == self.presence.topic:
+            line, answer = self.presence.heard(bytes(message.payload), self.address)
+            if line:
+                log.warning("%s", line)
+            if answer:  # so the other daemon learns of this one at once, too
+                self._send(*self.presence.message(), 0)
+            return
         if self.commands is None or not message.topic.startswith(f"{self.topic}/set/"):
             return
         for topic, payload in self.commands.handle(message.topic, bytes(message.payload), bool(message.retain)):
@@ -226,6 +232,9 @@ class MqttPublisher:
                 log.warning("MQTT %s %s; reconnecting (QoS %d results %s meanwhile)", self.address,
                             self.last_error, self.qos,
                             "queue" if self.qos and self.options.queue_size else "are dropped")
+                hint = self.presence.dropped(time.monotonic() - self._connected_at)
+                if hint:
+                    log.warning("MQTT %s: %s", self.address, hint)
 
     def _on_connect_fail(self, client, userdata) -> None:
         # paho calls this inside its `except OSError` (loop_forever): the exception is the reason.
@@ -311,57 +320,10 @@ class MqttPublisher:
         payload = record.to_json(state=state_text(state))
         return self._publish(channel.result_topic, payload, self.qos, result=channel) != "dropped"
 
-    def publish_idle(self) -> None:
-        """Detection paused: every camera's state becomes ``none`` (label topics ``OFF``) and the
-        sensors say so, until results flow again."""
-        for channel in self._channels.values():
-            previous = channel.policy.state
-            idle = channel.idle_state()
-            channel.policy.reset(idle)
-            if previous is not None and idle != previous:
-                for topic, payload in channel.state_messages(idle, previous):
-                    self._publish(topic, payload, 1, retain=True)
-            empty = {"detections": []} if isinstance(previous, frozenset) else {"top": []}
-            with self._lock:
-                sensors = channel.sensors.offer(empty, state_text(idle), True)
-            self._publish(channel.sensors.topic, sensors, 0, retain=True, queue=False)
-
-    def set_min_score(self, score: float) -> None:
-        """The score from which a label counts as seen (state, binary sensors, ``count``), from
-        the next result on, for every camera (the ``threshold`` command)."""
-        with self._lock:
-            for channel in self._channels.values():
-                channel.policy.min_score = channel.sensors.min_score = score
-
-    def publish_event(self, event: dict[str, Any]) -> bool:
-        """Publish one event on ``<topic>/events`` (QoS 1, not retained, queued while disconnected
-        like results); True when it was sent or queued."""
-        return self._publish(f"{self.topic}/events", to_json(event), 1) != "dropped"
-
-    def publish_counts(self, counts: dict[str, int], camera: str = "") -> None:
-        """Objects in view per label (a detector's, from :mod:`edgekit.serve.objects`): each count
-        that changed goes to its camera's retained ``<topic>/count/<slug>`` (QoS 1, queued)."""
-        channel = self._channel(camera)
-        with self._lock:
-            changed = channel.sensors.set_counts(counts)
-        for topic, payload in changed:
-            self._publish(topic, payload, 1, retain=True)
-
-    def publish_snapshot(self, label: str, jpeg: bytes, camera: str = "") -> bool:
-        """An object's best frame (JPEG) on its camera's ``<topic>/snapshot/<slug>``, retained, QoS 0,
-        not queued."""
-        channel = self._channel(camera)
-        topic = channel.snapshot_topics.get(label) or f"{channel.topic}/snapshot/{slug(label)}"
-        return self._publish(topic, jpeg, 0, retain=True, queue=False) == "sent"
-
     def _retained_topics(self) -> list[str]:
         """The retained topics that describe what the device sees (cleared on a clean stop)."""
         commands = self.commands.topics() if self.commands else ()
         return [t for c in self._channels.values() for t in c.retained_topics()] + list(commands)
-
-    def publish_stats(self, payload: str) -> bool:
-        """Publish a stats JSON (QoS 0, never queued); False while disconnected."""
-        return self._publish(f"{self.topic}/stats", payload, 0, queue=False) == "sent"
 
     def stats(self) -> dict[str, Any]:
         """The /stats ``mqtt`` entry (no credentials in it)."""
@@ -370,8 +332,13 @@ class MqttPublisher:
                 "dropped": self.dropped, "queued": self.queued, "replayed": self.replayed,
                 "suppressed": sum(p.suppressed for p in policies), "state_changes": sum(p.changes for p in policies),
                 "publish": self.policy.mode,
-                "connect_failures": self.failures, "last_error": self.last_error,
-                **({"queue_write_errors": self._queue.write_errors} if self.options.queue_file else {})}
+                "connect_failures": self.failures, "last_error": self.last_error, **self.presence.stats(),
+                **(self._queue_stats() if self.options.queue_file else {})}
+
+    def _queue_stats(self) -> dict[str, Any]:
+        """What ``queue_file`` holds: results on disk, results only in memory (a full disk), write errors."""
+        on_disk, in_memory = self._queue.where(self._result_topics)
+        return {"queue_on_disk": on_disk, "queue_in_memory": in_memory, "queue_write_errors": self._queue.write_errors}
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Publish ``offline`` (retained), disconnect and stop the network thread, bounded by
@@ -397,4 +364,6 @@ class MqttPublisher:
         stopper = threading.Thread(target=self._client.loop_stop, name="mqtt-stop", daemon=True)
         stopper.start()
         stopper.join(max(0.1, deadline - time.monotonic()))
-        self._queue.close()  # with queue_file: what is still queued or unacknowledged waits on disk
+        self._queue.close(self._result_topics)  # with queue_file: what is queued or unacknowledged waits on disk
+        if self.node is not None:
+            self.node.close()

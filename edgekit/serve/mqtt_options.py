@@ -29,6 +29,7 @@ class MqttOptions:
     queue_size: int = 1000
     queue_policy: str = "drop_oldest"
     queue_file: str = ""  # keep the queue in this file across restarts ("" = memory only)
+    foreign_queue: str = "refuse"  # a queue file written by another node: "refuse" (set it aside) or "replay"
     discovery: bool = False
     discovery_prefix: str = "homeassistant"
     labels_of_interest: tuple[str, ...] = ()

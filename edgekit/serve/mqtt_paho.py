@@ -1,4 +1,5 @@
-"""Where the MQTT publisher works around paho's own behaviour: its log levels and its resend.
+"""Where the MQTT publisher works around paho's own behaviour: its log levels and its resend;
+and :func:`configure`, the client's settings (credentials, TLS, last will, backoff).
 
 :class:`QuietLogger`: paho logs routine events (a disconnect on shutdown, each retry) at ERROR.
 
@@ -19,6 +20,7 @@ not then waited for in vain.
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
 from collections import OrderedDict
@@ -74,3 +76,24 @@ class InFlight:
         """Block until every one of ``mids`` is acknowledged (True) or ``timeout_s`` passed (False)."""
         with self._cond:
             return self._cond.wait_for(lambda: not (mids & self._mids), timeout_s)
+
+
+def configure(client: Any, options: Any, password: str | None, address: str, will_topic: str) -> None:
+    """Credentials, TLS, the last will (``offline`` on ``will_topic``) and reconnect backoff of a
+    paho client from :class:`~edgekit.serve.mqtt_options.MqttOptions`; a bad TLS file is one line."""
+    o, c = options, client
+    if o.username:
+        c.username_pw_set(o.username, password)
+    if o.tls:
+        try:
+            c.tls_set(ca_certs=o.ca_file or None, certfile=o.cert_file or None, keyfile=o.key_file or None,
+                      cert_reqs=ssl.CERT_REQUIRED)
+        except (OSError, ValueError, ssl.SSLError) as exc:
+            from edgekit.errors import UsageError
+
+            raise UsageError(f"MQTT TLS settings for {address}: {exc}",
+                             "check [mqtt] ca_file, cert_file and key_file") from exc
+    c.will_set(will_topic, "offline", qos=1, retain=True)
+    # paho takes whole seconds; a sub-second minimum would become 0 (a busy loop).
+    c.reconnect_delay_set(max(1, round(o.reconnect_min_s)), max(1, round(o.reconnect_max_s)))
+    c.connect_timeout = 5.0

@@ -17,6 +17,7 @@ from typing import Any
 from edgekit.errors import UsageError
 from edgekit.serve.events import PublishPolicy
 from edgekit.serve.mqtt import MqttOptions, MqttPublisher
+from edgekit.serve.node import load_node, state_directory
 from edgekit.serve.sink import JsonLinesSink, to_json
 
 __all__ = ["JsonLinesSink", "MqttPublisher", "MqttOptions", "PublishPolicy", "to_json", "mqtt_from_config"]
@@ -38,7 +39,8 @@ def mqtt_from_config(config: Any, model: str = "", count_labels: tuple[str, ...]
     options = MqttOptions(
         qos=m.qos, keepalive_s=m.keepalive_s, reconnect_min_s=m.reconnect_min_s, reconnect_max_s=m.reconnect_max_s,
         username=m.username, tls=m.tls, ca_file=m.ca_file, cert_file=m.cert_file, key_file=m.key_file,
-        queue_size=m.queue_size, queue_policy=m.queue_policy, queue_file=m.queue_file, discovery=m.discovery,
+        queue_size=m.queue_size, queue_policy=m.queue_policy, queue_file=m.queue_file,
+        foreign_queue=m.foreign_queue, discovery=m.discovery,
         discovery_prefix=m.discovery_prefix, labels_of_interest=tuple(m.labels_of_interest), model=model,
         device=config.device, count_labels=tuple(count_labels), device_class=m.device_class,
         sensor_interval_s=m.sensor_interval_s, min_score=m.min_score, snapshots=config.events.snapshots,
@@ -47,8 +49,14 @@ def mqtt_from_config(config: Any, model: str = "", count_labels: tuple[str, ...]
     policy = PublishPolicy(mode=m.publish, min_interval_s=m.min_interval_s, min_score=m.min_score,
                            hysteresis=m.hysteresis, confirm_frames=m.confirm_frames)
     password = read_password(m.password_file) if m.password_file else None
-    return MqttPublisher(m.host, m.port, topic=config.topic, client_id=f"edgekit-{config.device}",
-                         password=password, options=options, policy=policy)
+    # a client id per install (edgekit-<device> alone let two daemons of one name evict each other)
+    node = load_node(config.device, state_directory(m.queue_file))
+    try:
+        return MqttPublisher(m.host, m.port, topic=config.topic, password=password, options=options, policy=policy,
+                             node=node)
+    except BaseException:
+        node.close()
+        raise
 
 
 MAX_COUNT_LABELS = 100  # a retained topic and a Home Assistant sensor each: beyond this, name them in [events] labels

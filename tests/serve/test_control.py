@@ -16,7 +16,7 @@ import pytest
 
 from edgekit.camera import open_camera
 from edgekit.serve.daemon import Daemon
-from edgekit.serve.mqtt_queue import read_queue_file
+from edgekit.serve.mqtt_queue_file import read_queue_file
 from tests.helpers.detector_model import detector_bundle
 from tests.helpers.waiting import wait_until
 from tests.serve.test_daemon_services import (  # noqa: F401
@@ -189,7 +189,8 @@ def test_queue_file_survives_a_daemon_restart_and_is_sent_first_once_in_order(tm
             wait_until(lambda: daemon.mqtt.queued >= 20, what="results queued")
         first.close()
         fd = os.open(queue_file, os.O_RDONLY)
-        queued = [payload for topic, payload, qos, _ in read_queue_file(fd, 10**6)[0] if topic.endswith("/result")]
+        queued = [payload for _, (topic, payload, qos, _) in read_queue_file(fd, 10**6).items
+                  if topic.endswith("/result")]
         os.close(fd)
         made = [json.loads(line) for line in (tmp_path / "results-1.jsonl").read_text().splitlines()]
         after = [r for r in made if r["time"] > t_noticed + 0.2]  # made while the daemon knew the broker was down
