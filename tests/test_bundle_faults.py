@@ -248,7 +248,7 @@ CASES: dict[str, tuple[Callable[[Path, dict], None], str]] = {
     "input-std-null": (_set(f"{IN}.std", None), "input"),
     "input-std-nan-text": (_set(f"{IN}.std", ["nan"]), "std"),
     "input-resize-bad": (_set(f"{IN}.resize", "zoom"), "resize"),
-    "input-interpolation-bad": (_set(f"{IN}.interpolation", "cubic"), "interpolation"),
+    "input-interpolation-bad": (_set(f"{IN}.interpolation", "lanczos"), "interpolation"),
     "input-extra-number": (_set(f"{IN}.extra", 5), "input"),
     # runtime adapter and options
     "runtime-string": (_set("runtime", "x"), "runtime"),

@@ -345,7 +345,7 @@ def test_corrupt_preprocess_sidecar(tmp_path, capsys):
     ('{"std": [0]}', "std"),
     ('{"colour": 5}', "colour"),
     ('{"resize": "zoom"}', "resize"),
-    ('{"interpolation": "cubic"}', "interpolation"),
+    ('{"interpolation": "lanczos"}', "interpolation"),
     ("[1, 2]", "preprocess.json"),
 ])
 def test_bad_preprocess_sidecar_value(tmp_path, capsys, content, needle):
