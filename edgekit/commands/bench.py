@@ -77,6 +77,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--label", action="append", type=_label, metavar="NAME=PATH",
                    help="call PATH (BUNDLE, BUNDLE:VARIANT or a model file, as given) NAME in rows, progress "
                         "and plots; repeatable (two bundles of one name are told apart by their paths anyway)")
+    o.add_argument("--set-default", action="store_true", help=SET_DEFAULT_HELP)
     o.add_argument(
         "--skip-unavailable",
         action="store_true",
@@ -119,6 +120,8 @@ def _json_flag(args: argparse.Namespace) -> None:
         raise UsageError("no model to benchmark", "give bundle directories (BUNDLE or BUNDLE:VARIANT) or model files")
 
 
+SET_DEFAULT_HELP = ("time every variant of one BUNDLE and write the fastest that passed (past 1.15x, by each "
+                    "repeat's fastest run) as its default in edgekit.json, with this machine")
 MAX_FRAMES = 1000  # held in memory: 1000 VGA frames are ~0.9 GB (1e8 was an endless allocation)
 # What matplotlib's savefig writes (its error for anything else came after the whole benchmark)
 _PLOT_FORMATS = ("png", "svg", "svgz", "pdf", "jpg", "jpeg", "tif", "tiff", "webp", "eps", "ps", "gif", "avif", "pgf",
@@ -162,6 +165,10 @@ def _preflight(args: argparse.Namespace) -> None:
     if args.plot and not _installed("matplotlib"):
         raise BackendUnavailable("--plot needs matplotlib, which is not installed",
                                  "pip install 'edgekit-vision[plot]', or leave out --plot")
+    if args.set_default:  # one bundle, speed only: refused before minutes of measuring
+        from edgekit.bench.set_default import check_request
+
+        check_request(args.models, args.eval)
     if args.eval:
         from edgekit.util.quiet import optional_cv2
 
@@ -207,7 +214,8 @@ def _bench(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(line, file=sys.stderr, flush=True)
 
-    report = run_bench(args.models, config, args.variants, progress)
+    variants = "all" if args.set_default and args.variants == "default" else args.variants  # --set-default: all
+    report = run_bench(args.models, config, variants, progress)
     if config.camera:  # the report (stdout, --json-file) names the camera: never a stream's password
         import dataclasses
 
@@ -215,6 +223,11 @@ def _bench(args: argparse.Namespace) -> int:
 
         report.config = dataclasses.replace(config, camera=redact_uri(config.camera))
     _print_report(report, args)
+    if args.set_default and report.valid:
+        from edgekit.bench.set_default import set_default
+
+        for line in set_default(report, args.models[0]).lines():
+            print(line, file=sys.stderr if args.json or line.startswith("warning:") else sys.stdout)
     return 0 if report.valid else 1
 
 
