@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.builders.calibration import ImageSet, load_calibration, load_eval
+from edgekit.builders.calibration import ImageSet, load_calibration, load_eval, load_images_eval
 from edgekit.builders.context import BuildContext
 from edgekit.builders.contract import OPTION_TASKS, BuildRequest, TargetBuild, check_bundle_name
 from edgekit.builders.detect_gate import DetectEval, DetectGate, load_detection_eval
@@ -28,6 +28,7 @@ from edgekit.builders.log import BuildLog, interruptible
 from edgekit.builders.outcome import finish
 from edgekit.builders.preflight import check_resources, log_peak_memory
 from edgekit.builders.publish import build_target
+from edgekit.builders.segment_gate import SegmentGate
 from edgekit.builders.source import SourceModel, load_source_model
 from edgekit.builders.targets import BuildTarget, resolve_targets
 from edgekit.errors import (
@@ -44,8 +45,9 @@ from edgekit.target import merge_options
 
 __all__ = ["BuildRequest", "TargetBuild", "build", "execute", "read_sidecars"]
 
-UNLABELLED = ("raw", "landmarks")
-"""Tasks whose eval images are compared with the original's outputs: their folder names are no classes."""
+UNLABELLED = ("raw", "landmarks", "segment")
+"""Tasks whose eval images are compared with the original's outputs: their folder names are no classes, and
+a folder of images without class folders does."""
 
 
 def build(
@@ -66,15 +68,14 @@ def build(
     variants: list[str] | str | None = None,
     io_dtype: str | None = None,
     compiler: str | None = None, min_runtime_version: int | None = None, min_tpu_ops: float | None = None,
-    strict_tpu_ops: bool = False, task: str | None = None,
-    input_size: tuple[int, int] | str | None = None, min_cosine: float = 0.98,
-    calib_steps: int | None = 150,
-    memory_check: bool = True, min_map_ratio: float = 0.99,
+    strict_tpu_ops: bool = False, task: str | None = None, input_size: tuple[int, int] | str | None = None,
+    min_cosine: float = 0.98, calib_steps: int | None = 150, memory_check: bool = True, min_map_ratio: float = 0.99,
     task_options: dict | None = None, background_class: str | None = None, allow_partial: bool = False,
     recover: bool = True, min_detect_agreement: float = 0.9, min_score_levels: int = 20,
     min_score_cosine: float = 0.95, max_map_gain: float = 0.05, min_top1_agreement: float = 0.97,
     max_landmark_error: float | None = None, max_landmark_p95: float | None = None,
-    min_presence_agreement: float = 0.97) -> list[TargetBuild]:
+    min_presence_agreement: float = 0.97, min_mask_iou: float = 0.9, min_mask_iou_p5: float = 0.7,
+) -> list[TargetBuild]:
     """Build one verified bundle per target.
 
     Args:
@@ -92,7 +93,7 @@ def build(
             are held back to measure agreement.
         variants, io_dtype, compiler, min_runtime_version, min_tpu_ops, strict_tpu_ops: builder
             options; each one given wins over the target file's value (see ``edgekit build -h``).
-        task: ``classify``, ``detect``, ``raw`` or ``landmarks`` (default: detect when ``eval_dir`` is a
+        task: ``classify``, ``detect``, ``raw``, ``landmarks`` or ``segment`` (default: detect when ``eval_dir`` is a
             detection set, else classify for one 1-D output, raw otherwise).
         input_size: (H, W) or ``"HxW"`` for an ONNX input whose height/width are symbolic.
         min_cosine: ``raw`` models: the worst output's cosine similarity below this fails a variant.
@@ -100,6 +101,7 @@ def build(
         calib_steps, memory_check: most images int8 calibration runs (None: all); False skips the memory check.
         task_options: ``detect`` or ``landmarks`` head options (``layout``, ``landmarks={...}``) for bundle and gate.
         max_landmark_error, max_landmark_p95, min_presence_agreement: ``landmarks`` gate (landmark_gate.py).
+        min_mask_iou, min_mask_iou_p5: ``segment`` gate, mask IoU mean and 5th percentile (segment_gate.py).
         background_class: the label meaning "nothing there" (default ``background``; builders/openset.py).
         allow_partial: accept (warn) a bundle written without the variants that missed the gate;
             ``recover`` False: an int8 that misses the gate is not retried (builders/recovery.py).
@@ -124,12 +126,13 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
         labels = explicit_labels(request.labels)
         float_spec = _float_spec(request, source, side_pre, log)
         points = LandmarkGate.for_model(request, source, float_spec) if task == "landmarks" else None
+        masks = SegmentGate.for_model(request, source) if task == "segment" else None
         eval_labels = None if task in UNLABELLED else labels or side_labels
         calib_all, evalset, detection = _load_images(request, Preprocessor(float_spec), eval_labels, log, task)
         labels = labels or side_labels or (evalset.class_names if evalset and task not in UNLABELLED else None)
         if request.task_options and task not in OPTION_TASKS:
-            raise UsageError(f"--task-option applies to detectors and landmarks; this build's task is {task}",
-                             "add --task detect (or landmarks), or leave the options out")
+            raise UsageError(f"--task-option applies to detectors, landmarks and segment; this build's task is {task}",
+                             "add --task detect (or landmarks, segment), or leave the options out")
         detect = _detect_gate(request, source, labels, float_spec, detection) if task == "detect" else None
         n_out = source.outputs[class_output].size if class_output is not None else None
         if labels and n_out and len(labels) != n_out:
@@ -143,7 +146,7 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
             ctx = BuildContext(request=request, source=source, name=name, labels=labels or [], float_spec=float_spec,
                                calib_all=calib_all, calib=used, holdout=holdout, evalset=evalset, log=log,
                                workdir=Path(work), task=task, class_output=class_output, detect=detect,
-                               landmarks=points, planned={t.name: t for t in resolved})
+                               landmarks=points, segment=masks, planned={t.name: t for t in resolved})
             results, failures = _build_each(ctx, resolved, t_start)
         log_peak_memory(log, t_start, onnx2tf=source.kind == "onnx")
     return finish(results, failures, request.allow_partial, log)
@@ -256,7 +259,7 @@ def choose_task(task: str | None, source: SourceModel, eval_dir: Path | None = N
         task = "detect"
     if task is None:
         task = "classify" if len(source.outputs) == 1 and flat else "raw"
-    if task in ("raw", "detect", "landmarks"):
+    if task in ("raw", "detect", "landmarks", "segment"):
         return task, None
     if not flat:
         shapes = ", ".join(f"{o.name} {list(o.shape)}" for o in source.outputs)
@@ -325,6 +328,8 @@ def _load_images(request: BuildRequest, prep: Preprocessor, labels: list[str] | 
         with log.step("load evaluation images"):
             if task == "detect":
                 evalset, detection = load_detection_eval(request.eval_dir, prep, labels, log)
+            elif task in UNLABELLED:  # compared with the original's outputs: any folder of images
+                evalset = load_images_eval(request.eval_dir, prep, log)
             else:
                 evalset = load_eval(request.eval_dir, prep, labels, log)
     return calib_all, evalset, detection

@@ -36,6 +36,7 @@ import numpy as np
 
 from edgekit.builders.gate_figures import judged
 from edgekit.builders.landmark_gate import judged_px
+from edgekit.builders.segment_gate import judged_iou
 from edgekit.errors import ModelError
 
 if TYPE_CHECKING:
@@ -89,11 +90,14 @@ def gate_of(task: str, min_ratio: float, min_cosine: float, verification: dict,
             min_agreement: float = 0.9) -> Gate | None:
     """The gate's figure of one model's verification (the lowest over the data sets it judged:
     a ratio, or for ``raw`` the worst output's cosine; for ``landmarks`` the judged data set's mean
-    pixel error; for a detector without an eval set, whose held-back images were gated by its
-    agreement with the original's detections, that agreement against ``min_agreement``: it has no
-    ratio, which read 0, "a broken calibration"); None when no gate judged it."""
+    pixel error, for ``segment`` its mean mask IoU; for a detector without an eval set, whose held-back
+    images were gated by its agreement with the original's detections, that agreement against
+    ``min_agreement``: it has no ratio, which read 0, "a broken calibration"); None when no gate judged it."""
     if task == "landmarks":
         return _landmark_gate(verification)
+    if task == "segment":  # builders/segment_gate.py: the judged data set's mean mask IoU, a floor
+        found = judged_iou(verification)
+        return Gate("mask IoU mean", "--min-mask-iou", found[1], found[0], _missed(verification)) if found else None
     found = judged(verification, task) if task == "detect" else None
     if found is not None and found[0] == "detection agreement":
         return Gate(found[0], "--min-detect-agreement", min_agreement, found[1], _missed(verification))

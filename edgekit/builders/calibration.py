@@ -42,6 +42,7 @@ class ImageSet:
     labels: np.ndarray | None = None
     class_names: list[str] | None = None
     undersized: dict[str, int] = field(default_factory=dict)  # "tiny" / "under_crop": images counted
+    names: list[str] | None = None  # an unlabelled eval set's files, relative to its folder (where a gate misses)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -251,6 +252,35 @@ def _warn_undersized(drawn: ImageSet, crop: object, log: BuildLog) -> None:
         log.warn(f"{drawn.undersized['under_crop']} of {n} calibration images are smaller than the crop "
                  f"{crop[0]}x{crop[1]} (height x width), so it never fills: "
                  "give camera-sized images or a smaller --crop")
+
+
+def load_images_eval(root: str | Path, prep: Preprocessor, log: BuildLog) -> ImageSet:
+    """An evaluation set compared with the original model's own outputs (``raw``, ``landmarks``,
+    ``segment``): every image under ``root``, class folders or none, by name (``names``)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise CalibrationError(f"evaluation folder {root} does not exist", "pass --eval DIR, a folder of images")
+    spool, names, skipped = Spool(), [], 0
+    digest = hashlib.sha256()
+    files = _image_files(root)
+    for path in progress(files, "evaluation images"):
+        try:
+            img = read_image(path) if path.suffix.lower() in IMAGE_SUFFIXES else None
+        except ImageReadError:
+            img = None
+        if img is None:
+            skipped += 1
+            continue
+        digest.update(path.read_bytes())
+        spool.append(prep.shaped(img))
+        names.append(path.relative_to(root).as_posix())
+    if not names:
+        raise CalibrationError(f"evaluation folder {root} has no readable images", "give a folder of images")
+    if skipped:
+        log.warn(f"skipped {skipped} unreadable or non-image evaluation file(s)")
+    log.info(f"evaluation set: {len(names)} images (compared with the original model's outputs)")
+    return ImageSet(spool, np.arange(len(names)), digest.hexdigest(), len(files), skipped, {str(root): len(names)},
+                    names=names)
 
 
 def load_eval(root: str | Path, prep: Preprocessor, class_names: list[str] | None, log: BuildLog) -> ImageSet:

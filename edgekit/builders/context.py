@@ -23,6 +23,7 @@ from edgekit.builders.detect_gate import as_reference, detect_result
 from edgekit.builders.landmark_gate import log_text as landmark_text
 from edgekit.builders.log import BuildLog
 from edgekit.builders.openset import background_of, fit_variant
+from edgekit.builders.segment_gate import log_text as mask_text
 from edgekit.builders.source import SourceModel
 from edgekit.builders.spool import Spool, chunk_size
 from edgekit.builders.verify import Comparison, weak_original_warning
@@ -43,7 +44,8 @@ class BuildContext:
     ``detect`` (a :class:`~edgekit.builders.detect_gate.DetectGate`, detect only) decodes every
     model's outputs the same way and keeps the original's detections per data set. ``landmarks``
     (a :class:`~edgekit.builders.landmark_gate.LandmarkGate`) decodes both models' points and
-    judges each variant by their distance in pixels.
+    judges each variant by their distance in pixels; ``segment`` (a
+    :class:`~edgekit.builders.segment_gate.SegmentGate`) by their masks' IoU.
     ``background``: the index of the class meaning "nothing there" (classify); with an eval
     set, each variant's open-set thresholds are fitted in :meth:`verify` (builders/openset.py).
     """
@@ -63,6 +65,7 @@ class BuildContext:
     class_output: int | None = 0
     detect: Any = None
     landmarks: Any = None  # a LandmarkGate (builders/landmark_gate.py), landmarks only
+    segment: Any = None  # a SegmentGate (builders/segment_gate.py), segment only
     planned: dict[str, Any] = field(default_factory=dict)  # target name -> BuildTarget (builders/targets.py)
     reference: dict[str, list[Spool]] = field(default_factory=dict)
     converted_outputs: list[dict] = field(default_factory=list)
@@ -109,6 +112,8 @@ class BuildContext:
         spools = [Spool(dtype=np.float32) for _ in self.source.outputs]
         for batch in images.batches(self._float, self.chunk):
             outputs = self.source.predict(batch, batch_size=self.chunk)
+            if self.segment is not None:  # a logit read as a probability: one line now, not a gate that lies
+                self.segment.check_reference(outputs)
             for spool, out in zip(spools, outputs):
                 spool.extend(out)
             if self.detect is not None:
@@ -183,7 +188,8 @@ class BuildContext:
                 comparison = Comparison(self.source.output_names, self.class_output)
                 references = [spool.chunks(self.chunk) for spool in self.reference[dataset]]
                 found: list = []
-                points = self.landmarks.tally() if self.landmarks is not None else None
+                head = self.landmarks or self.segment  # a gate in the head's own units (pixels, IoU)
+                points = head.tally(getattr(images, "names", None)) if head is not None else None
                 class_rows: list[np.ndarray] = []  # the open-set fit's input (a few KB: N x classes)
                 for batch in images.batches(prep, self.chunk):
                     refs, outputs = [next(r) for r in references], run(batch)
@@ -206,7 +212,8 @@ class BuildContext:
                     res["openset"] = fit_variant(np.concatenate(class_rows), images.labels, self.background)
                 elif points is not None:
                     res.update(points.result())
-                    res.update(self.landmarks.judge(res))
+                    if dataset == "eval" or self.evalset is None:  # the set the gate judges; else reported
+                        res.update(head.judge(res))
                 elif self.task == "raw":
                     res["passed"] = res["cosine"] is not None and res["cosine"] >= self.request.min_cosine
                 out[dataset] = res
@@ -251,10 +258,17 @@ def _summary(res: dict) -> str:
         kp = res["keypoints"]
         head += (f"keypoint error vs the original {_fmt(kp['mean'])} of the box size (max {_fmt(kp['max'])}, "
                  f"{kp['matched']}/{kp['reference']} matched); ")
-    head += landmark_text(res)
+    head += landmark_text(res) + mask_text(res)
     if res.get("agreement") is not None and not res.get("metric"):
         head += f"agreement {res['agreement']:.4f}; "
-    return head + "; ".join(f"{n}: cosine {m['cosine']} SQNR {m['sqnr_db']} dB" for n, m in res["outputs"].items())
+    return head + "; ".join(f"{n}: cosine {m['cosine']} SQNR {m['sqnr_db']} dB" + _mae(m)
+                            for n, m in res["outputs"].items())
+
+
+def _mae(metrics: dict) -> str:
+    """`` MAE 0.0123`` (the output's own units) when measured, else nothing."""
+    mae = metrics.get("mean_abs_diff")
+    return f" MAE {mae:.4g}" if isinstance(mae, (int, float)) else ""
 
 
 class Builder(Protocol):

@@ -19,6 +19,7 @@ from typing import Any
 
 from edgekit.builders.detect_fidelity import check_thresholds
 from edgekit.builders.landmark_gate import check_request as check_landmarks
+from edgekit.builders.segment_gate import check_request as check_segment
 from edgekit.camera.base import parse_size
 from edgekit.errors import CameraError, EdgekitError, UsageError
 from edgekit.imaging.image import InputSpec
@@ -27,8 +28,8 @@ from edgekit.imaging.image import InputSpec
 BUILDER_OPTIONS = ("variants", "io_dtype", "compiler", "min_runtime_version", "min_tpu_ops", "strict_tpu_ops")
 
 
-TASKS = ("classify", "detect", "raw", "landmarks")
-OPTION_TASKS = ("detect", "landmarks")
+TASKS = ("classify", "detect", "raw", "landmarks", "segment")
+OPTION_TASKS = ("detect", "landmarks", "segment")
 """The tasks whose head takes ``-T`` options (checked by the head at build time)."""
 
 # A bundle is written to <out>/<name>-<target>: the name must stay one plain file name
@@ -118,6 +119,9 @@ class BuildRequest:
     max_landmark_error: float | None = None
     max_landmark_p95: float | None = None
     min_presence_agreement: float = 0.97
+    # segment (builders/segment_gate.py): mask IoU against the original's, mean and 5th percentile over images
+    min_mask_iou: float = 0.9
+    min_mask_iou_p5: float = 0.7
 
     def __post_init__(self) -> None:
         # Frozen: normalise through object.__setattr__, once, so every reader sees one shape.
@@ -149,8 +153,8 @@ class BuildRequest:
             raise UsageError(f"--min-map-ratio {self.min_map_ratio} makes no sense",
                              "use a ratio like 0.99 (converted mAP@[.5:.95] / original mAP@[.5:.95])")
         if self.task_options and self.task not in (None, *OPTION_TASKS):
-            raise UsageError("--task-option applies to --task detect or --task landmarks",
-                             "add --task detect (or landmarks), or leave the options out")
+            raise UsageError("--task-option applies to --task detect, landmarks or segment",
+                             "add --task detect (or landmarks, segment), or leave the options out")
         if self.calib_count is not None and self.calib_count < 1:
             raise UsageError(f"--calib-count {self.calib_count}: need at least one calibration image",
                              "use e.g. 500")
@@ -171,6 +175,7 @@ class BuildRequest:
             check_bundle_name(self.name)
         check_thresholds(self)  # the detect gate's own flags
         check_landmarks(self)  # the landmark gate's flags, and with --task landmarks the head's options
+        check_segment(self)  # the mask IoU limits, and with --task segment the head's options
 
     def builder_overrides(self) -> dict[str, Any]:
         """The builder options this request sets (unset ones left out, so the target's apply)."""

@@ -66,13 +66,17 @@ FIGURES: dict[str, Kind] = {
                                lambda res, request: _path("landmark_gate", "max_p95_px")(res), higher=False),
     "--min-presence-agreement": Kind("presence agreement", _path("presence_agreement"),
                                      lambda res, request: _path("landmark_gate", "min_presence_agreement")(res)),
+    "--min-mask-iou": Kind("IoU mean", _path("mask_iou", "mean"),
+                           lambda res, request: _path("mask_gate", "min_mean_iou")(res)),
+    "--min-mask-iou-p5": Kind("IoU p5", _path("mask_iou", "p5"),
+                              lambda res, request: _path("mask_gate", "min_p5_iou")(res)),
     "--min-cosine": Kind("worst cosine", _path("cosine"), _request("min_cosine")),
 }
 """Flag -> the figure it gates."""
 TASK_FLAGS = {"classify": ("--min-accuracy-ratio", "--min-top1-agreement"),
               "detect": ("--min-map-ratio", "--min-detect-agreement", "--min-score-levels", "--min-score-cosine"),
               "landmarks": ("--max-landmark-error", "--max-landmark-p95", "--min-presence-agreement"),
-              "raw": ("--min-cosine",)}
+              "segment": ("--min-mask-iou", "--min-mask-iou-p5"), "raw": ("--min-cosine",)}
 """The figures each task's gate holds a result to (``--max-map-gain`` reads the mAP ratio again)."""
 
 
@@ -160,9 +164,10 @@ def figures(verification: Mapping[str, Any], task: str) -> dict[str, float]:
 
 def judged(verification: Mapping[str, Any], task: str | None) -> tuple[str, float] | None:
     """``(name, value)`` of the one figure attempts are compared by: a landmark model's mean pixel
-    error (lower is better: ``px mean``), else the eval ratio (top-1 or mAP), a detector held to
-    its original's detections on the held-back images (no eval set) its agreement at the bundle's
-    threshold, else the worst output's cosine; None when there is none."""
+    error (lower is better: ``px mean``), a segmenter's mean mask IoU (``IoU mean``), else the eval
+    ratio (top-1 or mAP), a detector held to its original's detections on the held-back images (no
+    eval set) its agreement at the bundle's threshold, else the worst output's cosine; None when
+    there is none."""
     mean = _path("landmark_error_px", "mean")
     for dataset in ("eval", "holdout"):
         res = verification.get(dataset)
@@ -170,6 +175,8 @@ def judged(verification: Mapping[str, Any], task: str | None) -> tuple[str, floa
             continue
         if "landmark_gate" in res and mean(res) is not None:
             return "px mean", float(mean(res))
+        if "mask_gate" in res and _path("mask_iou", "mean")(res) is not None:
+            return "IoU mean", float(res["mask_iou"]["mean"])
         if res.get("ratio") is not None:
             return {"classify": "top-1 ratio", "detect": "mAP ratio"}.get(task or "", "ratio"), float(res["ratio"])
         agreement = _path("fidelity", "detections", "agreement")(res)

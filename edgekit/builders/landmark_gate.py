@@ -194,13 +194,18 @@ class LandmarkGate:
                            request.min_presence_agreement)
         return cls(dict(request.task_options), config, spec, limits, tuple(o.name for o in outputs))
 
-    def tally(self) -> Tally:
-        """A new :class:`Tally` for one variant on one data set."""
+    def tally(self, names: Sequence[str] | None = None) -> Tally:
+        """A new :class:`Tally` for one variant on one data set (``names``, the images', are not needed)."""
         return Tally(LandmarkDecoder(self.config, self.spec), (self.spec.width, self.spec.height))
 
     def judge(self, res: Mapping[str, Any]) -> dict[str, Any]:
         """:func:`judge` with this build's limits, and the limits themselves (``landmark_gate``)."""
         return {**judge(res, self.limits), "landmark_gate": self.limits.to_dict()}
+
+    def summary(self, res: Mapping[str, Any]) -> dict[str, Any]:
+        """What the manifest's ``verification`` says of the default model: the limits and its figures."""
+        return {"landmark_gate": self.limits.to_dict(), "landmark_error_px": res.get("landmark_error_px"),
+                "presence_agreement": res.get("presence_agreement")}
 
     def task_options(self, outputs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """A model entry's ``task_options``: the options as given, each output index pointing at the

@@ -55,7 +55,7 @@ def outcome(results: list[TargetBuild], failures: dict[str, EdgekitError], allow
 
 #: the flag that sets each task's gate
 GATE_FLAG = {"classify": "--min-accuracy-ratio", "detect": "--min-map-ratio", "raw": "--min-cosine",
-             "landmarks": "--max-landmark-error"}
+             "landmarks": "--max-landmark-error", "segment": "--min-mask-iou"}
 #: the gate flag that is raised, not lowered, to let more through (builders/detect_fidelity.py)
 RAISE_FLAG = "--max-map-gain"
 #: every flag raised to let more through: the map gain, a landmark model's pixel limits (builders/landmark_gate.py)

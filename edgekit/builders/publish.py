@@ -173,13 +173,15 @@ def _split(output: BuilderOutput, failures: dict[str, str], ctx: BuildContext) -
 
 
 def _best(models: list[BuiltModel]) -> str:
-    """The passing model closest to the original: the highest gate figure (accuracy or mAP
-    ratio, else agreement, else worst-output cosine; landmarks: the least pixel error), the
-    builder's order on a tie."""
+    """The passing model closest to the original: the highest gate figure (accuracy or mAP ratio, else
+    agreement, else worst-output cosine; landmarks: the least pixel error; segment: the mean mask IoU),
+    the builder's order on a tie."""
     def figure(m: BuiltModel) -> float:
         res = m.verification.get("eval") or m.verification.get("holdout") or {}
         if (res.get("landmark_error_px") or {}).get("mean") is not None:
             return -float(res["landmark_error_px"]["mean"])
+        if (res.get("mask_iou") or {}).get("mean") is not None:
+            return float(res["mask_iou"]["mean"])
         for key in ("ratio", "agreement", "cosine"):
             if isinstance(res.get(key), (int, float)):
                 return float(res[key])
@@ -224,14 +226,14 @@ def bundle_manifest(ctx: BuildContext, target: Target, output: BuilderOutput, se
 
 
 def _entry(ctx: BuildContext, entry: dict[str, Any]) -> dict[str, Any]:
-    """A model's manifest entry; a detector's gets its head's ``task_options`` (layout, the
-    options the build was given, and the output roles when the converter reordered outputs), a
-    landmark model's the ``landmarks``/``presence`` options the build was given."""
+    """A model's manifest entry; a detector's gets its head's ``task_options`` (layout, the options the build
+    was given, the output roles when the converter reordered outputs), a landmark or segment model's the options
+    the build was given (output indices as this file has them)."""
     if ctx.detect is not None:
         entry["task_options"] = {**ctx.detect.task_options(entry.get("outputs", [])),
                                  **(entry.get("task_options") or {})}
-    if getattr(ctx, "landmarks", None) is not None:  # the head's options, output indices as this file has them
-        entry["task_options"] = ctx.landmarks.task_options(entry.get("outputs", []))
+    if (head := getattr(ctx, "landmarks", None) or getattr(ctx, "segment", None)) is not None:
+        entry["task_options"] = head.task_options(entry.get("outputs", []))
     return entry
 
 
@@ -281,13 +283,11 @@ def _versions() -> dict:
 def verification_summary(per_variant: dict, default: str, ctx: BuildContext) -> dict:
     """The manifest's ``verification``: the default model's numbers, every model's, and the gate.
 
-    ``classify`` with an eval set: every model must reach ``min_ratio`` of the original top-1.
-    ``raw``: every model's worst output must reach ``min_cosine`` on the eval images (or the
-    held-back calibration images without an eval set). ``detect`` without an eval set: the
-    fidelity figures on the held-back images (builders/detect_gate.py). ``landmarks``: every model's
-    points within ``landmark_gate``'s pixels of the original's on the same images, and its presence
-    on the same side of the threshold (builders/landmark_gate.py). Otherwise the agreement on the
-    held-back images is reported but does not gate.
+    ``classify`` with an eval set: every model reaches ``min_ratio`` of the original top-1; ``raw``: its
+    worst output ``min_cosine`` on the eval (else held-back) images; ``detect`` without an eval set: the
+    fidelity figures on the held-back images (builders/detect_gate.py); ``landmarks`` and ``segment``: the
+    points' pixels and presence, the masks' IoU against the original's (builders/landmark_gate.py,
+    segment_gate.py). Otherwise the agreement on the held-back images is reported, not gated.
     """
     has_eval = ctx.evalset is not None
     raw = ctx.task == "raw"
@@ -307,12 +307,11 @@ def verification_summary(per_variant: dict, default: str, ctx: BuildContext) -> 
     d = per_variant[default].get(dataset, {})
     summary.update(original=d.get("original"), converted=d.get("converted"), ratio=d.get("ratio"),
                    agreement=d.get("agreement"), sqnr_db=d.get("sqnr_db"), max_abs_diff=d.get("max_abs_diff"),
-                   cosine=d.get("cosine"), worst_output=d.get("worst_output"))
+                   mean_abs_diff=d.get("mean_abs_diff"), cosine=d.get("cosine"), worst_output=d.get("worst_output"))
     if ctx.task == "detect":
         summary.update(map50=d.get("map50"), per_class=d.get("per_class"), layout=ctx.detect.layout)
-    if ctx.task == "landmarks":  # builders/landmark_gate.py: the limits, the default model's figures
-        summary.update(landmark_gate=ctx.landmarks.limits.to_dict(), landmark_error_px=d.get("landmark_error_px"),
-                       presence_agreement=d.get("presence_agreement"))
+    if (head := getattr(ctx, "landmarks", None) or getattr(ctx, "segment", None)) is not None:  # the limits, figures
+        summary.update(head.summary(d))
     bad = variant_failures(per_variant, ctx)
     summary.update(passed=not bad, reason="; ".join(bad.values()) or None)
     if not gated:
@@ -328,11 +327,11 @@ def verification_summary(per_variant: dict, default: str, ctx: BuildContext) -> 
 
 
 def _gated(ctx: BuildContext) -> bool:
-    """Whether the gate judges the models: with --eval; for ``raw``, ``detect`` and ``landmarks`` also
-    on the held-back images (a detector's fidelity to the original's detections, builders/detect_gate.py;
-    a landmark model's points against the original's, builders/landmark_gate.py)."""
+    """Whether the gate judges the models: with --eval; for every task but ``classify`` also on the
+    held-back images (a detector's fidelity to the original's detections, a landmark model's points
+    and a segmenter's masks against the original's)."""
     has_eval = ctx.evalset is not None
-    return (has_eval or bool(len(ctx.holdout))) if ctx.task in ("raw", "detect", "landmarks") else has_eval
+    return (has_eval or bool(len(ctx.holdout))) if ctx.task != "classify" else has_eval
 
 
 def variant_failures(per_variant: dict, ctx: BuildContext) -> dict[str, str]:
@@ -362,10 +361,9 @@ def _collapsed(variant: str, holdout: dict) -> str | None:
 
 
 def _metric(task: str, has_eval: bool) -> str:
-    if task == "raw":
-        return "cosine_worst_output"
-    if task == "landmarks":
-        return "landmark_error_px"
+    own = {"raw": "cosine_worst_output", "landmarks": "landmark_error_px", "segment": "mask_iou"}
+    if task in own:
+        return own[task]
     if task == "detect":
         return "map" if has_eval else "map_agreement_heldback"
     return "top1" if has_eval else "top1_agreement_heldback"

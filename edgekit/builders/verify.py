@@ -1,7 +1,8 @@
 """Check a converted model against the original on the same images, every output.
 
 Per output: cosine similarity and signal-to-quantisation-noise ratio (SQNR, dB) over all
-images, and the max abs difference. For a classifier's class output also: top-1 of both
+images, the max and the mean absolute difference (in the output's own units: a raw model's
+figure a user can read, which cosine is not). For a classifier's class output also: top-1 of both
 (with labels), their ratio, per-class accuracy and top-1 agreement. When no task metric
 applies (``raw``), the worst output (lowest cosine) speaks for the model.
 """
@@ -122,7 +123,7 @@ class OutputStats:
     (float64 sums: the same figures as over all images at once, without holding them)."""
 
     def __init__(self) -> None:
-        self.dot = self.ref2 = self.conv2 = self.noise = self.max_abs = 0.0
+        self.dot = self.ref2 = self.conv2 = self.noise = self.max_abs = self.abs_sum = 0.0
         self.size = 0
         self.error: str | None = None
 
@@ -139,17 +140,19 @@ class OutputStats:
         self.conv2 += float(conv @ conv)
         self.noise += float(diff @ diff)
         self.max_abs = max(self.max_abs, float(np.max(np.abs(diff)))) if diff.size else self.max_abs
+        self.abs_sum += float(np.abs(diff).sum())
         self.size += ref.size
 
     def result(self) -> dict:
         if self.error:
-            return {"cosine": None, "sqnr_db": None, "max_abs_diff": None, "error": self.error}
+            return {"cosine": None, "sqnr_db": None, "max_abs_diff": None, "mean_abs_diff": None, "error": self.error}
         norms = float(np.sqrt(self.ref2) * np.sqrt(self.conv2))
         cosine = self.dot / norms if norms > 0 else (1.0 if self.noise == 0 else 0.0)
         return {
             "cosine": round(cosine, 6),
             "sqnr_db": round(10 * np.log10(self.ref2 / self.noise), 2) if self.noise > 0 and self.ref2 > 0 else None,
             "max_abs_diff": round(self.max_abs, 6),
+            "mean_abs_diff": round(self.abs_sum / self.size, 6) if self.size else None,
         }
 
 
@@ -189,7 +192,8 @@ class Comparison:
                     key=lambda n: -1.0 if per_output[n]["cosine"] is None else per_output[n]["cosine"])
         main = per_output[self.names[self.class_output]] if self.class_output is not None else per_output[worst]
         result = {"n": self.n, "outputs": per_output, "worst_output": worst, "cosine": per_output[worst]["cosine"],
-                  "sqnr_db": main["sqnr_db"], "max_abs_diff": main["max_abs_diff"]}
+                  "sqnr_db": main["sqnr_db"], "max_abs_diff": main["max_abs_diff"],
+                  "mean_abs_diff": main["mean_abs_diff"]}
         if self.class_output is not None:
             ref_top1, conv_top1 = (np.concatenate(t) if t else np.zeros(0, np.int64) for t in self._top1)
             result.update(_top1(ref_top1, conv_top1, labels, class_names))

@@ -48,14 +48,14 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-tpu-ops", type=float, help="warn when the share of ops on the Edge TPU is below this")
     p.add_argument("--strict-tpu-ops", action="store_true", help="fail instead of warn for --min-tpu-ops")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout (also when the gate fails)")
-    p.add_argument("--task", choices=["classify", "detect", "raw", "landmarks"],
-                   help="task head (default: detect when --eval is a detection set, else classify for one "
-                        "1-D output, raw otherwise; landmarks: -T landmarks={...} -T presence={...}, gated in pixels)")
+    p.add_argument("--task", choices=["classify", "detect", "raw", "landmarks", "segment"],
+                   help="task head (default: detect for a detection --eval set, else classify for one 1-D output, "
+                        "raw otherwise; landmarks: -T landmarks={...}, gated in pixels; segment: by mask IoU)")
     p.add_argument("--min-map-ratio", type=float, default=0.99,
                    help="detect: fail when converted/original mAP@[.5:.95] on --eval is below this (default 0.99)")
     _fidelity_flags(p)
     p.add_argument("-T", "--task-option", dest="task_option", action="append", type=key_value, metavar="KEY=VALUE",
-                   help="detect or landmarks head option written into the bundle and used by the gate, e.g. "
+                   help="detect, landmarks or segment head option written into the bundle and used by the gate, e.g. "
                         "-T layout=yolo -T score_threshold=0.4, -T 'landmarks={\"num_landmarks\": 468}' "
                         "(values are JSON); repeatable")
     p.add_argument("--background-class", metavar="LABEL",
@@ -74,7 +74,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def _fidelity_flags(p: argparse.ArgumentParser) -> None:
     """The gate's figures beyond the ratio: a detector's (builders/detect_fidelity.py), a classifier's
-    top-1 agreement (builders/verify.py: classify_gate)."""
+    top-1 agreement (builders/verify.py: classify_gate), a landmark model's pixels, a segmenter's mask IoU."""
     p.add_argument("--max-map-gain", type=float, default=0.05,
                    help="detect: fail when converted/original mAP on --eval is above 1 + this: a conversion does not "
                         "improve a model, its scores or boxes moved (default 0.05)")
@@ -98,6 +98,11 @@ def _fidelity_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-top1-agreement", type=float, default=0.97,
                    help="classify: when the original's top-1 on --eval is 0.9 or more, fail a model whose top-1 is "
                         "the original's on fewer of the images than this (default 0.97, 0 turns it off)")
+    p.add_argument("--min-mask-iou", type=float, default=0.9,
+                   help="segment: fail when the mean over images of the mask IoU with the original's (at the head's "
+                        "threshold; both empty: 1) is below this (default 0.9)")
+    p.add_argument("--min-mask-iou-p5", type=float, default=0.7,
+                   help="segment: the same for the 5th percentile over images (default 0.7)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -124,7 +129,8 @@ def main(args: argparse.Namespace) -> int:
                         min_score_cosine=args.min_score_cosine, max_map_gain=args.max_map_gain,
                         min_top1_agreement=args.min_top1_agreement, max_landmark_error=args.max_landmark_error,
                         max_landmark_p95=args.max_landmark_p95,
-                        min_presence_agreement=args.min_presence_agreement)
+                        min_presence_agreement=args.min_presence_agreement, min_mask_iou=args.min_mask_iou,
+                        min_mask_iou_p5=args.min_mask_iou_p5)
     except EdgekitError as exc:
         # The report matters most when the gate failed or a target did not build: the same
         # table (or JSON) on stdout as on success, then the one-line error on stderr.
@@ -162,11 +168,13 @@ def _size(n: int) -> str:
 
 def format_table(results) -> str:
     """One row per model in every bundle (and per variant a partial bundle left out): files,
-    sizes, accuracy (raw: the worst output's cosine; landmarks: the pixel error and presence
-    agreement against the original's), ratio, gate, delegation, time."""
+    sizes, accuracy (raw: the worst output's cosine and mean absolute error; landmarks: the pixel error
+    and presence agreement against the original's; segment: the mask IoU), ratio, gate, delegation, time."""
     task = results[0].manifest.get("task") if results else None
-    if task == "raw":
-        header = ("target", "model file", "size", "worst output", "cosine", "gate", "delegated", "build s")
+    if task == "raw":  # MAE: the worst output's mean absolute error in its own units (reported, not gated)
+        header = ("target", "model file", "size", "worst output", "cosine", "MAE", "gate", "delegated", "build s")
+    elif task == "segment":  # builders/segment_gate.py: vs the original's masks
+        header = ("target", "model file", "size", "mask IoU", "cosine", "gate", "delegated", "build s")
     elif task == "landmarks":  # builders/landmark_gate.py: vs the original's points, in model-input pixels
         header = ("target", "model file", "size", "landmark error", "presence", "cosine", "gate", "delegated",
                   "build s")
@@ -219,7 +227,12 @@ def _row(r, model: dict, v: dict, cov: dict | None, task: str | None) -> tuple:
     gate = "PASS" if ev.get("passed") else ("FAIL" if "passed" in ev else "n/a")
     cosine = f"{ev['cosine']:.6f}" if ev.get("cosine") is not None else "-"
     if task == "raw":
-        figures = (ev.get("worst_output") or "-", cosine)
+        mae = ((ev.get("outputs") or {}).get(ev.get("worst_output")) or {}).get("mean_abs_diff")
+        figures = (ev.get("worst_output") or "-", cosine, f"{mae:.4g}" if mae is not None else "-")
+    elif task == "segment":
+        from edgekit.builders.segment_gate import table_figure as mask_figure
+
+        figures = (mask_figure(ev), cosine)
     elif task == "landmarks":
         from edgekit.builders.landmark_gate import table_figure
 

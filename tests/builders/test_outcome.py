@@ -98,18 +98,19 @@ def test_an_int8_rejection_says_calibrate_and_names_its_gates_flag():
 
 def test_a_raw_table_shows_each_models_worst_output_and_cosine():
     def measured(cosine, passed):
-        return {"holdout": {"cosine": cosine, "worst_output": "boxes", "passed": passed}}
+        return {"holdout": {"cosine": cosine, "worst_output": "boxes", "passed": passed,
+                            "outputs": {"boxes": {"cosine": cosine, "mean_abs_diff": round(1 - cosine, 6)}}}}
 
     lost = {"file": "m_int8.tflite", "kept_in": "m-cpu.rejected", "bytes": 1024, "verification": measured(0.91, False)}
     manifest = {"task": "raw", "models": [{"name": "fp32", "file": "m_fp32.tflite", "format": "tflite", "bytes": 2048}],
                 "verification": {"models": {"fp32": measured(0.999912, True)}, "rejected": {"int8": lost}}}
     why = "int8 output boxes cosine 0.91 < 0.98"
     table = format_table([TargetBuild("cpu", Path("d/m-cpu"), False, 2.0, manifest, why, ("int8",))]).splitlines()
-    assert table[0].split() == ["target", "model", "file", "size", "worst", "output", "cosine", "gate", "delegated",
-                                "build", "s"]
-    assert table[2].split() == ["cpu", "m_fp32.tflite", "2", "KiB", "boxes", "0.999912", "PASS", "-", "2.0"]
-    assert table[3].split() == ["cpu", "m-cpu.rejected/m_int8.tflite", "1", "KiB", "boxes", "0.910000", "FAIL", "-",
-                                "2.0"]
+    assert table[0].split() == ["target", "model", "file", "size", "worst", "output", "cosine", "MAE", "gate",
+                                "delegated", "build", "s"]
+    assert table[2].split() == ["cpu", "m_fp32.tflite", "2", "KiB", "boxes", "0.999912", "8.8e-05", "PASS", "-", "2.0"]
+    assert table[3].split() == ["cpu", "m-cpu.rejected/m_int8.tflite", "1", "KiB", "boxes", "0.910000", "0.09", "FAIL",
+                                "-", "2.0"]
     assert table[4] == f"cpu: d/m-cpu without int8 ({why})"
 
 

@@ -177,6 +177,11 @@ def test_other_gates_name_their_figures():
           "gate_failures": {"--max-landmark-error": "landmark error 1.3 px mean > 0.96 px"}}
     assert recovery._missed_text(recovery._row("a", _attempt(eval=px), None, "landmarks", REQUEST)) == \
         "missed (px mean 1.3 > 0.96)"
-    other = {"mask_iou": {"mean": 0.8}, "passed": False, "gate_failures": {"--min-mask-iou": "mask IoU 0.8 < 0.9"}}
-    row = recovery._row("a", _attempt(eval=other, holdout={"cosine": 0.99}), None, "segment", REQUEST)
-    assert recovery._missed_text(row) == "missed (mask IoU 0.8 < 0.9)"  # a gate this module does not know: its line
+    iou = {"mask_iou": {"mean": 0.8, "p5": 0.75}, "passed": False,
+           "mask_gate": {"min_mean_iou": 0.9, "min_p5_iou": 0.7},
+           "gate_failures": {"--min-mask-iou": "mask IoU 0.800 mean < 0.9"}}
+    row = recovery._row("a", _attempt(eval=iou), None, "segment", REQUEST)
+    assert (row["figure_name"], recovery._missed_text(row)) == ("IoU mean", "missed (IoU mean 0.8 < 0.9)")
+    other = {"depth_error": 0.8, "passed": False, "gate_failures": {"--max-depth-error": "depth error 0.8 > 0.5"}}
+    row = recovery._row("a", _attempt(eval=other, holdout={"cosine": 0.99}), None, "depth", REQUEST)
+    assert recovery._missed_text(row) == "missed (depth error 0.8 > 0.5)"  # a gate this module does not know: its line

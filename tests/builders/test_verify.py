@@ -49,3 +49,16 @@ def test_an_ungated_weak_int8_is_warned_about_unless_a_gate_judged_its_held_back
     assert weak_ungated_warning({"holdout": {"agreement": WEAK_AGREEMENT}}) is None
     assert weak_ungated_warning({**weak, "eval": {}}) is None  # an eval set gates it
     assert weak_ungated_warning({"holdout": {"agreement": 0.1, "passed": False}}) is None  # a detector's fidelity gate
+
+
+def test_each_output_gets_its_mean_absolute_error_in_its_own_units():
+    """``--task raw`` keeps cosine and adds what a user can read: how far off each output is, in its units
+    (recorded per output and for the worst one, printed in the log line and the table, not gated)."""
+    from edgekit.builders.context import _summary
+
+    ref = [np.array([[100.0, 200.0], [300.0, 400.0]]), np.array([[0.5], [0.25]])]
+    conv = [ref[0] + [[2.0, -2.0], [0.0, 4.0]], ref[1] + [[0.01], [-0.03]]]
+    res = compare(ref, conv, names=["boxes", "score"], class_output=None)
+    assert res["outputs"]["boxes"]["mean_abs_diff"] == 2.0 and res["outputs"]["score"]["mean_abs_diff"] == 0.02
+    assert res["worst_output"] == "score" and res["mean_abs_diff"] == 0.02  # the worst output's, at the top
+    assert "boxes: cosine" in _summary(res) and "MAE 2; score: cosine" in _summary(res)
