@@ -107,6 +107,7 @@ class Tally:
     decoder: SegmentDecoder
     names: Sequence[str] | None = None  # the images' names (an eval folder's), for where the masks part
     limits: Limits = field(default_factory=Limits)  # how many images are under each is counted
+    output: str | None = None  # the mask output's name: its cosine is the one the table shows
     ious: list[float] = field(default_factory=list)
     areas: list[tuple[float, float]] = field(default_factory=list)  # (original, variant) share of the grid
 
@@ -137,7 +138,7 @@ class Tally:
         areas = np.asarray(self.areas, np.float64).reshape(-1, 2)
         area = {"original": round(float(areas[:, 0].mean()), 4), "converted": round(float(areas[:, 1].mean()), 4)} \
             if len(areas) else None
-        return {"mask_iou": out, "mask_area": area}
+        return {"mask_iou": out, "mask_area": area, **({"mask_output": self.output} if self.output else {})}
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ class SegmentGate:
 
     def tally(self, names: Sequence[str] | None = None) -> Tally:
         """A new :class:`Tally` for one variant on one data set (``names``: its images', when known)."""
-        return Tally(self.decoder, names, self.limits)
+        return Tally(self.decoder, names, self.limits, self.output_names[self.decoder.output])
 
     def judge(self, res: Mapping[str, Any]) -> dict[str, Any]:
         """:func:`judge` with this build's limits, and the limits themselves (``mask_gate``)."""

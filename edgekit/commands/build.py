@@ -174,7 +174,7 @@ def format_table(results) -> str:
     if task == "raw":  # MAE: the worst output's mean absolute error in its own units (reported, not gated)
         header = ("target", "model file", "size", "worst output", "cosine", "MAE", "gate", "delegated", "build s")
     elif task == "segment":  # builders/segment_gate.py: vs the original's masks
-        header = ("target", "model file", "size", "mask IoU", "cosine", "gate", "delegated", "build s")
+        header = ("target", "model file", "size", "mask IoU", "mask cosine", "gate", "delegated", "build s")
     elif task == "landmarks":  # builders/landmark_gate.py: vs the original's points, in model-input pixels
         header = ("target", "model file", "size", "landmark error", "presence", "cosine", "gate", "delegated",
                   "build s")
@@ -232,7 +232,8 @@ def _row(r, model: dict, v: dict, cov: dict | None, task: str | None) -> tuple:
     elif task == "segment":
         from edgekit.builders.segment_gate import table_figure as mask_figure
 
-        figures = (mask_figure(ev), cosine)
+        mask = (ev.get("outputs") or {}).get(ev.get("mask_output")) or {}  # the mask's, not another output's
+        figures = (mask_figure(ev), f"{mask['cosine']:.6f}" if mask.get("cosine") is not None else cosine)
     elif task == "landmarks":
         from edgekit.builders.landmark_gate import table_figure
 

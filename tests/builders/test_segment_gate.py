@@ -209,9 +209,13 @@ def test_the_table_shows_the_mask_iou_and_the_fix_names_the_iou_flag():
                                  "models": {"fp32": {"eval": {**_figures(1.0, 1.0), "cosine": 1.0, "passed": True}}}}}
     result = TargetBuild("cpu", Path("d/m-cpu"), False, 2.0, manifest, "why", ("int8",))
     table = format_table([result]).splitlines()
-    assert table[0].split()[4:8] == ["mask", "IoU", "cosine", "gate"]
-    assert "IoU 1.000 mean, 1.000 p5  1.000000  PASS" in table[2]
-    assert "IoU 0.851 mean, 0.751 p5  0.990000  FAIL" in table[3]
+    assert table[0].split()[4:9] == ["mask", "IoU", "mask", "cosine", "gate"]
+    assert "IoU 1.000 mean, 1.000 p5  1.000000     PASS" in table[2]
+    assert "IoU 0.851 mean, 0.751 p5  0.990000     FAIL" in table[3]
+    mask_only = dict(lost, verification={"eval": {**lost["verification"]["eval"], "mask_output": "mask",
+                                                  "outputs": {"mask": {"cosine": 0.97}, "score": {"cosine": 0.1}}}})
+    manifest["verification"]["rejected"]["int8"] = mask_only  # a model of several outputs: the mask's cosine
+    assert "IoU 0.851 mean, 0.751 p5  0.970000     FAIL" in format_table([result]).splitlines()[3]
     assert "lower --min-mask-iou" in gate_fix([result])
 
 
@@ -274,6 +278,7 @@ def test_fp32_keeps_every_mask_and_the_manifest_records_the_iou(built):
     fp32 = v["models"]["fp32"]
     assert fp32["eval"]["passed"] and "passed" not in fp32["holdout"]  # the eval set is judged, the rest reported
     assert fp32["holdout"]["mask_iou"]["images"] == 8 and 0 < v["mask_area"]["original"] < 1
+    assert fp32["eval"]["mask_output"] == "mask"
     assert "fp32 on 12 eval images: mask IoU vs the original 1.0000 mean" in err
     (row,) = [ln for ln in out.splitlines() if "masks_fp32" in ln]
     assert "IoU 1.000 mean, 1.000 p5" in row and "PASS" in row
