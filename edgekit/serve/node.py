@@ -68,16 +68,22 @@ class NodeIdentity:
             os.close(fd)
 
 
-def state_directory(queue_file: str = "", environ: Mapping[str, str] | None = None) -> Path:
+def state_directory(queue_file: str = "", environ: Mapping[str, str] | None = None) -> Path | None:
     """Where the node file lives: beside ``queue_file``, else the unit's ``$STATE_DIRECTORY``,
-    else ``$XDG_STATE_HOME/edgekit`` (``~/.local/state/edgekit``)."""
+    else ``$XDG_STATE_HOME/edgekit`` (``~/.local/state/edgekit``); None when there is no home
+    to put it in (a user without one, in a container)."""
     if queue_file:
         return Path(os.path.abspath(queue_file)).parent
     env = os.environ if environ is None else environ
     state = env.get("STATE_DIRECTORY", "").split(":")[0]
     if state:
         return Path(state)
-    return Path(env.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "edgekit"
+    if env.get("XDG_STATE_HOME"):
+        return Path(env["XDG_STATE_HOME"]) / "edgekit"
+    try:
+        return Path.home() / ".local" / "state" / "edgekit"
+    except RuntimeError:  # no HOME and no passwd entry: nowhere stable, an id of this process
+        return None
 
 
 def machine_fingerprint(sources: tuple[str, ...] = MACHINE_SOURCES) -> str:
@@ -94,12 +100,13 @@ def machine_fingerprint(sources: tuple[str, ...] = MACHINE_SOURCES) -> str:
     return ""
 
 
-def load_node(device: str, directory: str | Path, fingerprint: str | None = None) -> NodeIdentity:
+def load_node(device: str, directory: str | Path | None, fingerprint: str | None = None) -> NodeIdentity:
     """This install's identity for ``device`` (the node file in ``directory`` read, made or
-    remade); never raises: a directory that cannot keep the file gives an id for this process."""
-    path = Path(directory) / NODE_FILE
+    remade); never raises: a directory that cannot keep the file (or None) gives an id for this
+    process."""
+    path = Path(directory or "/nonexistent") / NODE_FILE
     machine = machine_fingerprint() if fingerprint is None else fingerprint
-    install_id = _read_or_make(path, machine)
+    install_id = _read_or_make(path, machine) if directory else None
     if install_id is None:  # nowhere to keep it: unique, but not stable across restarts
         install_id = secrets.token_hex(6)
         log.info("node id: cannot keep %s; this run's MQTT client id is its own", path)

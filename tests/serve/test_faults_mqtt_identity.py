@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from pathlib import Path
 
 import pytest
 
@@ -191,3 +192,13 @@ def test_a_cloned_cards_queue_is_not_replayed_under_this_nodes_topics(tmp_path, 
     finally:
         node_module.machine_fingerprint = real
         sub.close()
+
+
+def test_the_node_file_goes_beside_the_queue_else_in_the_state_directory(tmp_path):
+    from edgekit.serve.node import state_directory
+
+    assert state_directory(str(tmp_path / "q.jsonl")) == tmp_path
+    assert state_directory("", {"STATE_DIRECTORY": "/var/lib/edgekit:/var/lib/other"}) == Path("/var/lib/edgekit")
+    assert state_directory("", {"XDG_STATE_HOME": "/home/u/.state"}) == Path("/home/u/.state/edgekit")
+    nowhere = load_node("cam-1", None)  # no home at all: unique, just not stable
+    assert nowhere.path == "" and nowhere.client_id.startswith("edgekit-cam-1-")
