@@ -37,6 +37,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     for old in ("--bundle", "--model"):
         add_deprecated_alias(parser, old, "BUNDLE[:VARIANT] as the first argument", dest="model_path")
     parser.add_argument("--labels", help="labels file for a bare model (config: [model] labels)")
+    parser.add_argument("--source", metavar="s3://BUCKET/PREFIX",
+                        help="pull signed versions of a channel from an object store or https:// URL instead of "
+                        "BUNDLE (config: [model] source; docs/fleet.md)")
+    parser.add_argument("--channel", help="the channel to follow, e.g. stable (config: [model] channel)")
+    parser.add_argument("--trusted-key", metavar="PUB", action="append",
+                        help="public key a version must be signed by; repeat for key rotation "
+                        "(config: [model] trusted_keys)")
+    parser.add_argument("--poll-interval", type=at_least(0.05, float), metavar="S",
+                        help="seconds between looks at the channel (config: [model] poll_interval_s)")
     parser.add_argument("--watch", action="store_true", default=None,
                         help="hot-swap the bundle when a new one is moved into place (config: [model] watch)")
     add_runtime_options(parser, config_table="model")
@@ -94,6 +103,9 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     path, variant = _model_spec(args)
     config = override(config, "model", path=path, name=variant, labels=flag("labels"),
                       top_k=flag("top_k"), watch=flag("watch"), **config_values(runtime_options(args)))
+    keys = tuple(flag("trusted_key")) if flag("trusted_key") else None
+    config = override(config, "model", source=flag("source"), channel=flag("channel"), trusted_keys=keys,
+                      poll_interval_s=flag("poll_interval"))
     if flag("camera"):  # the flags replace the file's cameras; each keeps the file's other [camera] keys
         config = _with_camera_flags(config, flag("camera"))
     config = override(config, "camera", motion=flag("motion"))
@@ -202,8 +214,9 @@ def main(args: argparse.Namespace) -> int:
     config = build_config(args)
     if getattr(args, "print_config", False):
         return _print_config(config)
-    if not config.model.path:
-        raise UsageError("no model to serve", "give --bundle DIR (or --model FILE) or set [model] path in --config")
+    if not config.model.path and not config.model.source:
+        raise UsageError("no model to serve", "give BUNDLE (a bundle folder or model file), --source s3://... "
+                         "or [model] path in --config")
     from edgekit.camera import redact_uri
     from edgekit.runtime import describe_runtime
     from edgekit.serve.daemon import Daemon  # the service itself only when it is started
@@ -223,7 +236,7 @@ def main(args: argparse.Namespace) -> int:
     previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda _s, _f: daemon.request_reload("SIGHUP"))
     try:
         daemon.start()
-        log.info("serving %s from %s", config.model.path, ", ".join(
+        log.info("serving %s from %s", daemon.config.model.path, ", ".join(
             f"{c.name} ({redact_uri(c.uri)})" if c.name else redact_uri(c.uri) for c in config.camera_list))
         # What really runs (delegate, providers), not what was asked: a fallback shows here.
         log.info("runtime: %s", describe_runtime(daemon.stats().get("runtime") or {}))

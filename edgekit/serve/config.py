@@ -27,6 +27,7 @@ from edgekit.runtime.backends import MAX_THREADS
 from edgekit.serve.address import camera_uri_relative_to, parse_address
 from edgekit.serve.camera_config import CameraConfig, check_names, motion_option
 from edgekit.serve.discovery import BINARY_DEVICE_CLASSES
+from edgekit.serve.model_config import MODEL_MINIMUM, MODEL_PATH_KEYS, ModelConfig, check_model
 from edgekit.serve.mqtt_options import check_mqtt
 from edgekit.util.optionspec import Option, OptionValueError, close_match
 from edgekit.util.safe_open import NotARegularFile, read_regular
@@ -35,30 +36,6 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10 devices
     import tomli as tomllib
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """``[model]``: what to run."""
-
-    path: str = ""  # bundle directory, .tflite or .onnx
-    name: str = ""  # model inside a bundle ("" = the bundle's default)
-    labels: str = ""  # labels file for a bare model (a bundle brings its own)
-    threads: int = 0  # CPU threads for the runtime (0 = the runtime's default)
-    delegate: str = ""  # LiteRT: xnnpack, none, edgetpu ("" = what the bundle says)
-    device: str = ""  # Edge TPU device: usb, usb:0, pci:0 ("" = first found)
-    providers: str = ""  # ONNX Runtime providers in order, e.g. "tensorrt,cuda,cpu" ("" = the bundle's)
-    allow_fallback: bool = False  # ONNX Runtime: accept a session without some requested providers
-    backend: str = ""  # a key of edgekit.runtime.BACKENDS, e.g. "onnxruntime" ("" = the bundle's adapter)
-    top_k: int = 3
-    reopen_after_errors: int = 5  # consecutive inference errors before the runtime is reopened
-    watch: bool = False  # hot-swap: look at the bundle path every watch_interval_s (SIGHUP always works)
-    watch_interval_s: float = 2.0
-    warmup_frames: int = 5  # a new bundle runs this many recent frames before it is swapped in
-    probation_frames: int = 30  # a swapped-in bundle that fails within this many frames is rolled back
-    min_agreement: float = 0.0  # top-1 agreement with the running model on the warm-up frames (0 = no check)
-    allow_task_change: bool = False  # hot-swap: accept a bundle with another task or other labels
-    check_deadline_s: float = 300.0  # hot-swap: one check's limit before it is refused (watch.CHECK_DEADLINE_S)
 
 
 @dataclass(frozen=True)
@@ -187,7 +164,7 @@ SECTIONS: dict[str, type] = {
     "log": LogConfig,
     "events": EventsConfig,
 }
-_PATH_KEYS = {("model", "path"), ("model", "labels"), ("output", "jsonl"), ("mqtt", "password_file"),
+_PATH_KEYS = {*(("model", k) for k in MODEL_PATH_KEYS), ("output", "jsonl"), ("mqtt", "password_file"),
               ("mqtt", "ca_file"), ("mqtt", "cert_file"), ("mqtt", "key_file"), ("mqtt", "queue_file")}
 _CHOICES = {
     ("model", "delegate"): ("", "xnnpack", "none", "edgetpu"),
@@ -201,9 +178,7 @@ _CHOICES = {
     ("mqtt", "device_class"): BINARY_DEVICE_CLASSES,
 }
 _MINIMUM = {  # (table, key) -> smallest allowed value
-    **{("model", k): v for k, v in (("threads", 0), ("top_k", 1), ("reopen_after_errors", 1),
-        ("watch_interval_s", 0.05), ("warmup_frames", 1), ("probation_frames", 0), ("min_agreement", 0.0),
-        ("check_deadline_s", 1.0))},
+    **{("model", k): v for k, v in MODEL_MINIMUM.items()},
     ("http", "latency_min_s"): 1e-6,
     **{("camera", k): v for k, v in (("reconnect_min_s", 0.01), ("reconnect_max_s", 0.01), ("stall_timeout_s", 0.1))},
     **{("output", k): v for k, v in (("max_bytes", 1024), ("backups", 0))},
@@ -292,11 +267,18 @@ def _section(where: str, table: str, raw: Any, base_dir: Path | None) -> Any:
             raise UsageError(f"{where}: unknown key {key!r} in [{table}]", hint)
         value = _check_value(where, table, key, value, getattr(defaults, key))
         if base_dir is not None and (table, key) in _PATH_KEYS and value not in ("", "-", "auto"):
-            value = str(base_dir / value) if not Path(value).is_absolute() else value
+            value = _relative_to(base_dir, value)
         if base_dir is not None and (table, key) == ("camera", "uri"):
             value = camera_uri_relative_to(base_dir, value)
         values[key] = value
     return cls(**values)
+
+
+def _relative_to(base_dir: Path, value: Any) -> Any:
+    """A path (or a list of paths) of the file, relative to the file's folder unless absolute."""
+    if isinstance(value, tuple):
+        return tuple(_relative_to(base_dir, v) for v in value)
+    return str(base_dir / value) if not Path(value).is_absolute() else value
 
 
 def from_dict(raw: dict[str, Any], where: str = "config", base_dir: Path | None = None) -> ServeConfig:
@@ -364,8 +346,7 @@ def check(config: ServeConfig) -> ServeConfig:
     check_names(config.camera_list, where)
     if m.reconnect_max_s < m.reconnect_min_s:
         raise UsageError(f"{where}: [mqtt] reconnect_max_s is below reconnect_min_s", "swap or raise them")
-    if config.model.min_agreement > 1:
-        raise UsageError(f"{where}: [model] min_agreement is a share, 0..1", "e.g. 0.9 (0 turns the check off)")
+    check_model(where, config.model)
     if config.http.latency_min_s >= 5:
         raise UsageError(f"{where}: [http] latency_min_s must be below 5 s", "e.g. 0.0001 (100 us)")
     check_mqtt(where, m, config.events)

@@ -96,9 +96,16 @@ class Daemon(DaemonStatus):
         labels: list[str] | None = None,
         clock: Callable[[], int] = time.perf_counter_ns,
     ):
-        self.config = config = resolve_output(config)  # [output] jsonl "auto": stdout, or a file under systemd
-        self._clock = clock
+        config = resolve_output(config)  # [output] jsonl "auto": stdout, or a file under systemd
         self._stop = threading.Event()
+        self._fleet: Any = None  # [model] source: the channel follower, whose versions folder is [model] path
+        if config.model.source and runtime_factory is None:
+            from edgekit.fleet.follower import ChannelFollower
+
+            self._fleet = ChannelFollower(config, self._stop)
+            config = self._fleet.configured(config)
+        self.config = config
+        self._clock = clock
         self._counters = Counters()
         # One bounded sink for the life of the daemon, shared by every Pipeline a model
         # reopen creates: /stats percentiles cover the newest LATENCY_WINDOW frames.
@@ -124,6 +131,8 @@ class Daemon(DaemonStatus):
     def start(self) -> Daemon:
         """Open the model and outputs and start capturing. Raises EdgekitError on a bad model."""
         cfg = self.config
+        if self._fleet is not None:  # a version that verifies on disk, or the channel's fetched now
+            self._fleet.prepare()
         preflight(cfg, **self._preflight)
         self._model.open()
         for camera in cfg.camera_list:
@@ -133,14 +142,15 @@ class Daemon(DaemonStatus):
                              for c in cfg.camera_list}
         if self._preflight["model"]:  # hot-swap needs the daemon to open [model] path itself
             self._swap = BundleSwap(cfg, self._model.open_candidate, self._model, self._stop)
+            self._swap.on_event = self._swap_event  # fleet follower and MQTT both hear each outcome
             self._swap.start()
+            if self._fleet is not None:
+                self._fleet.attach(self._swap, self._model)
         # the results file last: a port in use or a bad TLS file must not leave an empty file behind
         if cfg.http.listen:
             self._start_http(*parse_address(cfg.http.listen, 9100, "[http] listen"))
         if cfg.mqtt.host:
             self._start_mqtt()
-            if self._swap is not None:  # swap outcomes become MQTT events (fleet dashboards, alerts)
-                self._swap.on_event = self._swap_event
         self.sink = JsonLinesSink(cfg.output.jsonl, cfg.output.max_bytes, cfg.output.backups)
         for feed in self._objects.values():
             feed.mqtt, feed.sink = self.mqtt, self.sink
@@ -172,6 +182,10 @@ class Daemon(DaemonStatus):
         log.info("metrics on http://%s:%d/metrics", *self.http.address)
 
     def _swap_event(self, event: dict[str, Any]) -> None:
+        """A hot-swap outcome: to the channel follower, and as an MQTT event (fleet dashboards, alerts)."""
+        if self._fleet is not None:
+            self._fleet.on_swap_event(event)
+            event = {**event, "source": str(self._fleet.location), "channel": self._fleet.channel}
         if self.mqtt is not None:  # "type" tells it from an object's new/update/end on the same topic
             self.mqtt.publish_event({"device": self.config.device, "type": "model_swap", **event})
 
@@ -219,6 +233,8 @@ class Daemon(DaemonStatus):
         sd_notify("STOPPING=1")
         self._cameras.wake()
         self._cameras.join(timeout_s=1.0)
+        if self._fleet is not None:
+            self._fleet.close()
         if self._swap is not None:
             self._swap.close()
         for objects in self._objects.values():  # every object still in view ends with the daemon

@@ -88,6 +88,9 @@ _COUNTERS = (
     ("edgekit_mqtt_replayed_total", ("mqtt", "replayed"), "Results queued while disconnected, sent on reconnect."),
     ("edgekit_mqtt_suppressed_total", ("mqtt", "suppressed"), "Results not published by the publish mode."),
     ("edgekit_mqtt_connect_failures_total", ("mqtt", "connect_failures"), "Failed attempts to reach the broker."),
+    ("edgekit_fleet_fetch_errors_total", ("fleet", "fetch_errors"),
+     "Fleet: failed looks at the channel or downloads (store down or slow, disk full)."),
+    ("edgekit_fleet_downloaded_bytes_total", ("fleet", "downloaded_bytes"), "Fleet: bytes of versions downloaded."),
 )
 _GAUGES = (
     ("edgekit_camera_up", ("health", "camera"), "1 when the camera delivers frames."),
@@ -97,6 +100,7 @@ _GAUGES = (
     ("edgekit_mqtt_queued", ("mqtt", "queued"), "Results waiting for the broker to come back."),
     ("edgekit_output_up", ("output", "healthy"), "1 when results can be written (0: disk full, folder gone)."),
     ("edgekit_uptime_seconds", ("uptime_s",), "Seconds since the daemon started."),
+    ("edgekit_fleet_store_up", ("fleet", "store_up"), "Fleet: 1 when the latest look at the channel worked."),
 )
 
 

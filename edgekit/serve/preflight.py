@@ -45,7 +45,9 @@ def preflight_problems(config: ServeConfig) -> list[EdgekitError]:
 def _checks(config: ServeConfig, model: bool, camera: bool) -> list:
     where = "" if config.source == "defaults" else f"{config.source}: "
     checks = []
-    if model:
+    if model and config.model.source:  # a fleet device: its model comes from the store
+        checks.append(lambda: check_fleet(config.model, where))
+    elif model:
         checks.append(lambda: check_model(config.model.path, where))
     if camera:  # every camera, each named in its message
         checks += [lambda c=c: check_camera(c.uri, c.options, where, c.name) for c in config.camera_list]
@@ -58,6 +60,16 @@ def _checks(config: ServeConfig, model: bool, camera: bool) -> list:
     if config.output.jsonl not in ("", "-", "auto"):  # auto: stdout, or the unit's StateDirectory
         checks.append(lambda: check_output(config.output.jsonl, where))
     return checks
+
+
+def check_fleet(model: Any, where: str) -> None:
+    """Every trusted key reads as an Ed25519 public key (the store is not asked: it may be down)."""
+    from edgekit.fleet.keys import read_trusted
+
+    try:
+        read_trusted(list(model.trusted_keys), "[model] trusted_keys")
+    except UsageError as exc:
+        raise UsageError(f"{where}{exc.message}", exc.hint) from exc
 
 
 def check_model(path: str, where: str) -> None:

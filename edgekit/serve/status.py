@@ -89,6 +89,10 @@ class DaemonStatus:
         }
         if self._swap is not None:
             stats["swaps"] = self._swap.stats()
+        fleet = getattr(self, "_fleet", None)
+        if fleet is not None:  # which channel of which store this device follows, and how that goes
+            stats["fleet"] = fleet.stats()
+            stats["info"]["channel"] = fleet.channel
         if self._last_result is not None:
             stats["last_result"] = self._last_result.last_result()  # a detector's boxes, a classifier's top-k
         self._camera_stats(stats)

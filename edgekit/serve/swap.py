@@ -36,7 +36,8 @@ goes on.
 Every outcome is one log line, a count (``ok``, ``rolled_back``, ``refused``) and an event
 handed to ``on_event`` (the daemon publishes it on ``<topic>/events`` over MQTT): which
 outcome, why, and the bundle's name and sha256 beside the one now serving. A refused bundle
-is not tried again until its files change.
+is not tried again until its files change. A fleet's channel follower (``edgekit.fleet.follower``)
+flips the path and asks, and counts what it refuses before that here (:meth:`BundleSwap.refuse`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from edgekit.pipeline import Pipeline
 from edgekit.serve.watch import (
     CHECK_DEADLINE_S,
     content_problem,
+    drop_decision,
     fingerprint,
     first_difference,
     identity,
@@ -196,7 +198,7 @@ class BundleSwap:
                     box["decision"] = decision
                     return
                 self._abandoned -= 1
-            _drop(decision)  # abandoned at its deadline: nobody will install what it opened
+            drop_decision(decision)  # abandoned at its deadline: nobody will install what it opened
 
         finished = with_deadline(work, self._deadline, self._stop)
         with self._lock:
@@ -314,11 +316,16 @@ class BundleSwap:
     def _refuse(self, current: tuple, reason: str) -> None:
         self._refused.add(current)
         self._seen = current
-        log.warning("hot-swap refused %s: %s; still serving sha256 %s", self.path, reason,
+        self.refuse(str(self.path), reason, identity(self.path))
+
+    def refuse(self, what: str, reason: str, bundle: dict[str, Any]) -> None:
+        """Log, count and publish one refusal of ``bundle`` (``what`` names it: a path, or a fleet
+        version refused before it reached the path: untrusted, tampered, missing)."""
+        log.warning("hot-swap refused %s: %s; still serving sha256 %s", what, reason,
                     self._supervisor.identity.get("sha256", "")[:12])
         self.last = f"refused: {reason}"
         self.counts["refused"] += 1  # counted after the line: a reader that sees the count finds it logged
-        self._event("refused", reason, identity(self.path))
+        self._event("refused", reason, bundle)
 
     # ------------------------------------------------------------------ the inference loop
     def remember(self, frame: Any, result: Any) -> None:
@@ -387,9 +394,3 @@ class BundleSwap:
             self.on_event(event)
         except Exception as exc:  # an output that fails must not stop swapping
             log.warning("hot-swap event not delivered: %s", exc)
-
-
-def _drop(decision: tuple | None) -> None:
-    """Close the candidate of a decision nobody will act on."""
-    if decision is not None and decision[0] == "install":
-        decision[2].close()

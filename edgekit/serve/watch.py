@@ -138,6 +138,12 @@ def with_deadline(work: Callable[[], None], deadline_s: float, stop: threading.E
     return True
 
 
+def drop_decision(decision: tuple | None) -> None:
+    """Close the candidate of a hot-swap decision nobody will act on (a check abandoned at its deadline)."""
+    if decision is not None and decision[0] == "install":
+        decision[2].close()
+
+
 def top1(result: Any) -> int | None:
     """The top-1 class index of a FrameResult, a Classification or Detections (the best box's
     class; None when nothing was detected or for other task heads)."""
