@@ -37,7 +37,10 @@ def bundle(tmp_path_factory):
 @pytest.mark.parametrize("moving, low, high", [(False, 1, 10), (True, 48, 60)])
 def test_motion_gating_infers_what_moves(bundle, tmp_path, capsys, moving, low, high):
     clip = _clip(tmp_path / "clip.avi", moving)
-    out = edgekit(capsys, "run", bundle, "--camera", clip, "--motion", "--warmup", "0", "--json")
+    # unpaced: a paced clip on a loaded machine drops frames by design (newest-frame semantics: 56-58 of 60
+    # were seen under load), which is not what this test measures
+    out = edgekit(capsys, "run", bundle, "--camera", clip, "--camera-option", "pace=false", "--motion", "--warmup", "0",
+                  "--json")
     assert out.code == 0, out.err
     lines = [json.loads(x) for x in out.out.splitlines()]
     frames = [x for x in lines if "frame" in x]
@@ -48,7 +51,8 @@ def test_motion_gating_infers_what_moves(bundle, tmp_path, capsys, moving, low, 
 
 
 def test_without_motion_every_frame_is_inferred(bundle, tmp_path, capsys):
-    out = edgekit(capsys, "run", bundle, "--camera", _clip(tmp_path / "still.avi", False), "--warmup", "0", "--json")
+    out = edgekit(capsys, "run", bundle, "--camera", _clip(tmp_path / "still.avi", False), "--camera-option",
+                  "pace=false", "--warmup", "0", "--json")
     assert out.code == 0 and sum('"frame"' in x for x in out.out.splitlines()) == 60
     assert "motion" not in json.loads(out.out.splitlines()[-1])["summary"]
 
