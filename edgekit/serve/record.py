@@ -19,8 +19,9 @@ from typing import Any
 
 from edgekit.serve.sink import to_json
 
-#: latency stages a result carries in ``ms`` (a detector's postprocess split into decode and nms)
-RECORD_STAGES = ("preprocess", "inference", "end_to_end", "decode", "nms")
+#: latency stages a result carries in ``ms`` (a detector's postprocess split into decode and nms; a
+#: cascade's second stage, all its regions)
+RECORD_STAGES = ("preprocess", "inference", "end_to_end", "decode", "nms", "second_stage")  # + a cascade's
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,8 @@ def record_from(result: Any, device: str, identity: Mapping[str, Any], now: floa
         "device": device, **({"camera": camera} if camera else {}), "time": stamp,
         "model": identity.get("bundle", ""), "variant": identity.get("variant", ""),
         "bundle_sha256": identity.get("sha256", ""),
-        "frame": result.index, **head.to_dict(),
+        "frame": result.index, **({"source": result.source} if getattr(result, "source", None) else {}),
+        **head.to_dict(),
         "ms": {k: round(ms[k], 3) for k in RECORD_STAGES if k in ms},
     }
     return ResultRecord(frame=result.index, time=stamp, top=top, detections=detections, camera=camera, doc=doc,
