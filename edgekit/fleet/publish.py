@@ -137,8 +137,8 @@ def push(bundle: str | Path, dest: str, channel: str | None, key_path: str) -> d
     resigned = ""
     try:
         verified = verify_bundle(path, [own])
-    except SignatureError as exc:
-        resigned = exc.message
+    except SignatureError:
+        resigned = _signed_before(path, own)
         sign_bundle(path, key_path)
         verified = verify_bundle(path, [own])
     store = Bucket.open(dest)
@@ -156,6 +156,17 @@ def push(bundle: str | Path, dest: str, channel: str | None, key_path: str) -> d
     return {"version": version, "bundle": verified.bundle.manifest.get("name", path.name), "files": len(files),
             "sent": sent, "bytes": size, "key_id": verified.key_id, "signed": bool(resigned) or None,
             "was": resigned, "channel": channel, "previous": previous, "dest": str(store.location)}
+
+
+def _signed_before(path: Path, own: PublicKey) -> str:
+    """How the bundle was signed before ``push`` signed it with ``own`` (for the note it prints)."""
+    try:
+        kid = parse_signature((path / SIGNATURE).read_bytes(), SIGNATURE)[0]
+    except FileNotFoundError:
+        return "it was not signed"
+    except (OSError, SignatureError):
+        return "its signature could not be read"
+    return f"it was signed by key {kid}" if kid != own.key_id else "its signature did not match its manifest"
 
 
 def _pointed(store: Bucket, channel: str) -> str:

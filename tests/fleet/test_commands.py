@@ -10,6 +10,7 @@ import stat
 import pytest
 
 from edgekit.cli import main
+from edgekit.fleet.keys import read_public_key
 from edgekit.fleet.signature import SIGNATURE
 
 
@@ -71,7 +72,8 @@ def test_push_signs_again_with_the_key_it_is_given(fleet, bundles, capsys, tmp_p
         run(capsys, "push", str(bundle), fleet.dest, "--channel", "stable", "--key", str(fleet.keys["trusted"][0]))
         code, out, _ = run(capsys, "push", str(bundle), fleet.dest, "--channel", "stable", "--key",
                            str(fleet.keys["stranger"][0]))
-    assert code == 0 and out.startswith(f"signed {bundle} with key") and "not trusted here" in out
+    trusted_id = read_public_key(fleet.pub()).key_id
+    assert code == 0 and out.startswith(f"signed {bundle} with key") and f"(it was signed by key {trusted_id})" in out
     code, _, err = run(capsys, "verify", str(bundle), "--trusted-key", fleet.pub())
     assert code == 2 and "not trusted" in err
 

@@ -18,12 +18,11 @@ import pytest
 
 from edgekit.serve.config import override
 from edgekit.serve.daemon import Daemon
+from tests.fleet.test_follower import config, serving
 from tests.helpers import seaweed as sw
 from tests.helpers.waiting import wait_until
 from tests.serve.test_daemon import running
 from tests.serve.test_daemon_services import MOSQUITTO, Broker, Subscriber, free_port
-
-from .test_follower import config, serving
 
 
 def test_swap_events_on_mqtt_name_the_channel_and_the_versions(fleet, bundles, tmp_path):
