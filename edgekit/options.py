@@ -230,7 +230,7 @@ def target_completer(prefix: str = "", **_: Any) -> list[str]:
     return [head + name for name in available_targets() if name.startswith(last)]
 
 
-def add_cascade_options(parser: argparse.ArgumentParser) -> Any:
+def add_cascade_options(parser: argparse.ArgumentParser, tracking: bool = True) -> Any:
     """``--then``, ``--roi`` and the second model's task flags: a detector feeding a second model
     (:mod:`edgekit.cascade`; docs/pipelines.md). Returns the argument group (a verb adds its own there)."""
     g = parser.add_argument_group("cascade (a detector feeding a second model)")
@@ -240,10 +240,11 @@ def add_cascade_options(parser: argparse.ArgumentParser) -> Any:
                    help="the region options (MediaPipe names): rotation_vector_start_keypoint_index, "
                         "..._end_keypoint_index, rotation_vector_target_angle_degrees, scale_x, scale_y, shift_x, "
                         "shift_y, square_long, square_short, alignment_points, max_regions (default 4)")
-    g.add_argument("--track-roi", metavar="JSON",
-                   help="MediaPipe's tracking: the region options applied to last frame's landmarks (their box; "
-                        "the landmarks as keypoints); the detector runs again only when a landmark model's presence "
-                        "drops (face: keypoints 33 -> 263, scale 1.5, square_long)")
+    if tracking:  # serve shares one second stage among its cameras: no per-camera track to follow
+        g.add_argument("--track-roi", metavar="JSON",
+                       help="MediaPipe's tracking: the region options applied to last frame's landmarks (their box; "
+                            "the landmarks as keypoints); the detector runs again only when a landmark model's "
+                            "presence drops (face: keypoints 33 -> 263, scale 1.5, square_long)")
     g.add_argument("--then-task", metavar="TASK", help="the second model's task head (default: its bundle's)")
     g.add_argument("--then-option", action="append", type=key_value, metavar="KEY=VALUE",
                    help="an option of the second model's task head (values are JSON), repeatable")

@@ -13,6 +13,7 @@ from typing import Any
 from edgekit.errors import UsageError
 from edgekit.options import (
     add_camera_options,
+    add_cascade_options,
     add_deprecated_alias,
     add_runtime_options,
     at_least,
@@ -78,6 +79,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--write-example-config", metavar="PATH",
                         help="write the example configuration (every key documented) to PATH ('-': stdout) and exit")
     parser.add_argument("--force", action="store_true", help="with --write-example-config: replace an existing file")
+    add_cascade_options(parser, tracking=False)
 
 
 def build_config(args: argparse.Namespace) -> ServeConfig:
@@ -128,7 +130,30 @@ def build_config(args: argparse.Namespace) -> ServeConfig:
     if level is not None and level not in ("debug", "info", "warning", "error"):
         raise UsageError(f"--log-level {level!r}: not debug, info, warning or error", "use -v, -vv or -q")
     config = override(config, "log", level=level or _verbosity_level(args))
-    return config
+    return _with_stage_flags(config, args)
+
+
+def _with_stage_flags(config: ServeConfig, args: argparse.Namespace) -> ServeConfig:
+    """``--then SECOND --roi JSON`` (and the second model's task flags): a [[stage]] replacing the file's."""
+    import dataclasses
+
+    then = getattr(args, "then", None)
+    if not then:
+        if getattr(args, "roi", None):
+            raise UsageError("--roi without --then", "add --then SECOND[:VARIANT], the model to run on each region")
+        return config
+    from edgekit.options import cascade_model_options
+    from edgekit.serve.stage_config import stage_from
+
+    second = cascade_model_options(args)
+    try:
+        roi = json.loads(args.roi) if getattr(args, "roi", None) else {}
+    except ValueError as exc:
+        raise UsageError(f"--roi is not JSON: {exc}",
+                         "e.g. --roi '{\"scale_x\": 1.5, \"square_long\": true}'") from None
+    table = {"model": then, "roi": roi, "task": second.get("task", ""), "labels": second.get("labels", ""),
+             "task_options": second.get("task_options", {})}
+    return dataclasses.replace(config, stages=(stage_from(table, "--then"),))
 
 
 def _with_camera_flags(config: ServeConfig, flags: list[str]) -> ServeConfig:

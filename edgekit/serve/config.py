@@ -29,6 +29,7 @@ from edgekit.serve.camera_config import CameraConfig, check_names, motion_option
 from edgekit.serve.discovery import BINARY_DEVICE_CLASSES
 from edgekit.serve.model_config import MODEL_MINIMUM, MODEL_PATH_KEYS, ModelConfig, check_model
 from edgekit.serve.mqtt_options import check_mqtt
+from edgekit.serve.stage_config import parse_stages
 from edgekit.util.optionspec import Option, OptionValueError, close_match
 from edgekit.util.safe_open import NotARegularFile, read_regular
 
@@ -128,12 +129,16 @@ class ServeConfig:
     http: HttpConfig = field(default_factory=HttpConfig)
     log: LogConfig = field(default_factory=LogConfig)
     events: EventsConfig = field(default_factory=EventsConfig)
+    stages: tuple = ()  # [[stage]]: a second model on each detection's region (stage_config.py)
     source: str = "defaults"  # where the values came from, for error messages
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every table (what ``edgekit serve --print-config`` shows)."""
         d = dataclasses.asdict(self)
         d.pop("source")
+        stages = d.pop("stages")
+        if stages:
+            d["stage"] = list(stages)
         cameras = d.pop("cameras")
         if cameras:  # named cameras show as the [[camera]] array they came from
             d["camera"] = list(cameras)
@@ -285,6 +290,9 @@ def from_dict(raw: dict[str, Any], where: str = "config", base_dir: Path | None 
     """Validate a parsed TOML document (a dict of tables) into a :class:`ServeConfig`."""
     tables = {}
     for table, value in raw.items():
+        if table == "stage":  # [[stage]]: an array of tables, checked on its own
+            tables["stages"] = parse_stages(value, where, base_dir)
+            continue
         if table not in SECTIONS:
             close = close_match(table, SECTIONS)
             hint = f"did you mean [{close}]?" if close else f"known tables: {', '.join(SECTIONS)}"

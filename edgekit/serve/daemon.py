@@ -243,6 +243,7 @@ class Daemon(DaemonStatus):
             if part is not None:
                 part.close()
         self._model.close()
+        self._model.close_stage()
         if self._started_ns is not None:  # a start that failed already said why, in one line
             log.info("stopped after %d frames", self._counters.get("frames", "processed"))
 

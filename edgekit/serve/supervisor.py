@@ -87,6 +87,7 @@ class ModelSupervisor:
         self.error = ""
         self._failing = 0
         self._retry_at = 0.0
+        self._stage: Any = None  # [[stage]]: (its open model, its SecondStage), opened once, kept across reopens
         self._delay = 0.0
 
     @property
@@ -110,7 +111,8 @@ class ModelSupervisor:
         # task: the bundle's task head and its options (open_model); a bare factory's runtime: classify
         name, options = task or ("classify", {})
         pipeline = Pipeline(runtime, labels, top_k=self.config.model.top_k, max_corrupt=None,
-                            clock=self._clock, metrics=self._metrics, task=name, task_options=options)
+                            clock=self._clock, metrics=self._metrics, task=name, task_options=options,
+                            then=self._second_stage(name))
         try:
             info = dict(runtime.describe())
         except Exception as exc:  # describe() is informative only
@@ -189,6 +191,30 @@ class ModelSupervisor:
                 pipeline.runtime.close()
             except Exception as exc:
                 log.warning("closing the runtime failed: %s", exc)
+
+    def _second_stage(self, task: str) -> Any:
+        """The cascade's second stage (``[[stage]]``), opened on first use; None without one."""
+        if not self.config.stages:
+            return None
+        if task != "detect":
+            raise UsageError(f"[[stage]] needs a detector first; the model is a {task} model",
+                             "serve a detect bundle, or remove [[stage]] / --then")
+        if self._stage is None:
+            from edgekit.serve.stage_config import open_stage
+
+            shared = {k: v for k, v in model_options(self.config).items() if k in ("device", "num_threads")}
+            self._stage = open_stage(self.config.stages[0], shared)
+            log.info("cascade: each detection's region goes to %s (%s)", self._stage[0].name, self._stage[0].task)
+        return self._stage[1]
+
+    def close_stage(self) -> None:
+        """Close the cascade's second model (at the daemon's stop; errors are only logged)."""
+        stage, self._stage = self._stage, None
+        if stage is not None:
+            try:
+                stage[0].close()
+            except Exception as exc:
+                log.warning("closing the second model failed: %s", exc)
 
     def _open_configured(self) -> Any:
         """The default factory: ``[model]`` through :func:`edgekit.model.open_model`."""
