@@ -80,7 +80,9 @@ def test_commands_round_trip_and_refusals(tmp_path, broker, caplog):  # noqa: F8
             assert command(sub, broker.port, "detect", "OFF") == {**answers(sub, "detect")[-1], "ok": True,
                                                                    "state": "OFF", "requested": "OFF"}
             wait_until(lambda: sub.on(f"{TOPIC}/state")[-1][0] == "none", what="the state none once paused")
-            time.sleep(0.3)  # a result of the frame that was being processed may still be on its way
+            # the loop has passed a frame over: the frame it was processing when paused was published before
+            wait_until(lambda: daemon.stats()["control"]["paused_frames"] >= 1, what="a frame passed over")
+            time.sleep(0.3)  # its result may still be on its way from the broker
             n = len(sub.on("/result"))
             time.sleep(1.0)
             assert len(sub.on("/result")) == n
@@ -101,6 +103,8 @@ def test_commands_round_trip_and_refusals(tmp_path, broker, caplog):  # noqa: F8
             assert unknown["ok"] is False and unknown["command"] == "unknown" and "unknown command" in unknown["error"]
             assert command(sub, broker.port, "detect", "off")["error"] == "detect takes ON or OFF"
             assert "not available" in command(sub, broker.port, "reload", "")["error"]  # a model from a factory
+        # the clean stop clears the retained state; the broker hands the clear on after the daemon has gone
+        wait_until(lambda: sub.on("/set/detect/state")[-1][0] == "", what="the detect state cleared by the stop")
     finally:
         sub.close()
     refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
