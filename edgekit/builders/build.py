@@ -9,6 +9,7 @@ the accuracy gate passes (:mod:`edgekit.builders.publish`).
 from __future__ import annotations
 
 import errno
+import logging
 import tempfile
 import time
 from collections.abc import Iterator
@@ -109,7 +110,15 @@ def build(
     Returns one TargetBuild per target; raises, once all are built, as builders/outcome.py:finish says.
     """
     # every parameter is a BuildRequest field of the same name (it normalises and checks them)
-    return execute(BuildRequest(**locals()))
+    request = BuildRequest(**locals())
+    if not request.quiet:
+        return execute(request)
+    # quiet: what TensorFlow, absl and oneDNN print from C++ straight to fd 2 (and the converter's child
+    # processes, which inherit it) goes to the log at DEBUG instead; an error-looking line stays a WARNING
+    from edgekit.util.quiet import converter_level, native_stderr_to_log
+
+    with native_stderr_to_log(logging.getLogger("edgekit.build.native"), converter_level):
+        return execute(request)
 
 
 def execute(request: BuildRequest) -> list[TargetBuild]:
