@@ -33,6 +33,17 @@ def real_model_file(name: str) -> Path | None:
     return next(iter(sorted(Path(root).rglob(name))), None)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _state_outside_home(tmp_path_factory):
+    """Daemons keep a per-install node id (edgekit/serve/node.py) and a fleet follower its versions
+    (edgekit/fleet/local.py) in ``$STATE_DIRECTORY``, else ``$XDG_STATE_HOME/edgekit``, else
+    ``~/.local/state/edgekit``: the suite's go to a folder of this session, never the real home."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("STATE_DIRECTORY", raising=False)
+        mp.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def demo_bundles(tmp_path_factory):
     """The demo model built for every target once per test session: {target: TargetBuild}."""
