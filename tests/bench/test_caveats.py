@@ -141,3 +141,45 @@ def test_quiet_bench_prints_no_warnings_but_the_json_keeps_them(tmp_path, capsys
     assert "warning:" not in err and any("noisy" in w for w in json.loads(out)["warnings"])
     assert main(argv) == 0
     assert "warning: noisy" in capsys.readouterr().err
+
+
+def test_outliers_do_not_widen_a_panel_they_are_drawn_at_its_edge_with_their_value():
+    """Issue 39 item 7: a few slow calls must not make every box a sliver; each panel's axis comes
+    from its own variants, the samples beyond it are marked at the edge with how many and the largest."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from edgekit.bench.plots import _box_figure, _timeline_figure
+
+    slow = _variant("d-jetson:fp32", "d", 1.0, ORT_CPU, "jetson")
+    slow.runs[0].samples_ms["inference"][:3] = [60.0, 55.0, 58.0]  # ONNX Runtime's odd slow calls
+    report = _report([_variant("d-cpu:fp32", "d", 1.0), slow, _variant("e-cpu:fp32", "e", 40.0)])
+    d_panel, e_panel = _box_figure(Figure, report).axes[:2]
+    assert d_panel.get_xlim()[1] < 2  # the 60 ms calls did not set the axis
+    notes = [t.get_text() for t in d_panel.texts]
+    assert any(n.startswith("3 > ") and n.endswith("max 60 ms") for n in notes)
+    assert e_panel.get_xlim()[1] > 40 and not e_panel.texts  # the other model's panel is its own
+    timeline = _timeline_figure(Figure, report).axes[0]
+    assert timeline.get_ylim()[1] < 2 and any("max 60 ms" in t.get_text() for t in timeline.texts)
+
+
+def test_fourteen_variants_get_fourteen_colours_and_the_legend_sits_outside_the_data():
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from edgekit.bench.plots import _timeline_figure, variant_style
+
+    assert len({variant_style(i)[0] for i in range(20)}) == 20
+    assert len({variant_style(i) for i in range(24)}) == 24  # past 20: a hatch and a marker tell them apart
+    report = _report([_variant(f"m-cpu:v{i}", "m", 1.0 + i / 10) for i in range(14)])
+    fig = _timeline_figure(Figure, report)
+    ax = fig.axes[0]
+    colours = {line.get_color() for line in ax.get_lines() if line.get_label().startswith("m-cpu")}
+    assert len(colours) == 14
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()  # the layout places the legend at draw time
+    renderer = canvas.get_renderer()
+    legend, data = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert legend.x0 >= data.x1  # right of the axes, covering nothing
