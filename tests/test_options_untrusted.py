@@ -61,8 +61,10 @@ def test_a_run_shorter_than_its_warm_up_says_why_it_has_no_timings():
     stage = {"count": 0, "p50_ms": nan, "p90_ms": nan, "p99_ms": nan, "mean_ms": nan, "max_ms": nan}
     summary = {"frames": 3, "warmup": 3, "fps": 0.0, "skipped": 0, "corrupt": 0, "stages": {"inference": stage}}
     text = format_summary(summary)
-    assert "no timings: all 3 frames were warm-up; give --warmup 0" in text and "nan" not in text
-    assert "no timings" not in format_summary({**summary, "frames": 8})
+    assert "fps n/a (all 3 frames were warm-up)" in text and "fps 0.0" not in text  # issue 39 item 9
+    assert "no timings: give --warmup 0" in text and "nan" not in text and "p50" not in text  # no empty table
+    full = format_summary({**summary, "frames": 8, "fps": 30.0})
+    assert "no timings" not in full and "fps 30.0" in full and "p50" in full
 
 
 def test_running_a_training_format_model_says_to_build_it_first(tmp_path):

@@ -315,17 +315,18 @@ def _print_summary(summary: dict, args, out: TextIO, log: TextIO) -> None:
 def format_summary(summary: dict) -> str:
     """The end-of-run summary as a small text table."""
     width = max([14, *(len(stage) + 2 for stage in summary["stages"])])  # a cascade's second_stage@k=N
+    # every frame warm-up: nothing was timed, so say so instead of "fps 0.0" over a table of dashes
+    warm_only = bool(summary["frames"]) and summary["frames"] <= summary["warmup"]
+    fps = f"n/a (all {summary['frames']} frames were warm-up)" if warm_only else f"{summary['fps']:.1f}"
     lines = [
-        f"summary: {summary['frames']} frames ({summary['warmup']} warm-up), fps {summary['fps']:.1f}, "
+        f"summary: {summary['frames']} frames ({summary['warmup']} warm-up), fps {fps}, "
         f"skipped {summary['skipped']}, corrupt {summary['corrupt']}"
         + (", interrupted" if summary.get("interrupted") else ""),
         f"  init {_ms(summary.get('init_ms'))}, first inference {_ms(summary.get('first_inference_ms'))}",
+        "  no timings: give --warmup 0, or more frames than --warmup (default 5)" if warm_only else
         f"  {'stage':<{width}}{'n':>7}{'p50':>9}{'p90':>9}{'p99':>9}{'mean':>9}{'max':>9}  (ms)",
     ]
-    if summary["frames"] and summary["frames"] <= summary["warmup"]:
-        lines.insert(2, f"  no timings: all {summary['frames']} frames were warm-up; give --warmup 0, or more "
-                        "frames than --warmup (default 5)")
-    for stage, s in summary["stages"].items():
+    for stage, s in {} if warm_only else summary["stages"].items():
         lines.append(f"  {stage:<{width}}{s['count']:>7}" + "".join(
             _cell(s[k]) for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms")))
     if summary.get("motion"):
