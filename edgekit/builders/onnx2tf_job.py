@@ -28,8 +28,10 @@ into the working directory.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import sys
+import traceback
 from pathlib import Path
 
 SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
@@ -92,6 +94,45 @@ def _export(model, keys: list[str], out: str, nchw: bool = False) -> list[dict]:
             for k, o in zip(keys, model.outputs)]
 
 
+_ERROR_LINE = re.compile(r"^\s*(\w+(?:Error|Exception)):\s*(.+)$")
+_SHAPES = re.compile(r" with input shapes: (.+?)\.?$")
+_NODE_NAME = re.compile(r"\bname='([^']+)'")
+
+
+def _cause(line: str) -> str:
+    """TensorFlow's shape error without its graph-node dump: "Dimensions must be equal, but are 4800 and
+    120 (input shapes [1,1,4800], [120])"."""
+    shapes = line[line.find(" with input shapes"):] if " with input shapes" in line else ""
+    return _SHAPES.sub(r" (input shapes \1)", line.split(" for '{{node", 1)[0] + shapes)
+
+
+def describe_failure(exc: BaseException) -> dict:
+    """``error`` (the exception's type and its telling line), and ``node``/``op`` (the ONNX node onnx2tf
+    was converting, read from its op function's ``graph_node`` argument in the traceback).
+
+    TensorFlow wraps what fails while tracing in ``ValueError: in user code:`` followed by the
+    traceback of the traced code and, last, the real error: the first line says nothing (PP-OCRv4's
+    recogniser read "ValueError: in user code:" and no more), so the last error-like line is kept.
+    """
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    at = next((i for i in range(len(lines) - 1, -1, -1) if _ERROR_LINE.match(lines[i])), None)
+    telling = lines[at] if at is not None else f"{type(exc).__name__}: {lines[-1] if lines else ''}"
+    if at is not None and at + 1 < len(lines) and not lines[at + 1].startswith("Call arguments"):
+        # Keras's "Exception encountered when calling layer ..." says the cause on the next line
+        telling = telling.rstrip(".") + ": " + _cause(lines[at + 1])
+    found: dict = {"error": telling[:400]}
+    named = _NODE_NAME.findall(str(exc))  # onnx2tf names each TF op after its ONNX node
+    if named:
+        found["node"] = named[-1][:120]
+    tb = exc.__traceback__
+    while tb is not None:  # the innermost onnx2tf op function's node is where it failed
+        node = tb.tb_frame.f_locals.get("graph_node") if "onnx2tf" in tb.tb_frame.f_code.co_filename else None
+        if node is not None and getattr(node, "name", None):
+            found["node"], found["op"] = str(node.name)[:120], str(getattr(node, "op", "") or "")[:40]
+        tb = tb.tb_next
+    return found
+
+
 def main(argv: list[str]) -> int:
     """Convert the job's ONNX model; 0 on success, 3 on a conversion error (see result.json)."""
     block_network()
@@ -113,8 +154,8 @@ def main(argv: list[str]) -> int:
     except SystemExit as exc:  # onnx2tf exits on its own errors after printing them
         result["error"] = f"onnx2tf stopped (exit {exc.code})"
     except Exception as exc:  # whatever the converter raises becomes the one line the parent shows
-        text = str(exc).strip().splitlines()
-        result["error"] = f"{type(exc).__name__}: {text[0][:300] if text else ''}"
+        result.update(describe_failure(exc))
+        traceback.print_exc()  # the whole of it into the kept log (the parent keeps stdout and stderr)
     Path("result.json").write_text(json.dumps(result))
     return 0 if result["ok"] else 3
 

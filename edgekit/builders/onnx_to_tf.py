@@ -231,11 +231,13 @@ def _result(job_dir: Path, proc: subprocess.CompletedProcess, source: SourceMode
         raise BackendUnavailable("building ONNX for TFLite targets needs onnx2tf", INSTALL_HINT)
     if not result.get("ok"):
         why = result.get("error") or f"the converter crashed (exit {proc.returncode})"
+        if result.get("stage") == "export" and result.get("error"):  # onnx2tf made a model TF cannot trace
+            why = f"its model fails when traced for the SavedModel: {why}"
         text = proc.stdout + proc.stderr
         detail = last_error(text)
-        node = stopped_at(text)
+        node, op = result.get("node") or stopped_at(text), result.get("op")  # the job reads them off the traceback
         raise ModelError(f"onnx2tf could not convert {source.path.name}: {why}" + (f": {detail}" if detail else "")
-                         + (f" (at node '{node}')" if node else ""),
+                         + (f" (at node '{node}'" + (f", {op}" if op else "") + ")" if node else ""),
                          "build this model for jetson")
     got = [o["key"] for o in result["outputs"]]
     want = [o.key for o in source.outputs]
