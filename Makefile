@@ -83,13 +83,13 @@ detector: $(STAMP)
 	$(BIN)/python -m scripts.detector_data
 	$(BIN)/python -m scripts.train_detector
 
+# every benchmark runs; then the exit is 1 if one missed a goal it printed (benchmarks/goals.py) or failed
 bench: $(STAMP)
-	$(BIN)/python benchmarks/overhead.py
-	$(BIN)/python benchmarks/preprocess.py
-	$(BIN)/python benchmarks/precision.py
-	$(BIN)/python benchmarks/footprint.py
-	$(BIN)/python benchmarks/daemon_throughput.py
-	$(BIN)/python benchmarks/daemon_soak.py --minutes 3
+	@rc=0; for b in overhead.py preprocess.py precision.py footprint.py daemon_throughput.py \
+	    "daemon_soak.py --minutes 3"; do \
+	  echo "$(BIN)/python benchmarks/$$b"; $(BIN)/python benchmarks/$$b || rc=1; \
+	done; \
+	[ $$rc = 0 ] || { echo "make bench: a goal was missed or a benchmark failed (see above)" >&2; exit 1; }
 
 clean:
 	rm -rf $(DIST) .pytest_cache .ruff_cache

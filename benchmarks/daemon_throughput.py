@@ -15,7 +15,7 @@ interleaved A/B/A/B in one process and reported as ratios:
     python benchmarks/daemon_throughput.py                      # builds the CNNs with TensorFlow first
     python benchmarks/daemon_throughput.py --model m.tflite --seconds 8 --repeats 3 --json out.json
 
-Figures, not pass/fail: the exit code is 0 unless something crashed.
+The figures, and their goals checked: the exit code is 1 when a goal was missed (benchmarks/goals.py).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+from goals import Goals
 
 from edgekit.bench.machine import machine_context
 from edgekit.camera import Frame, OpenCVSource, open_camera
@@ -463,6 +464,7 @@ def main() -> int:
         slowest = max(models, key=lambda m: m.stat().st_size if args.model else int(m.stem[3:]))
         report["outrun"] = outrun(slowest, args.threads, workdir, args.seconds, args.outrun_fps)
     b, o = report["balanced"], report["outrun"]
+    goals = Goals("daemon_throughput.py")
     print(f"balanced: parallel capacity {b['parallel_capacity']} (2.0 = two idle cores); "
           f"load average {b['load_average']}")
     whats = {"cpu": "file: source, FFmpeg decode", "cpu_opencv": "OpenCVSource, VideoCapture decode",
@@ -475,17 +477,20 @@ def main() -> int:
         m = b[mode]
         print(f"  {mode}: {m['model']}, capture {m['capture_ms']} ms ({what} of {b['clip']}), stage {m['stage_ms']} ms")
         print(f"    pipelined fps {m['pipelined_fps']}  sequential fps {m['sequential_fps']}  ideal {m['ideal_fps']}")
-        print(f"    pipelined / ideal = {m['pipelined_over_ideal']} (goal >= 0.9); pipelined / sequential = "
-              f"{m['pipelined_over_sequential']} (goal >= 1.3)")
+        ideal = goals.check(f"{mode} pipelined/ideal", m["pipelined_over_ideal"], ">=", 0.9)
+        sequential = goals.check(f"{mode} pipelined/sequential", m["pipelined_over_sequential"], ">=", 1.3)
+        print(f"    pipelined / ideal = {m['pipelined_over_ideal']} (goal >= 0.9) {ideal}; pipelined / sequential = "
+              f"{m['pipelined_over_sequential']} (goal >= 1.3) {sequential}")
     print(f"outrun: {o['model']}, camera {o['camera_fps']} fps ({o['frame_interval_ms']} ms), inference p99 "
           f"{o['inference_p99_ms']} ms, skipped {o['skipped_share']:.0%} of {o['frames']['captured']} frames")
     print(f"  end-to-end p50 {o['end_to_end_p50_ms']} ms  p99 {o['end_to_end_p99_ms']} ms  max "
-          f"{o['end_to_end_max_ms']} ms  goal <= {o['goal_bound_ms']} ms  (p99/goal {o['p99_over_bound']})")
+          f"{o['end_to_end_max_ms']} ms  goal <= {o['goal_bound_ms']} ms  (p99/goal {o['p99_over_bound']}) "
+          + goals.check("outrun end-to-end p99 ms", o["end_to_end_p99_ms"], "<=", o["goal_bound_ms"]))
     for warning in report["context"]["warnings"]:
         print(f"warning: {warning}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    return 0
+    return goals.exit_code()
 
 
 if __name__ == "__main__":

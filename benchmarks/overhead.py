@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from goals import Goals
 from precision import Bare, build_variants, random_input, work_dir
 
 
@@ -48,15 +49,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, help="keep converted models here (shared with benchmarks/precision.py)")
     args = ap.parse_args(argv)
     workdir = work_dir(args.workdir, "edgekit-overhead-")
+    goals = Goals("overhead.py")
     print(f"{'model':<12}{'variant':>8}{'threads':>8}{'n':>7}{'Runtime.infer p50':>19}{'bare p50':>11}{'ratio':>9}")
     for name in args.models.split(","):
         paths = build_variants(name, workdir)
         for v in args.variants.split(","):
             count = args.count if name == "demo" else max(200, args.count // 10)  # big models: fewer calls
             e, b = overhead(paths[v], args.threads, count)
-            print(f"{name:<12}{v:>8}{args.threads:>8}{count:>7}{e:>16.4f} ms{b:>8.4f} ms{e / b:>8.3f}x", flush=True)
+            mark = goals.check(f"{name} {v} ratio", e / b, "<=", 1.03)
+            print(f"{name:<12}{v:>8}{args.threads:>8}{count:>7}{e:>16.4f} ms{b:>8.4f} ms{e / b:>8.3f}x {mark}",
+                  flush=True)
     print("ratio = Runtime.infer p50 / bare p50 on the same model file (goal <= 1.03)")
-    return 0
+    return goals.exit_code()
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import time
 
 import cv2
 import numpy as np
+from goals import Goals
 from PIL import Image
 
 from edgekit.imaging.image import InputSpec, Preprocessor
@@ -88,12 +89,16 @@ def measure(edge, naive, make_e, make_n, count: int) -> tuple[float, float]:
     return np.percentile(e, 50) / 1e6, np.percentile(n, 50) / 1e6
 
 
+GOALS = {"Vector": 0.3, "BGR": 0.2}  # ratio goals by a row label's first word (the line printed below)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=2000)
     ap.add_argument("--quality", type=int, default=90, help="JPEG quality of the Vector rows' frame (default 90)")
     args = ap.parse_args(argv)
     frame = camera_frame()
+    goals = Goals("preprocess.py")
     jpeg = cv2.imencode(".jpg", frame, [cv2.IMWRITE_JPEG_QUALITY, args.quality])[1].tobytes()
     pil = lazy(jpeg)
     pil.load()
@@ -110,9 +115,11 @@ def main(argv: list[str] | None = None) -> int:
         for label, (edge, naive, make_e, make_n) in rows(pre, spec, frame, pil, jpeg).items():
             pe, pn = measure(edge, naive, make_e, make_n, args.count)
             name = f"{size}x{size}x1 {dtype}"
-            print(f"{name:<22}{pe:>10.4f} ms{pn:>12.4f} ms{pe / pn:>8.3f}x   {label}", flush=True)
+            bound = GOALS.get(label.split()[0])  # the rows the goals name; the others are context
+            mark = "" if bound is None else goals.check(f"{name} {label}", pe / pn, "<=", bound)
+            print(f"{name:<22}{pe:>10.4f} ms{pn:>12.4f} ms{pe / pn:>8.3f}x   {label} {mark}".rstrip(), flush=True)
     print("ratio = edgekit p50 / naive p50 on a 640x360 frame (goals: Vector rows <= 0.3, BGR frame <= 0.2)")
-    return 0
+    return goals.exit_code()
 
 
 if __name__ == "__main__":

@@ -46,7 +46,9 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    # the public names only: the typing helpers this module imports (Any, TYPE_CHECKING, annotations)
+    # are no API, and tab completion in a notebook must not offer them
+    return sorted(__all__)
 
 
 def build(*args: Any, **kwargs: Any):

@@ -122,6 +122,11 @@ class Bundle:
     manifest: dict
 
     @property
+    def name(self) -> str:
+        """The manifest's name, the model's (``demo`` for ``dist/demo-cpu``), else the folder's."""
+        return str(self.manifest.get("name") or self.path.name)
+
+    @property
     def target(self) -> str:
         return self.manifest["target"]
 

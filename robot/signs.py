@@ -162,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+QUIET_LINES = ("said (", "  items ", "face: ")  # what -q keeps: what was announced, the acceptance totals
+
+
 def main(argv: Sequence[str] | None = None, runtime: Any = None, labels: Sequence[str] | None = None,
          out: TextIO | None = None) -> int:
     """Entry point. ``runtime``/``labels`` replace the bundle's (tests pass a FakeRuntime).
@@ -171,8 +174,18 @@ def main(argv: Sequence[str] | None = None, runtime: Any = None, labels: Sequenc
     """
     args = parse(build_parser(), argv)
     out = out or (sys.stderr if args.json is True else sys.stdout)  # --json: stdout holds JSON only
+    shown = out
+    if args.quiet:  # -q: the summary lines and errors only; the header, log and tables are dropped
+        import io
+
+        out = io.StringIO()
     try:
-        return _run(args, runtime, labels, out)
+        rc = _run(args, runtime, labels, out)
+        if args.quiet:
+            for line in out.getvalue().splitlines():
+                if line.startswith(QUIET_LINES):
+                    print(line.strip(), file=shown)
+        return rc
     except EdgekitError as exc:
         return print_error("robot.signs", exc)
     except KeyboardInterrupt:

@@ -484,3 +484,17 @@ def test_cleanup_never_hides_the_error_that_stopped_the_write(tmp_path):
         shutil.rmtree(w.dir)  # the temp dir is already gone when the cleanup runs
         raise KeyboardInterrupt
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bundle_has_the_manifests_name_and_the_package_lists_only_its_api(tmp_path):
+    """Issue 39 item 9: ``Bundle.name``; ``dir(edgekit)`` without Any/TYPE_CHECKING/annotations."""
+    import edgekit
+
+    with BundleWriter(tmp_path / "demo-cpu") as w:
+        (w.dir / "m.tflite").write_bytes(b"model-bytes")
+        w.commit({**_manifest(), "name": "demo"})
+    assert load_bundle(tmp_path / "demo-cpu").name == "demo"
+    assert load_bundle(_write(tmp_path / "old-cpu")).name == "old-cpu"  # no name in the manifest: its folder
+    names = dir(edgekit)
+    assert not {"Any", "TYPE_CHECKING", "annotations", "importlib"} & set(names)
+    assert {"Bundle", "Pipeline", "build", "open_camera", "load_bundle"} <= set(names)

@@ -102,8 +102,8 @@ def test_fake_robot_says_each_unseen_item_once_and_nothing_over_plain_scenes(fit
             w.writerow([f"{k:04d}.png", label])
     out = io.StringIO()
     rc = main(["--bundle", str(bundle), "--fake", str(folder), "--hold", "1", "--fps", str(FPS), "--truth",
-               str(folder / "truth.csv"), "--thresholds", str(fitted_file), "--json", str(tmp_path / "r.json"),
-               "--quiet"], out=out)
+               str(folder / "truth.csv"), "--thresholds", str(fitted_file), "--json", str(tmp_path / "r.json")],
+              out=out)
     text = out.getvalue()
     assert rc == 0, text
     acc = json.loads((tmp_path / "r.json").read_text())["acceptance"]

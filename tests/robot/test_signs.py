@@ -335,3 +335,16 @@ def test_the_frames_line_is_plain_when_no_frame_came():
     assert _frames_line({}) == "frames: n/a (the source keeps no counts)"
     assert _frames_line({"camera_fps": 15.0, "received": 30, "delivered": 29, "skipped": 1}) == \
         "frames: camera 15.0 fps, received 30, delivered 29, skipped 1"
+
+
+def test_quiet_prints_no_header_log_or_tables_but_still_writes_the_json(tmp_path, capsys):
+    """Issue 39 item 9: ``robot.signs -q`` printed its report tables anyway; its help says "only the
+    summary and errors"."""
+    frames = write_frames(tmp_path / "frames", ["background", "a", "b", "background", "a"])
+    out = io.StringIO()
+    rc = main(["--fake", str(frames), "--fps", "25", "--hold", "6", "--agree", "3", "-q", "--json-file",
+               str(tmp_path / "report.json")], runtime=brightness_model(), labels=LABELS, out=out)
+    captured = capsys.readouterr()
+    assert rc == 0 and out.getvalue() == "said (3): a b a\n"  # the summary only: no header, log, tables
+    assert captured.out == "" and captured.err == ""
+    assert json.loads((tmp_path / "report.json").read_text())["said"] == ["a", "b", "a"]
