@@ -210,7 +210,7 @@ class Controls:
             self._applied = version
             mqtt.set_min_score(threshold)
             for feed in objects or ():
-                feed.tracker.min_score = threshold
+                feed.tracker.min_score = feed.bar = threshold  # one bar for objects and what MQTT shows
             log.info("score threshold %g from now on", threshold)
         if not detect and not self._paused:
             self._paused = True

@@ -331,8 +331,9 @@ class Daemon(DaemonStatus):
 
     def _publish(self, record: ResultRecord, image: Any = None) -> None:
         objects = self._objects.get(record.camera)
+        in_view = None
         if objects is not None and record.is_detector:
-            objects.frame(record, image)
+            in_view = objects.frame(record, image)
         elif objects is not None:  # no detector now (a hot-swap allowed to change the task)
             objects.close()  # what was in view ends; nothing new starts until a detector is back
         if self.sink is not None:
@@ -341,4 +342,6 @@ class Daemon(DaemonStatus):
             if self.sink.errors != errors:
                 self._counters.add("errors", output=1)
         if self.mqtt is not None:
-            self.mqtt.publish_result(record)  # the [mqtt] publish mode decides whether it is sent
+            # the [mqtt] publish mode decides whether it is sent; a tracked detector's state and counts
+            # are its objects in view, so the state, label and count topics never disagree
+            self.mqtt.publish_result(record, in_view=in_view)

@@ -10,8 +10,9 @@ announces:
 - ``sensor`` *score*: the top score, from ``<topic>/sensors`` (:mod:`edgekit.serve.sensors`),
   sent on every change and at least every ``sensor_interval_s``; ``expire_after`` makes it
   unknown when results stop coming (a camera that is down) instead of showing an old score;
-- for a detector, ``sensor`` *count* (boxes in the frame) and one ``sensor`` per counted
-  label (confirmed objects in view), from the same JSON;
+- for a detector, ``sensor`` *count* (objects in view) and one ``sensor`` per counted
+  label, from the same JSON: with the label sensor and the binary sensors, all read the tracked
+  objects in view (docs/serve.md, "What in view means"), so they never disagree;
 - with ``[events] snapshots``, one ``camera`` per counted label showing ``<topic>/snapshot/<slug>``
   (the best frame of the latest object of that label);
 - one ``binary_sensor`` per label of interest, on its own retained ``ON``/``OFF`` topic

@@ -2,7 +2,8 @@
 
 A camera at 15 fps that keeps seeing the same thing should not send 15 messages a second
 (the daemon's old behaviour). :class:`PublishPolicy` turns the stream of results into a
-*state* (the top label; for a detector, the set of labels with a box at ``min_score``) and decides,
+*state* (the top label; for a detector, the set of labels with a box at ``min_score``, or the labels
+of its objects in view when the daemon tracks them: then given to :meth:`PublishPolicy.decide`) and decides,
 per result, whether to publish it:
 
 - ``every``: each result (the firehose; the JSON-lines file always has every result anyway);
@@ -72,10 +73,19 @@ class PublishPolicy:
                 return self.state
         return best_label if best >= self.min_score else NOTHING
 
-    def decide(self, record: ResultRecord | dict[str, Any]) -> tuple[bool, Hashable]:
-        """``(publish, state)`` for one result; updates the published state when it changed."""
-        state = self.state_of(record)
-        if self.state is None or self._confirmed(state):
+    def decide(self, record: ResultRecord | dict[str, Any], given: Hashable | None = None) -> tuple[bool, Hashable]:
+        """``(publish, state)`` for one result; updates the published state when it changed.
+
+        ``given``: the state decided elsewhere (a tracked detector's labels in view): taken at once,
+        without hysteresis or confirmation, since the tracker's ``min_frames``/``max_missing`` already
+        kept flicker out, and a second guard here would let the state lag its count topics."""
+        state = self.state_of(record) if given is None else given
+        if given is not None and state != self.state:
+            self._pending, self._pending_count = None, 0  # confirmed by the tracker: nothing to wait for
+            confirmed = True
+        else:
+            confirmed = self._confirmed(state)
+        if self.state is None or confirmed:
             changed = state != self.state
             self.state = state
             self.changes += changed

@@ -296,23 +296,27 @@ class MqttPublisher(MqttExtras):
         """The channel of ``camera`` (the first one for a name it does not know, e.g. "")."""
         return self._channels.get(camera) or self._first
 
-    def publish_result(self, record: ResultRecord | dict[str, Any] | str) -> bool:
+    def publish_result(self, record: ResultRecord | dict[str, Any] | str,
+                       in_view: dict[str, int] | None = None) -> bool:
         """Offer one result (a dict is read into a :class:`~edgekit.serve.record.ResultRecord` once) to
         its camera's publish policy; True when it was sent or queued. A result dropped while disconnected
         counts in ``dropped``; one the policy holds back (``change``/``interval`` modes) in ``suppressed``.
         A ``str`` is an already-encoded line and is published as it is (the first camera's topic), without
-        the policy."""
+        the policy. ``in_view``: a tracked detector's objects in view per label (:mod:`edgekit.serve.objects`):
+        its state is then the labels in view and its ``count`` their number, as its count topics say."""
         if isinstance(record, str):
             return self._publish(self._first.result_topic, record, self.qos, result=self._first) != "dropped"
         record = as_record(record)
         channel = self._channel(record.camera)
         previous = channel.policy.state
-        publish, state = channel.policy.decide(record)
+        given = None if in_view is None else frozenset(label for label, n in in_view.items() if n > 0)
+        publish, state = channel.policy.decide(record, given)
         if state != previous:
             for topic, payload in channel.state_messages(state, previous):
                 self._publish(topic, payload, 1, retain=True)
+        count = None if in_view is None else sum(in_view.values())
         with self._lock:
-            sensors = channel.sensors.offer(record, state_text(state), state != previous)
+            sensors = channel.sensors.offer(record, state_text(state), state != previous, count)
         if sensors is not None:  # QoS 0, not queued: the newest is sent again on connect
             self._publish(channel.sensors.topic, sensors, 0, retain=True, queue=False)
         if not publish:

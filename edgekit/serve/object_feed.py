@@ -48,17 +48,23 @@ class ObjectFeed:
         self.camera = camera
         self._named = {"camera": camera} if camera else {}  # the keyword the outputs take, and the events' key
         self.tracker: ObjectTracker = tracker_from_config(config.events)
+        # what MQTT shows in view: objects whose top score reached [mqtt] min_score too, so a bar set
+        # there keeps weak objects out of the state, the label and the count topics alike
+        self.bar = float(getattr(getattr(config, "mqtt", None), "min_score", 0.0) or 0.0)
         self.snapshots = Snapshots(config.events.snapshot_width) if config.events.snapshots else None
         self.mqtt, self.sink = mqtt, sink
         self._identity = identity
 
-    def frame(self, record: ResultRecord | dict[str, Any], image: Any = None) -> None:
-        """One detector's result (its boxes and time) and the frame's picture (BGR array or None)."""
+    def frame(self, record: ResultRecord | dict[str, Any], image: Any = None) -> dict[str, int]:
+        """One detector's result (its boxes and time) and the frame's picture (BGR array or None);
+        returns the objects in view per label after it (from ``new`` to ``end``), the one notion
+        of "in view" the state, label and count topics are all made from (publish_result)."""
         record = as_record(record)
         events = self.tracker.update(record.detections or (), record.time)
         if self.snapshots is not None and image is not None:
             self.snapshots.keep(self.tracker.tracks, image)
         self._emit(events)
+        return self.tracker.counts(self.bar)
 
     def close(self) -> None:
         """``end`` every object still in view (the daemon stops)."""
@@ -78,7 +84,7 @@ class ObjectFeed:
                     if jpeg is not None:
                         self.mqtt.publish_snapshot(event["label"], jpeg, **self._named)
         if self.mqtt is not None and self.config.counts:
-            self.mqtt.publish_counts(self.tracker.counts(), **self._named)
+            self.mqtt.publish_counts(self.tracker.counts(self.bar), **self._named)
         if self.snapshots is not None:
             self.snapshots.forget({t.id for t in self.tracker.tracks})
 

@@ -119,11 +119,12 @@ class ObjectTracker:
         self.tracks.clear()
         return events
 
-    def counts(self) -> dict[str, int]:
-        """Started (confirmed) objects in view per label; a label with none is absent."""
+    def counts(self, min_score: float = 0.0) -> dict[str, int]:
+        """Started (confirmed) objects in view per label whose top score reached ``min_score``; a
+        label with none is absent."""
         out: dict[str, int] = {}
         for t in self.tracks:
-            if t.started:
+            if t.started and t.score >= min_score:
                 out[t.label] = out.get(t.label, 0) + 1
         return out
 
