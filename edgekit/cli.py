@@ -24,7 +24,7 @@ import sys
 import traceback
 from collections.abc import Iterator
 
-from edgekit.errors import EdgekitError, OutputError, print_error
+from edgekit.errors import EdgekitError, print_error
 
 VERBS = {
     "build": ("edgekit.commands.build", "convert a model into verified bundles for one or more targets"),
@@ -143,12 +143,10 @@ def json_to_file(args: argparse.Namespace) -> Iterator[None]:
     if not path:
         yield
         return
+    from edgekit.outputs.outpath import open_output  # a regular file only: a FIFO must not hang us
+
     args.json = True
-    try:
-        stream = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise OutputError(f"--json-file {path}: cannot write it: {exc.strerror or exc}",
-                          "give a path in an existing, writable folder") from exc
+    stream = open_output(path, "--json-file")
     try:
         with contextlib.redirect_stdout(stream):
             yield

@@ -166,10 +166,11 @@ def _open_bare(path: Path, labels: str | Path | None, options: dict[str, Any], p
     try:
         _refuse_unused_device(runtime, options, path.name)
         runtime.input_spec = _bare_spec(path, runtime.input_spec, resolved.given, origin, resolved.scales_own_pixels)
-        task = embedded.task if embedded and embedded.task else _bare_task(runtime)
-        origin["task"] = embedded.source if embedded and embedded.task else "default"
-        task_options = dict(embedded.task_options) if embedded and embedded.task else {}
-        names, notes = resolved.labels or [], list(resolved.notes)
+        said, notes = _metadata_fits(embedded, runtime)
+        task = embedded.task if said else _bare_task(runtime)
+        origin["task"] = embedded.source if said else "default"
+        task_options = dict(embedded.task_options) if said else {}
+        names, notes = resolved.labels or [], list(resolved.notes) + notes
         if labels:
             _refuse_label_count(runtime, names, task, {}, path.name, "give a labels file with one line per class")
         elif names and _label_count_problem(runtime, names, task):
@@ -182,6 +183,21 @@ def _open_bare(path: Path, labels: str | Path | None, options: dict[str, Any], p
         raise
     return OpenModel(path.name, path, None, runtime, names, task=task, task_options=task_options, origin=origin,
                      notes=tuple(notes))
+
+
+def _metadata_fits(embedded: Any, runtime: Any) -> tuple[bool, list[str]]:
+    """Whether the metadata's task is kept, and a note for each way it contradicts the graph."""
+    if not embedded:
+        return False, []
+    from edgekit.modelinfo.embedded import graph_disagreements
+
+    details = getattr(runtime, "output_details", None)
+    outputs = [list(d.get("shape", [])) for d in details()] if callable(details) else []
+    spec = runtime.input_spec
+    # a dynamic export takes its size from imgsz (or a flag): only a fixed graph input can disagree
+    hw = (None, None) if _free_size(embedded.input_dims) else (spec.height, spec.width)
+    keep, notes = graph_disagreements(embedded, hw, outputs)
+    return bool(embedded.task) and keep, notes
 
 
 def _free_size(dims: Any) -> bool:

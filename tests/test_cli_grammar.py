@@ -6,6 +6,7 @@ the verb's usage, and every --help ends with real examples that parse."""
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 
 import pytest
@@ -97,8 +98,13 @@ def test_json_file_writes_what_json_prints(tmp_path, capsys):
     out = tmp_path / "targets.json"
     assert main(["targets", "--json-file", str(out)]) == 0
     assert capsys.readouterr().out == "" and out.read_text().lstrip().startswith("[")
-    assert main(["targets", "--json-file", str(tmp_path / "no" / "t.json")]) == 1  # an unwritable output
+    # a folder that does not exist is a mistyped path (2, as bench's outputs); one refusing writes is 1
+    assert main(["targets", "--json-file", str(tmp_path / "no" / "t.json")]) == 2
     assert "--json-file" in capsys.readouterr().err
+    (tmp_path / "ro").mkdir(mode=0o500)
+    if os.geteuid() != 0:  # root writes anywhere
+        assert main(["targets", "--json-file", str(tmp_path / "ro" / "t.json")]) == 1
+        assert "cannot write" in capsys.readouterr().err
 
 
 def test_the_exit_codes_are_documented_as_split():

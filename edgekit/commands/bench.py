@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-from edgekit.errors import BackendUnavailable, OutputError, UsageError
+from edgekit.errors import BackendUnavailable, UsageError
 from edgekit.modelinfo.preprocessing import add_preprocess_options, preprocess_flags
 from edgekit.options import (
     add_bundle_options,
@@ -147,17 +146,12 @@ def _installed(module: str) -> bool:
 
 def _preflight(args: argparse.Namespace) -> None:
     """What would fail after minutes of measuring fails now: unwritable outputs, missing extras."""
+    from edgekit.outputs.outpath import check_output_file
+
     for flag in ("json_file", "csv", "plot"):
-        target = getattr(args, flag)
-        if target and Path(target).is_dir():  # found after the whole benchmark, as an IsADirectoryError
-            raise UsageError(f"--{flag.replace('_', '-')} {target} is a directory", "name a file in it")
-        if target and not os.access(Path(target).resolve().parent, os.W_OK):
-            # a folder that is not there is a mistyped path (2); one that is there but refuses writing, 1
-            error = OutputError if Path(target).resolve().parent.is_dir() else UsageError
-            raise error(
-                f"--{flag.replace('_', '-')} {target}: cannot write to {Path(target).resolve().parent}",
-                "choose an existing, writable directory",
-            )
+        # found after the whole benchmark otherwise: a directory, a path through a file, a FIFO
+        if getattr(args, flag):
+            check_output_file(getattr(args, flag), f"--{flag.replace('_', '-')}")
     suffix = Path(args.plot).suffix.lower().lstrip(".") if args.plot else ""
     if suffix and suffix not in _PLOT_FORMATS:
         raise UsageError(f"--plot {args.plot}: matplotlib cannot write .{suffix} files",

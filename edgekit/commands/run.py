@@ -8,7 +8,8 @@
 
 Results are printed live (at most every ``--every`` seconds, or one JSON line per frame
 with ``--json``), a stats line every ``--stats-every`` seconds, and a summary at the end.
-Ctrl-C (or SIGTERM) ends the run cleanly: the summary is still printed and the exit code is 0.
+Ctrl-C (or SIGTERM) ends the run cleanly: the summary is still printed, then the exit code is
+130 (143 for SIGTERM), as for every verb, so a script can tell a stopped run from a finished one.
 ``--save DIR`` writes every processed frame with its result drawn (boxes and labels for a
 detector, the top label for a classifier) as ``DIR/frame_000001.jpg`` ... (a folder's images keep
 their names: ``000.jpg`` -> ``DIR/000.jpg``; each line and JSON object names its image); ``--save out.mp4``
@@ -134,14 +135,15 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
         # bounded: a week-long run must not grow; totals and fps stay exact (edgekit.metrics)
         pipeline = Pipeline(model.runtime, model.labels, top_k=args.top_k, warmup=args.warmup, window=RUN_WINDOW,
                             task=model.task, task_options={**model.task_options, **_tensors(args)}, then=then)
-        interrupted = False
+        interrupted, signum = False, 0
         error: EdgekitError | None = None
         try:
             if recording is not None and recording.fps is None:
                 recording.fps = _source_stats(source).get("nominal_fps")  # a video plays at the camera's rate
             _loop(pipeline, motion.frames(source), args, out, log, recording)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             interrupted = True
+            signum = getattr(exc, "signum", None) or signal.SIGINT  # 128 + it below, after the summary
         except BrokenPipeError:  # the reader left (`--json | head`): end as Ctrl-C does, --save's frames kept
             from edgekit.outputs.outstream import discard_stdout
 
@@ -165,7 +167,7 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
                 "check the URI and that the camera/file has frames",
             )
         _finish(recording, log, args)
-    return 0
+    return 128 + signum if signum else 0  # the exit-code table's 130/143: stopped, not finished
 
 
 @contextlib.contextmanager

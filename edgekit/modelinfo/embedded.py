@@ -289,3 +289,26 @@ def _imgsz(text: str, name: str) -> tuple[int, int]:
         raise ModelError(f"{name}: its metadata 'imgsz' {text[:40]!r} is not [height, width] (1 to {MAX_SIDE})",
                          "give the size with --input-size HxW")
     return int(value[0]), int(value[1])
+
+
+def graph_disagreements(found: Embedded, input_hw: tuple[Any, Any], outputs: list[list[Any]]) -> tuple[bool, list[str]]:
+    """Where a model's metadata contradicts its graph: (keep the metadata's task?, one note each).
+
+    Metadata is written by an exporter and copied by hand; the graph is what runs. A ``classify``
+    task on an output that is no vector of class scores (a detector's ``[1, 4+classes, boxes]``)
+    would top-k box coordinates as "class scores", so that task is dropped with a note; an
+    ``imgsz`` other than the graph's fixed input size says the metadata is another export's.
+    """
+    keep, notes = True, []
+    if found.task == "classify" and len(outputs) == 1:
+        wide = [d for d in outputs[0][1:] if d != 1]  # a classifier: one axis of scores past the batch
+        if len(wide) > 1:
+            keep = False
+            notes.append(f"{found.source} task 'classify' ignored: the output {list(outputs[0])} is not one vector "
+                         "of class scores (give --task detect if it is a detector)")
+    height, width = input_hw
+    if found.input_size and all(isinstance(d, int) and d > 0 for d in (height, width)) \
+            and tuple(found.input_size) != (height, width):
+        notes.append(f"{found.source} imgsz {found.input_size[0]}x{found.input_size[1]} disagrees with the "
+                     f"graph's input {height}x{width}: the graph's is used (the metadata may be another export's)")
+    return keep, notes

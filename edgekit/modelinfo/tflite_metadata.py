@@ -18,6 +18,7 @@ import math
 import mmap
 import struct
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +205,8 @@ def _zip_labels(path: Path, name: str) -> list[str]:
                 raise ModelError(f"{path.name}: its label file {name} is {info.file_size >> 20} MiB", fix)
             with zf.open(info) as f:
                 data = f.read(MAX_LABELS_BYTES + 1)  # the declared size may lie
-    except (zipfile.BadZipFile, KeyError, OSError, EOFError, NotImplementedError, ValueError) as exc:
+    # zlib.error: a corrupt deflate stream inside an intact zip directory (zipfile passes it on)
+    except (zipfile.BadZipFile, zlib.error, KeyError, OSError, EOFError, NotImplementedError, ValueError) as exc:
         raise ModelError(f"{path.name}: its metadata names the label file {name!r}, which cannot be read: "
                          f"{first_line(exc, 300)}", fix) from exc
     if len(data) > MAX_LABELS_BYTES:

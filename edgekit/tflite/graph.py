@@ -252,6 +252,7 @@ def _parse(tflite: Any, data: bytes, path: Path) -> Graph:
                 options=_options(tflite, op),
             )
         )
+    _check_indices(path, len(tensors), operators, sub)
     description = model.Description()
     return Graph(
         path=path,
@@ -265,6 +266,20 @@ def _parse(tflite: Any, data: bytes, path: Path) -> Graph:
         description=description.decode("utf-8", "replace") if description else "",
         _constants=constants,
     )
+
+
+def _check_indices(path: Path, count: int, operators: list[OperatorInfo], sub: Any) -> None:
+    """Every tensor index an op or the graph names exists (-1: an omitted optional input)."""
+    fix = "re-export the model; check the copy is complete"
+    for op in operators:
+        for i in (*op.inputs, *op.outputs):
+            if i < -1 or i >= count:
+                raise ModelError(f"{path}: operator {op.index} ({op.opcode}) names tensor {i}, "
+                                 f"the file has {count}", fix)
+    for kind, indices in (("input", _ints(sub.InputsAsNumpy())), ("output", _ints(sub.OutputsAsNumpy()))):
+        for i in indices:
+            if not 0 <= i < count:
+                raise ModelError(f"{path}: the graph's {kind} names tensor {i}, the file has {count}", fix)
 
 
 def _ints(arr: Any) -> tuple[int, ...]:

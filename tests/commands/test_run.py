@@ -240,7 +240,7 @@ def test_ctrl_c_ends_cleanly_with_a_summary(bundle, capsys, monkeypatch):
     src = use_source(monkeypatch, ScriptedSource(12, KeyboardInterrupt()))
     rc = cli(["run", str(bundle), "--camera", "x", "--warmup", "2"])
     out = capsys.readouterr().out
-    assert rc == 0 and src.closed
+    assert rc == 130 and src.closed  # the summary, then the exit-code table's "interrupted"
     assert "summary: 12 frames (2 warm-up)" in out and "interrupted" in out
 
 
@@ -266,7 +266,7 @@ def test_real_process_exits_and_sigint_is_clean(bundle):
         timeout=60,
     )
     assert done.returncode == 0 and "summary: 10 frames" in done.stdout, done.stderr
-    # An endless run stopped by Ctrl-C (SIGINT) prints its summary and exits 0.
+    # An endless run stopped by Ctrl-C (SIGINT) prints its summary and exits 130 (stopped, not finished).
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     # As from a terminal: a test run started as a background job (`make test &` in a script)
     # inherits SIGINT ignored, and Python keeps it ignored in the child.
@@ -286,7 +286,7 @@ def test_real_process_exits_and_sigint_is_clean(bundle):
             out, err = p.communicate(timeout=30)
         finally:
             p.kill()
-    assert p.returncode == 0, err
+    assert p.returncode == 128 + signal.SIGINT, err
     assert "interrupted" in out and "Traceback" not in err
 
 
