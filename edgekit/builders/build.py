@@ -22,6 +22,7 @@ import numpy as np
 from edgekit.builders.calibration import ImageSet, load_calibration, load_eval, load_images_eval
 from edgekit.builders.context import BuildContext
 from edgekit.builders.contract import OPTION_TASKS, BuildRequest, TargetBuild, check_bundle_name
+from edgekit.builders.debris import sweep, work_dir
 from edgekit.builders.detect_gate import DetectEval, DetectGate, load_detection_eval
 from edgekit.builders.inputs import PREPROCESS_KEYS, explicit_labels, float_input_spec, preprocessing, read_sidecars
 from edgekit.builders.landmark_gate import LandmarkGate
@@ -110,11 +111,15 @@ def build(
     Returns one TargetBuild per target; raises, once all are built, as builders/outcome.py:finish says.
     """
     # every parameter is a BuildRequest field of the same name (it normalises and checks them)
-    request = BuildRequest(**locals())
+    return execute_quietly(BuildRequest(**locals()))
+
+
+def execute_quietly(request: BuildRequest) -> list[TargetBuild]:
+    """:func:`execute`; with ``quiet``, what TensorFlow, absl and oneDNN print from C++ straight to fd 2
+    (and the converter's child processes, which inherit it) goes to the log at DEBUG instead (an
+    error-looking line stays a WARNING), so a quiet build writes nothing to stderr."""
     if not request.quiet:
         return execute(request)
-    # quiet: what TensorFlow, absl and oneDNN print from C++ straight to fd 2 (and the converter's child
-    # processes, which inherit it) goes to the log at DEBUG instead; an error-looking line stays a WARNING
     from edgekit.util.quiet import converter_level, native_stderr_to_log
 
     with native_stderr_to_log(logging.getLogger("edgekit.build.native"), converter_level):
@@ -125,6 +130,7 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
     """Build every target of ``request``; see :func:`build` for what is returned and raised."""
     t_start = time.perf_counter()
     log = BuildLog(quiet=request.quiet)
+    sweep(request.out, log)  # what killed predecessors left (SIGKILL, OOM, power cut): never removed otherwise
     with interruptible(log), _created_dirs_removed_on_failure(request.out):
         resolved = resolve_targets(request)  # each target read, checked, its builder and options: once
         declared_task, input_size = _declared(request, log)
@@ -151,7 +157,7 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
         name = request.name or check_bundle_name(model.stem if model.is_file() else model.name,
                                                  "the model's file name (give --name)")
         used, holdout = _split_holdout(calib_all, request.holdout_fraction)
-        with _disk_full_is_one_line(request.out), tempfile.TemporaryDirectory(prefix="edgekit-build-") as work:
+        with _disk_full_is_one_line(request.out), work_dir() as work:  # its PID inside: builders/debris.py
             ctx = BuildContext(request=request, source=source, name=name, labels=labels or [], float_spec=float_spec,
                                calib_all=calib_all, calib=used, holdout=holdout, evalset=evalset, log=log,
                                workdir=Path(work), task=task, class_output=class_output, detect=detect,

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_a_quiet_build_writes_nothing_to_stderr(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "GLOG_minloglevel")}
     proc = subprocess.run(
-        [sys.executable, "-c", "import sys; from edgekit.cli import main; sys.exit(main())", "build", "--model", str(ROOT / "models" / "demo.keras"), "--target", "cpu",
+        [sys.executable, "-c", "import sys; from edgekit.cli import main; sys.exit(main())", "build",
+         "--model", str(ROOT / "models" / "demo.keras"), "--target", "cpu",
          "--variants", "fp32", "--calib", str(ROOT / "calib" / "fashion"), "--calib-count", "8",
          "--out", str(tmp_path), "-q"],
         capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
