@@ -326,7 +326,7 @@ class BundleWriter:
 
     def __enter__(self) -> BundleWriter:
         self.dest.parent.mkdir(parents=True, exist_ok=True)
-        self.dir = Path(tempfile.mkdtemp(prefix=f".{self.dest.name}.tmp-", dir=self.dest.parent))
+        self.dir = Path(tempfile.mkdtemp(prefix=f".{self.dest.name}.tmp-{os.getpid()}-", dir=self.dest.parent))
         return self
 
     def commit(self, manifest: dict[str, Any]) -> Path:
