@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -42,6 +43,21 @@ def _state_outside_home(tmp_path_factory):
         mp.delenv("STATE_DIRECTORY", raising=False)
         mp.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))
         yield
+
+
+@pytest.fixture(autouse=True)
+def _edgekit_logger_restored():
+    """Each case starts with the ``edgekit`` logger as the previous one found it. An in-process
+    ``main([...])`` sets it up as the command line does (its level from -q/-v, a stderr handler,
+    propagate off), and that outlived the case: a later caplog test saw no record (a -q call left
+    the level at ERROR) or a later stderr check saw another case's lines, depending on which
+    cases ran before it in the same process (the order differs between runs with -n 2)."""
+    logger = logging.getLogger("edgekit")
+    saved = logger.level, list(logger.handlers), logger.propagate, logger.disabled
+    yield
+    logger.setLevel(saved[0])
+    logger.handlers[:] = saved[1]
+    logger.propagate, logger.disabled = saved[2], saved[3]
 
 
 @pytest.fixture(scope="session")
