@@ -34,14 +34,22 @@ demo: $(STAMP)
 		--calib calib/detect --eval eval/detect --out $(DIST)
 	$(BIN)/python -m scripts.demo_bench --dist $(DIST)
 
+# Two pytest-xdist workers, each test file whole on one of them (--dist loadfile: a file's module
+# fixtures, brokers and daemons stay together; session fixtures are built once per worker, about 10 s).
+# The suite waits much of its time (daemons, brokers, subprocesses), so on a loaded 2-core machine two
+# workers took 11m48s where one took 23m26s (back to back, same load). Tests pick free ports and their
+# own temp dirs; PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
+
 test: $(STAMP) $(O2T)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(XDIST)
 
 # The same without the tests marked slow (wall-clock figures, long soaks, full builds of every target).
 test-fast: $(STAMP) $(O2T)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q $(XDIST) -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
