@@ -75,7 +75,7 @@ def build(
     task_options: dict | None = None, background_class: str | None = None, allow_partial: bool = False,
     recover: bool = True, min_detect_agreement: float = 0.9, min_score_levels: int = 20,
     min_score_cosine: float = 0.95, max_map_gain: float = 0.05, min_top1_agreement: float = 0.97,
-    max_landmark_error: float | None = None, max_landmark_p95: float | None = None,
+    max_landmark_error: float | None = None, max_landmark_p95: float | None = None, max_memory: int | None = None,
     min_presence_agreement: float = 0.97, min_mask_iou: float = 0.9, min_mask_iou_p5: float = 0.7,
 ) -> list[TargetBuild]:
     """Build one verified bundle per target.
@@ -91,8 +91,7 @@ def build(
             ``<model stem>.preprocess.json``.
         min_accuracy_ratio, min_map_ratio: converted/original top-1 (``detect``: mAP@[.5:.95]) below this
             fails the target.
-        calib_count: calibration images drawn (with ``seed``); ``holdout_fraction`` of them
-            are held back to measure agreement.
+        calib_count: calibration images drawn (with ``seed``); ``holdout_fraction`` of them measure agreement.
         variants, io_dtype, compiler, min_runtime_version, min_tpu_ops, strict_tpu_ops: builder
             options; each one given wins over the target file's value (see ``edgekit build -h``).
         task: ``classify``, ``detect``, ``raw``, ``landmarks`` or ``segment`` (default: detect when ``eval_dir`` is a
@@ -100,7 +99,8 @@ def build(
         input_size: (H, W) or ``"HxW"`` for an ONNX input whose height/width are symbolic.
         min_cosine: ``raw`` models: the worst output's cosine similarity below this fails a variant.
         min_detect_agreement, min_score_levels, min_score_cosine, max_map_gain, min_top1_agreement: detect_fidelity.py.
-        calib_steps, memory_check: most images int8 calibration runs (None: all); False skips the memory check.
+        calib_steps, memory_check: most images int8 calibration runs (None: all); False skips the memory check;
+            ``max_memory`` (bytes) caps it: refused up front above it, recovery attempts skipped.
         task_options: ``detect`` or ``landmarks`` head options (``layout``, ``landmarks={...}``) for bundle and gate.
         max_landmark_error, max_landmark_p95, min_presence_agreement: ``landmarks`` gate (landmark_gate.py).
         min_mask_iou, min_mask_iou_p5: ``segment`` gate, mask IoU mean and 5th percentile (segment_gate.py).

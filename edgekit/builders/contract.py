@@ -104,6 +104,7 @@ class BuildRequest:
     min_cosine: float = 0.98
     calib_steps: int | None = 150
     memory_check: bool = True
+    max_memory: int | None = None  # bytes: --max-memory, the user's cap on the build's peak
     min_map_ratio: float = 0.99
     task_options: dict[str, Any] = field(default_factory=dict)
     background_class: str | None = None

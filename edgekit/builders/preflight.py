@@ -20,6 +20,7 @@ from edgekit.builders.resources import (
     peak_rss,
     width_factor,
 )
+from edgekit.errors import UsageError
 
 if TYPE_CHECKING:
     from edgekit.builders.contract import BuildRequest
@@ -55,6 +56,11 @@ def check_resources(request: BuildRequest, log: BuildLog, hwc: tuple[int, int, i
              f"per chunk, up to {n_calib} calibration + {n_eval} evaluation images; "
              f"{spool / GB:.2f} GB spooled to {tempfile.gettempdir()})")
     what = f"building a {h}x{w} model with {n_calib + n_eval} images" + (f" ({widest[:-2]})" if widest else "")
+    cap = request.max_memory
+    if cap and estimate > cap:  # the user's own limit (a CI runner, a board shared with other work)
+        raise UsageError(f"{what} needs about {estimate / GB:.1f} GB of memory; "
+                         f"--max-memory caps it at {cap / GB:.1f} GB",
+                         "raise --max-memory, or build a smaller input size")
     check_memory(estimate, what, not request.memory_check)
     check_disk(spool, not request.memory_check)
 

@@ -93,6 +93,8 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
         if time.monotonic() - started > budget:
             ctx.log.info(f"[{target.name}] int8 recovery: time budget ({budget:.0f} s) spent; stopping")
             break
+        if _over_cap(ctx, target, label):  # an attempt converts again: it peaks as high as the first did
+            continue
         with ctx.log.step(f"[{target.name}] int8 recovery: {label}") as step:
             blob = attempt.quantise(float_model, attempt.images.stream(ctx._nhwc, ctx.chunk), io_dtype)
         candidate = finish(blob, rewrites, step["seconds"], report=False)
@@ -314,3 +316,16 @@ def _row(label: str, model: BuiltModel, cost: dict[str, Any] | None = None, task
             "missed": [m.to_dict() for m in missed(model.verification, task or "", request)],
             "figures": figures(model.verification, task or ""),
             "seconds": round(model.convert_seconds, 2), **(cost or {})}
+
+
+def _over_cap(ctx: BuildContext, target: Target, label: str) -> bool:
+    """Whether ``--max-memory`` rules an attempt out (said in one line): each one quantises the
+    float model again, so it needs about what the build has peaked at so far."""
+    from edgekit.builders.resources import GB, build_peak
+
+    cap, peak = ctx.request.max_memory, build_peak()
+    if not cap or peak <= cap:
+        return False
+    ctx.log.info(f"[{target.name}] int8 recovery: {label}: skipped, it needs about {peak / GB:.2f} GB "
+                 f"(the build's peak so far), over --max-memory {cap / GB:.2f} GB")
+    return True

@@ -12,6 +12,7 @@ instead of being OOM-killed without a word.
 
 from __future__ import annotations
 
+import re
 import resource
 import shutil
 import tempfile
@@ -158,6 +159,19 @@ def peak_rss(who: int = resource.RUSAGE_SELF) -> int:
         except (OSError, ValueError, IndexError):
             pass
     return resource.getrusage(who).ru_maxrss * 1024
+
+
+def parse_size(text: str) -> int:
+    """``--max-memory`` values: ``4G``, ``4GB``, ``4GiB``, ``512M``, ``1.5g`` or bytes (binary units)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
+    if not m or float(m.group(1)) <= 0:
+        raise UsageError(f"--max-memory {text!r} is not a size", "give it as 4G, 1.5G or 512M")
+    return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2).lower() or " "))
+
+
+def build_peak() -> int:
+    """The build's peak so far: this process's, or its largest finished child's (onnx2tf) if larger."""
+    return max(peak_rss(), peak_rss(resource.RUSAGE_CHILDREN))
 
 
 def check_memory(estimate: int, what: str, override: bool) -> None:

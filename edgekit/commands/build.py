@@ -29,8 +29,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     p.add_argument("--calib-steps", type=int, default=150,
                    help="images the int8 converter calibrates on, at most (default 150; ~0.1 s each at 224x224)")
-    p.add_argument("--no-memory-check", action="store_true",
-                   help="build even when the estimated memory or temporary disk exceeds what is available")
     p.add_argument("--variants", help="override the target's variants, e.g. fp32,int8")
     p.add_argument("--io-dtype", choices=["uint8", "int8"], help="int8 model input/output type (default uint8)")
     p.add_argument("--colour", choices=["gray", "rgb", "bgr"], help="override the model's input colour")
@@ -54,6 +52,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-map-ratio", type=float, default=0.99,
                    help="detect: fail when converted/original mAP@[.5:.95] on --eval is below this (default 0.99)")
     _fidelity_flags(p)
+    _memory_flags(p)
     p.add_argument("-T", "--task-option", dest="task_option", action="append", type=key_value, metavar="KEY=VALUE",
                    help="detect, landmarks or segment head option written into the bundle and used by the gate, e.g. "
                         "-T layout=yolo -T score_threshold=0.4, -T 'landmarks={\"num_landmarks\": 468}' "
@@ -70,6 +69,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-recover", dest="recover", action="store_false",
                    help="build int8 once: no retries (worst layers in float on cpu/rpi, all calibration images) "
                         "when it misses the gate")
+
+
+def _memory_flags(p: argparse.ArgumentParser) -> None:
+    """The memory pre-check's override and --max-memory, the user's cap (a CI runner, a shared board)."""
+    p.add_argument("--no-memory-check", action="store_true",
+                   help="build even when the estimated memory or temporary disk exceeds what is available")
+    p.add_argument("--max-memory", metavar="SIZE", type=_memory_size,
+                   help="cap the build's memory (4G, 512M): refused up front when the estimate is over it, "
+                        "int8 recovery attempts skipped once the build has peaked over it")
 
 
 def _fidelity_flags(p: argparse.ArgumentParser) -> None:
@@ -121,7 +129,7 @@ def main(args: argparse.Namespace) -> int:
                         compiler=args.compiler, min_runtime_version=args.min_runtime_version,
                         min_tpu_ops=args.min_tpu_ops, strict_tpu_ops=args.strict_tpu_ops,
                         task=args.task, input_size=args.input_size, min_cosine=args.min_cosine,
-                        calib_steps=args.calib_steps, memory_check=not args.no_memory_check,
+                        calib_steps=args.calib_steps, memory_check=not args.no_memory_check, max_memory=args.max_memory,
                         min_map_ratio=args.min_map_ratio, background_class=args.background_class,
                         task_options={k: option_value(_shallow(k, v)) for k, v in args.task_option or []},
                         allow_partial=args.allow_partial, recover=args.recover,
@@ -248,3 +256,14 @@ def _row(r, model: dict, v: dict, cov: dict | None, task: str | None) -> tuple:
 
 
 __all__ = ["configure", "main", "format_table", "Path"]
+
+
+def _memory_size(text: str) -> int:
+    """``--max-memory``'s value in bytes; argparse says what is wrong with it (exit 2, usage)."""
+    from edgekit.builders.resources import parse_size
+    from edgekit.errors import UsageError
+
+    try:
+        return parse_size(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(f"{exc.message} ({exc.hint})") from exc
