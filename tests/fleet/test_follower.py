@@ -48,7 +48,7 @@ def metrics(daemon: Daemon) -> dict:
 
 def keeps_serving(daemon: Daemon, n: int = 5) -> None:
     before = frames(daemon)
-    wait_until(lambda: frames(daemon) >= before + n, timeout=10, what="frames going on")
+    wait_until(lambda: frames(daemon) >= before + n, timeout=60, what="frames going on")
     assert daemon.health()[0]
 
 
@@ -63,8 +63,8 @@ def test_a_version_pushed_to_the_channel_is_swapped_in(fleet, bundles):
         assert serving(daemon) == v1
         keeps_serving(daemon)
         v2 = fleet.push(bundles["v2"])
-        wait_until(lambda: serving(daemon) == v2 and not daemon.stats()["swaps"]["probation"], timeout=15)
-        wait_until(lambda: daemon.stats()["fleet"]["state"] == "serving", timeout=5)
+        wait_until(lambda: serving(daemon) == v2 and not daemon.stats()["swaps"]["probation"], timeout=60)
+        wait_until(lambda: daemon.stats()["fleet"]["state"] == "serving", timeout=60)
         keeps_serving(daemon)
         stats, families = daemon.stats(), metrics(daemon)
     info = families["edgekit_info"].samples[0].labels
@@ -73,7 +73,7 @@ def test_a_version_pushed_to_the_channel_is_swapped_in(fleet, bundles):
     assert stats["fleet"]["channel_version"] == v2 and stats["fleet"]["fetch_errors"] == 0
     assert families["edgekit_fleet_store_up"].samples[0].value == 1
     versions = fleet.tmp / "dev1" / "versions"
-    wait_until(lambda: sorted(os.listdir(versions)) == [v2], timeout=5, what="keep_versions = 1")
+    wait_until(lambda: sorted(os.listdir(versions)) == [v2], timeout=60, what="keep_versions = 1")
     assert os.readlink(fleet.tmp / "dev1" / "current") == f"versions/{v2}"
 
 
@@ -83,9 +83,9 @@ def test_a_version_signed_by_an_untrusted_key_is_refused_once_and_the_previous_k
     caplog.set_level(logging.INFO, logger="edgekit")
     with running(daemon):
         fleet.push(bundles["v2"], key="stranger")
-        wait_until(lambda: daemon.stats()["swaps"]["refused"] == 1, timeout=15)
+        wait_until(lambda: daemon.stats()["swaps"]["refused"] == 1, timeout=60)
         polls = daemon.stats()["fleet"]["polls"]
-        wait_until(lambda: daemon.stats()["fleet"]["polls"] >= polls + 5, timeout=10)  # polled on, not retried
+        wait_until(lambda: daemon.stats()["fleet"]["polls"] >= polls + 5, timeout=60)  # polled on, not retried
         keeps_serving(daemon)
         assert daemon.stats()["swaps"]["refused"] == 1 and serving(daemon) == v1
         assert len(refusals(caplog)) == 1 and "not trusted here" in refusals(caplog)[0]
@@ -93,7 +93,7 @@ def test_a_version_signed_by_an_untrusted_key_is_refused_once_and_the_previous_k
                  if s.name.endswith("_total")}
         assert swaps["refused"] == 1
         v3 = fleet.push(bundles["v3"])  # the channel moves on to a trusted version
-        wait_until(lambda: serving(daemon) == v3 and daemon.stats()["swaps"]["ok"] == 1, timeout=15)
+        wait_until(lambda: serving(daemon) == v3 and daemon.stats()["swaps"]["ok"] == 1, timeout=60)
 
 
 def test_a_tampered_object_and_a_missing_version_are_refused(fleet, bundles):
@@ -106,12 +106,12 @@ def test_a_tampered_object_and_a_missing_version_are_refused(fleet, bundles):
         model = next(n for n in manifest["files"] if n.endswith(".tflite"))
         client.put_object(Bucket=sw.BUCKET, Key=f"{base}/{model}", Body=b"not the model that was signed")
         fleet.promote(v2)
-        wait_until(lambda: daemon.stats()["swaps"]["refused"] == 1, timeout=15)
+        wait_until(lambda: daemon.stats()["swaps"]["refused"] == 1, timeout=60)
         assert "does not match its sha256" in daemon.stats()["swaps"]["last"]
         missing = "f" * 64
         client.put_object(Bucket=sw.BUCKET, Key=f"{fleet.prefix}/{channel_object('stable')}",
                           Body=make_pointer("stable", missing, {}, ""))
-        wait_until(lambda: daemon.stats()["swaps"]["refused"] == 2, timeout=15)
+        wait_until(lambda: daemon.stats()["swaps"]["refused"] == 2, timeout=60)
         assert "missing version" in daemon.stats()["swaps"]["last"]
         keeps_serving(daemon)
         refused = daemon.stats()["fleet"]["refused"]
@@ -129,13 +129,13 @@ def test_the_store_down_at_start_serves_the_last_good_version(fleet, bundles):
     daemon = Daemon(config(fleet))
     with running(daemon):
         assert serving(daemon) == v1
-        wait_until(lambda: daemon.stats()["fleet"]["fetch_errors"] >= 1, timeout=10)
+        wait_until(lambda: daemon.stats()["fleet"]["fetch_errors"] >= 1, timeout=60)
         keeps_serving(daemon)
         assert http_get(daemon, "/healthz")[0] == 200 and daemon.stats()["fleet"]["store_up"] == 0
         assert daemon.stats()["fleet"]["state"] == "store unreachable"
         v2 = fleet.push(bundles["v2"])
         proxy.set_down(False)
-        wait_until(lambda: serving(daemon) == v2, timeout=20)  # after the backoff, from the store again
+        wait_until(lambda: serving(daemon) == v2, timeout=60)  # after the backoff, from the store again
 
 
 def test_nothing_on_the_device_and_the_store_down_is_a_clean_failed_start(fleet, bundles):
@@ -160,12 +160,12 @@ def test_the_store_down_during_a_download_never_stops_inference(fleet, bundles):
         proxy.rules.cut = lambda request: 1_200_000 if "padding.bin" in request else None
         proxy.rules.down_after_cut = True  # the store dies 1.2 MB into the padding
         big = fleet.push(bundles["big"])
-        wait_until(lambda: daemon.stats()["fleet"]["fetch_errors"] >= 2, timeout=15)
+        wait_until(lambda: daemon.stats()["fleet"]["fetch_errors"] >= 2, timeout=60)
         keeps_serving(daemon)
         assert serving(daemon) == v1 and daemon.stats()["fleet"]["state"] == "store unreachable"
         proxy.rules.cut, proxy.rules.down_after_cut = (lambda request: None), False
         proxy.set_down(False)
-        wait_until(lambda: serving(daemon) == big, timeout=30)
+        wait_until(lambda: serving(daemon) == big, timeout=60)
         downloaded = daemon.stats()["fleet"]["downloaded_bytes"]
     padding = [r for r in proxy.requests if r.startswith("GET") and "padding.bin" in r]
     assert len(padding) == 2 and "range: bytes=" in padding[1].lower()  # resumed, not started over
@@ -177,8 +177,8 @@ def test_two_daemons_follow_one_channel(fleet, bundles):
     first, second = Daemon(config(fleet, "dev1")), Daemon(config(fleet, "dev2"))
     with running(first), running(second):
         v2 = fleet.push(bundles["v2"])
-        wait_until(lambda: serving(first) == v2 and serving(second) == v2, timeout=20)
-        wait_until(lambda: first.stats()["swaps"]["ok"] == second.stats()["swaps"]["ok"] == 1, timeout=10)
+        wait_until(lambda: serving(first) == v2 and serving(second) == v2, timeout=60)
+        wait_until(lambda: first.stats()["swaps"]["ok"] == second.stats()["swaps"]["ok"] == 1, timeout=60)
         keeps_serving(first)
         keeps_serving(second)
     third = Daemon(config(fleet, "dev1"))
@@ -192,10 +192,10 @@ def test_a_channel_moved_back_rolls_the_device_back_from_its_own_copy(fleet, bun
     daemon = Daemon(config(fleet))
     with running(daemon):
         v2 = fleet.push(bundles["v2"])
-        wait_until(lambda: serving(daemon) == v2 and not daemon.stats()["swaps"]["probation"], timeout=15)
+        wait_until(lambda: serving(daemon) == v2 and not daemon.stats()["swaps"]["probation"], timeout=60)
         downloaded = daemon.stats()["fleet"]["downloaded_bytes"]
         fleet.promote(v1)  # rollback = promote the previous version
-        wait_until(lambda: serving(daemon) == v1 and daemon.stats()["swaps"]["ok"] == 2, timeout=15)
+        wait_until(lambda: serving(daemon) == v1 and daemon.stats()["swaps"]["ok"] == 2, timeout=60)
         keeps_serving(daemon)
         stats = daemon.stats()
     assert stats["fleet"]["downloaded_bytes"] == downloaded
@@ -206,10 +206,10 @@ def test_a_version_the_hot_swap_refuses_is_left_until_the_channel_moves(fleet, b
     daemon = Daemon(config(fleet))
     with running(daemon):
         relabelled = fleet.push(bundles["relabelled"])  # other labels: refused beside the running model
-        wait_until(lambda: daemon.stats()["swaps"]["refused"] == 1, timeout=15)
-        wait_until(lambda: os.readlink(fleet.tmp / "dev1" / "current") == f"versions/{v1}", timeout=5)
+        wait_until(lambda: daemon.stats()["swaps"]["refused"] == 1, timeout=60)
+        wait_until(lambda: os.readlink(fleet.tmp / "dev1" / "current") == f"versions/{v1}", timeout=60)
         polls = daemon.stats()["fleet"]["polls"]
-        wait_until(lambda: daemon.stats()["fleet"]["polls"] >= polls + 5, timeout=10)
+        wait_until(lambda: daemon.stats()["fleet"]["polls"] >= polls + 5, timeout=60)
         keeps_serving(daemon)
         stats = daemon.stats()
     assert stats["swaps"]["refused"] == 1 and serving(daemon) == v1 and "changes the labels" in stats["swaps"]["last"]
@@ -230,8 +230,8 @@ def test_a_version_that_fails_on_probation_is_rolled_back_and_current_follows(fl
 
         daemon._swap.opener = flaky_open
         v2 = fleet.push(bundles["v2"])
-        wait_until(lambda: daemon.stats()["swaps"]["rolled_back"] == 1, timeout=15)
-        wait_until(lambda: os.readlink(fleet.tmp / "dev1" / "current") == f"versions/{v1}", timeout=5)
+        wait_until(lambda: daemon.stats()["swaps"]["rolled_back"] == 1, timeout=60)
+        wait_until(lambda: os.readlink(fleet.tmp / "dev1" / "current") == f"versions/{v1}", timeout=60)
         keeps_serving(daemon)
         stats = daemon.stats()
     assert serving(daemon) == v1 and stats["fleet"]["refused"] == {v2[:12]: stats["fleet"]["refused"][v2[:12]]}

@@ -34,11 +34,11 @@ def test_swap_events_on_mqtt_name_the_channel_and_the_versions(fleet, bundles, t
         daemon = Daemon(override(config(fleet), "mqtt", host="127.0.0.1", port=broker.port))
         sub = Subscriber(broker.port)
         with running(daemon):
-            wait_until(lambda: daemon.stats()["mqtt"]["connected"], timeout=10, what="the broker connected")
+            wait_until(lambda: daemon.stats()["mqtt"]["connected"], timeout=60, what="the broker connected")
             fleet.push(bundles["v2"], key="stranger")
             v3 = fleet.push(bundles["v3"])
-            wait_until(lambda: daemon.stats()["swaps"]["ok"] == 1, timeout=15)
-            wait_until(lambda: len(sub.on("/events")) >= 2, timeout=10)
+            wait_until(lambda: daemon.stats()["swaps"]["ok"] == 1, timeout=60)
+            wait_until(lambda: len(sub.on("/events")) >= 2, timeout=60)
         sub.close()
     finally:
         broker.stop()
@@ -73,7 +73,7 @@ def test_a_read_only_device_follows_a_channel_on_a_plain_web_server(fleet, bundl
             with fleet.admin():
                 v2 = fleet.push(bundles["v2"])
             sync()
-            wait_until(lambda: serving(daemon) == v2, timeout=15)
+            wait_until(lambda: serving(daemon) == v2, timeout=60)  # a ceiling for a loaded machine
     finally:
         server.shutdown()
         server.server_close()

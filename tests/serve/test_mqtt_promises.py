@@ -168,7 +168,10 @@ def test_state_label_and_availability_are_retained_and_results_are_not(tmp_path)
         wait_until(pub.connected.is_set, 15, what="connected")
         for label in ("dog", "cat"):
             pub.publish_result({"frame": 1, "top": [{"index": 0, "label": label, "score": 0.9}]})
-        wait_until(lambda: ("ON", 1, False) in audit.delivered("label/cat"), what="the broker has them all")
+        # the results go out after their state and label messages: wait for both, or the second result can
+        # reach the late subscriber live (retain False, but it is no retained message's fault)
+        wait_until(lambda: ("ON", 1, False) in audit.delivered("label/cat") and len(audit.delivered("/result")) >= 2,
+                   what="the broker has them all")
         late = Subscriber(broker.port, "edgekit/r/#")  # a dashboard that subscribes afterwards
         time.sleep(0.3)
         seen = {topic.removeprefix("edgekit/r/"): (payload, retained) for topic, payload, retained in late.messages}
