@@ -36,8 +36,11 @@ def test_swap_events_on_mqtt_name_the_channel_and_the_versions(fleet, bundles, t
         with running(daemon):
             wait_until(lambda: daemon.stats()["mqtt"]["connected"], timeout=60, what="the broker connected")
             fleet.push(bundles["v2"], key="stranger")
+            # the refusal first: pushed at once, v3 could move the channel before a poll saw v2 (a CI run
+            # under load waited 60 s for a refused event that never came)
+            wait_until(lambda: daemon.stats()["swaps"]["refused"] == 1, timeout=60, what="v2 refused")
             v3 = fleet.push(bundles["v3"])
-            wait_until(lambda: daemon.stats()["swaps"]["ok"] == 1, timeout=60)
+            wait_until(lambda: daemon.stats()["swaps"]["ok"] == 1, timeout=60, what="v3 swapped in")
             wait_until(lambda: len(sub.on("/events")) >= 2, timeout=60)
         sub.close()
     finally:
