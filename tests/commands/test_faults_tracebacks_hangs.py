@@ -118,10 +118,27 @@ def test_json_file_fifo_with_a_reader_is_not_written(tmp_path, capsys):
     try:
         assert_refused(edgekit(capsys, "targets", "--json-file", fifo), "is a FIFO")
     finally:
-        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # release the reader if nobody opened it
-        os.close(fd)
+        _release(fifo)
         reader.join(10)
     assert got == [b""]
+
+
+def _release(fifo: Path, deadline_s: float = 30.0) -> None:
+    """Open and close ``fifo`` for writing, so its reader's read ends. A non-blocking open fails with
+    ENXIO until the reader thread has opened its end (on a loaded machine it may not have yet: a CI run
+    failed so), so it is tried again until then."""
+    import errno
+    import time
+
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            return
+        except OSError as exc:
+            if exc.errno != errno.ENXIO or time.monotonic() > end:
+                raise
+            time.sleep(0.01)
 
 
 def _yolo_shaped(path: Path, props: dict, dims=(1, 3, 20, 25), channels: int = 8) -> Path:
