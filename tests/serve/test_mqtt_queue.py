@@ -143,7 +143,11 @@ def test_bad_commands_are_refused_saying_why(name, payload, why):
         parse_command(name, payload, retained=why == "retained")
 
 
-def test_answers_carry_the_state_and_a_flood_gets_none(caplog):
+def test_answers_carry_the_state_and_a_flood_gets_none(caplog, monkeypatch):
+    # the records must reach caplog whatever an earlier in-process CLI run left on the edgekit logger
+    # (-q sets it to ERROR with propagation off: a clean-clone CI run failed here on that alone)
+    monkeypatch.setattr(logging.getLogger("edgekit"), "propagate", True)
+    caplog.set_level(logging.DEBUG, logger="edgekit")
     now = [0.0]
     controls = Controls("edgekit/cam-1", 0.5, reload=None, clock=lambda: now[0])
     [(topic, body)] = controls.handle("edgekit/cam-1/set/threshold", b"2")
