@@ -138,6 +138,8 @@ def describe_runtime(info: dict) -> str:
             parts.append(f"{info['delegate_requested']} (no delegate applied; built-in CPU kernels)")
     if "providers_used" in info:
         parts.append("providers " + ",".join(info["providers_used"]))
+    if info.get("simulation"):  # outputs as the device gives them; the timings are this host's
+        parts.append(f"SIMULATION ({info.get('note') or 'not device speed'})")
     if info.get("num_threads"):
         parts.append(f"{info['num_threads']} thread(s)")
     if info.get("init_ms") is not None:

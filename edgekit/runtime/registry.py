@@ -47,6 +47,14 @@ BACKENDS: dict[str, Backend] = {
         "TensorRT ships with JetPack (sudo apt install nvidia-jetpack); pip install cuda-python",
         "TensorRT engine built on this device",
     ),
+    "rknn-lite": Backend(
+        "edgekit.runtime.rknn_lite:RknnLiteRuntime", ("rknn",), {},
+        "pip install rknn-toolkit-lite2 on the Rockchip board", "Rockchip NPU (RK3588 and kin) via RKNNLite",
+    ),
+    "rknn-sim": Backend(
+        "edgekit.runtime.rknn_sim:RknnSimRuntime", ("rknn",), {},
+        "edgekit toolchain install rk3588", "RKNN-Toolkit2's simulator on the host (a simulation, not NPU speed)",
+    ),
 }
 
 

@@ -1,10 +1,10 @@
 """The house's import rules, derived from the package tree (no hand-kept module list).
 
-- The device side (every module of ``edgekit`` outside ``builders/``, ``commands/``, ``cli`` and
-  ``fleet/publish.py``) never imports TensorFlow, Keras, torch, boto3/botocore (a device reads the store
-  with the stdlib), ``edgekit.builders``, ``edgekit.commands`` or ``edgekit.fleet.publish``: checked
-  statically on every import statement (lazy ones inside functions included) and in a fresh process
-  that imports every device module.
+- The device side (every module of ``edgekit`` outside ``builders/``, ``commands/``, ``cli``,
+  ``fleet/publish.py`` and ``toolchain/jobs/``) never imports TensorFlow, Keras, torch, boto3/botocore
+  (a device reads the store with the stdlib), ``edgekit.builders``, ``edgekit.commands`` or
+  ``edgekit.fleet.publish``: checked statically on every import statement (lazy ones inside functions
+  included) and in a fresh process that imports every device module.
 - ``edgekit.commands`` is imported only by ``edgekit.cli``.
 - Nothing inside ``edgekit`` imports the top package ``edgekit`` (its ``__init__`` is the public API,
   the top of the house: an import of it from below runs back up the layers).
@@ -24,7 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "edgekit"
 HEAVY = ("tensorflow", "keras", "torch", "boto3", "botocore", "s3transfer")
-HOST_ROOMS = ("edgekit.builders", "edgekit.commands", "edgekit.cli", "edgekit.fleet.publish")
+# edgekit.toolchain.jobs: scripts a vendor toolchain's own interpreter runs (edgekit imports only jobwire)
+HOST_ROOMS = ("edgekit.builders", "edgekit.commands", "edgekit.cli", "edgekit.fleet.publish",
+              "edgekit.toolchain.jobs")
 
 
 def module_name(path: Path) -> str:
