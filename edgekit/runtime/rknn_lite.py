@@ -74,7 +74,13 @@ class RknnLiteRuntime:
             self.close()
             raise DeviceError(f"RKNNLite cannot start the NPU runtime for {self.model_path.name} (core_mask "
                               f"{core_mask})", "run on a Rockchip board with librknnrt.so; check dmesg for rknpu")
+        # one inference on zeros: the output shapes (the Python API has no query for them) and a warm-up
+        self._outputs = [list(o.shape) for o in self.infer(np.zeros(input_spec.shape, np.float32))]
         self.init_ms = (time.perf_counter_ns() - t0) / 1e6
+
+    def output_details(self) -> list[dict[str, Any]]:
+        """Each output's ``name`` and ``shape``, as the first inference gave them."""
+        return [{"name": f"output{i}", "shape": shape} for i, shape in enumerate(self._outputs)]
 
     def infer(self, tensor: np.ndarray) -> list[np.ndarray]:
         """One inference; float32 outputs in the model's order."""

@@ -29,6 +29,8 @@ from edgekit.runtime.rknn_lite import to_nhwc
 from edgekit.util.optionspec import Option, defaults
 
 SIM_SUFFIX = ".sim.json"
+SIM_KEYS = ("platform", "channels", "disable_rules", "quantized_algorithm", "input", "input_shape")
+"""The ``config`` and ``load_onnx`` facts of the sidecar the simulator's rebuild takes."""
 SIMULATION_NOTE = "RKNN-Toolkit2 simulator on the host: the NPU's outputs, not its speed"
 
 
@@ -42,7 +44,7 @@ def sim_job(model_path: Path) -> dict[str, Any]:
                           "needs the ONNX and calibration the build used", "rebuild with edgekit build --target "
                           "rk3588 (this edgekit writes it)") from exc
     folder = model_path.parent.resolve()
-    job = {k: v for k, v in spec.items() if k in ("platform", "channels", "disable_rules", "quantized_algorithm")}
+    job = {k: v for k, v in spec.items() if k in SIM_KEYS}
     for key in ("onnx", "calib"):
         path = (folder / str(spec.get(key, ""))).resolve()
         if folder not in path.parents or not path.is_file():
@@ -86,7 +88,12 @@ class RknnSimRuntime:
         except BaseException:
             self._session = None
             raise  # the folder stays: its job.log says why
+        self._outputs = [list(o.shape) for o in self.infer(np.zeros(input_spec.shape, np.float32))]
         self.init_ms = (time.perf_counter_ns() - t0) / 1e6
+
+    def output_details(self) -> list[dict[str, Any]]:
+        """Each output's ``name`` and ``shape``, as the first inference gave them."""
+        return [{"name": f"output{i}", "shape": shape} for i, shape in enumerate(self._outputs)]
 
     def infer(self, tensor: np.ndarray) -> list[np.ndarray]:
         """One inference in the simulator; float32 outputs in the model's order."""

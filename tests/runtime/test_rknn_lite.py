@@ -77,7 +77,8 @@ def test_it_loads_binds_the_cores_and_hands_an_nchw_tensor_over_as_nhwc(fake_rkn
         out = rt.infer(x)
         assert rt.describe()["backend"] == "rknn-lite"
     fake = fake_rknnlite.instances[0]
-    assert [c[0] for c in fake.calls] == ["load_rknn", "init_runtime", "inference"]
+    assert [c[0] for c in fake.calls] == ["load_rknn", "init_runtime", "inference", "inference"]  # warm-up + one
+    assert rt.output_details() == [{"name": "output0", "shape": [1, 2]}]
     assert fake.calls[1] == ("init_runtime", FakeRKNNLite.NPU_CORE_0_1_2)
     assert out[0].dtype == np.float32 and out[0][0, 0] == pytest.approx(x.mean())
     assert fake.released
