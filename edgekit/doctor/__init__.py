@@ -22,10 +22,12 @@ from edgekit.doctor.cameras import check_cameras
 from edgekit.doctor.edgetpu import check_edgetpu
 from edgekit.doctor.libraries import check_litert, check_onnxruntime, check_python
 from edgekit.doctor.nvidia import check_nvidia
+from edgekit.doctor.toolchains import check_toolchains
 from edgekit.doctor.vector import check_vector
 
 __all__ = ["CHECKS", "INFO", "MISSING", "OK", "WARN", "Check", "Env", "check_cameras", "check_edgetpu",
-           "check_litert", "check_nvidia", "check_onnxruntime", "check_python", "check_vector", "report",
+           "check_litert", "check_nvidia", "check_onnxruntime", "check_python", "check_toolchains", "check_vector",
+           "report",
            "run_checks", "targets_summary"]
 
 CHECKS: list[Callable[[Env], list[Check]]] = [
@@ -36,6 +38,7 @@ CHECKS: list[Callable[[Env], list[Check]]] = [
     check_nvidia,
     check_cameras,
     check_vector,
+    check_toolchains,
 ]
 
 
