@@ -120,7 +120,8 @@ def pip_versions(python: Path) -> dict[str, str]:
     out = subprocess.run([str(python), "-m", "pip", "list", "--format=json", "--disable-pip-version-check"],
                          capture_output=True, text=True, timeout=300, check=False)
     try:
-        return {d["name"].lower(): d["version"] for d in json.loads(out.stdout)}
+        # one spelling per distribution: pip lists "model_compression_toolkit" as its metadata says
+        return {d["name"].lower().replace("_", "-"): d["version"] for d in json.loads(out.stdout)}
     except (ValueError, KeyError, TypeError):
         return {}
 
