@@ -9,7 +9,7 @@ TARGETS ?= edgetpu,rpi,cpu,jetson
 .PHONY: install demo test test-fast lint model models data detector bench clean mutate pi-check docs-check
 
 # onnx2tf (ONNX -> TensorFlow for the TFLite targets) hard-pins an older TensorFlow/numpy stack:
-# it goes in beside ours without its pins, with the few packages it really imports (edgekit/builders/onnx_to_tf.py says why).
+# it goes in beside ours without its pins, with the few packages it really imports (edgekit/builders/convert/onnx_to_tf.py says why).
 O2T    := $(VENV)/.onnx2tf-stamp
 
 $(STAMP): pyproject.toml

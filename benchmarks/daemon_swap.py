@@ -30,7 +30,7 @@ from daemon_throughput import build_models  # noqa: E402
 
 from edgekit.bundle import BundleWriter  # noqa: E402
 from edgekit.imaging.image import InputSpec  # noqa: E402
-from edgekit.serve.config import ServeConfig, override  # noqa: E402
+from edgekit.serve.config.load import ServeConfig, override  # noqa: E402
 from edgekit.serve.daemon import Daemon  # noqa: E402
 
 

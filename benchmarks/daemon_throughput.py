@@ -41,7 +41,7 @@ from edgekit.camera import Frame, OpenCVSource, open_camera
 from edgekit.metrics import summarize
 from edgekit.pipeline import Pipeline
 from edgekit.runtime import open_runtime
-from edgekit.serve.config import ServeConfig, override
+from edgekit.serve.config.load import ServeConfig, override
 from edgekit.serve.daemon import Daemon
 
 MODEL_SCRIPT = textwrap.dedent("""\

@@ -45,7 +45,7 @@ BURST_PROCESSES = 4  # the bursts come from this many processes (a client is not
 def serve(address_queue, stop, workdir: str) -> None:
     """The child: a real daemon on a synthetic camera until ``stop`` is set."""
     from edgekit.imaging.image import InputSpec
-    from edgekit.serve.config import ServeConfig, override
+    from edgekit.serve.config.load import ServeConfig, override
     from edgekit.serve.daemon import Daemon
     from tests.helpers.real_models import onnx_runtime
 

@@ -18,13 +18,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import logging
 import os
 import sys
 import traceback
 from collections.abc import Iterator
 
 from edgekit.errors import EdgekitError, print_error
+from edgekit.util.logs import log_to_stderr
 
 VERBS = {
     "build": ("edgekit.commands.build", "convert a model into verified bundles for one or more targets"),
@@ -164,36 +164,11 @@ def add_verbosity(parser: argparse.ArgumentParser) -> None:
     g.add_argument("-q", "--quiet", action="store_true", help="errors only on stderr (no progress lines)")
 
 
-def log_level(args: argparse.Namespace) -> int:
-    """The ``edgekit`` logger's level for ``-v``/``-q``: WARNING by default."""
-    if getattr(args, "quiet", False):
-        return logging.ERROR
-    return {0: logging.WARNING, 1: logging.INFO}.get(getattr(args, "verbose", 0) or 0, logging.DEBUG)
-
-
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is when a record comes (callers and tests swap it)."""
-
-    @property
-    def stream(self):  # type: ignore[override]
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, _value) -> None:
-        pass
-
-
 def _setup_logging(args: argparse.Namespace) -> None:
     """One stderr handler on the ``edgekit`` logger (serve configures its own: [log] level)."""
     if args.verb == "serve":
         return
-    logger = logging.getLogger("edgekit")
-    logger.setLevel(log_level(args))
-    if not logger.handlers:
-        handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        logger.addHandler(handler)
-        logger.propagate = False
+    log_to_stderr(args)
 
 
 def _verb_of(words: list[str]) -> str | None:

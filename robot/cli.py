@@ -10,7 +10,6 @@ The old spellings still work with a one-line note on stderr, as edgekit's verbs 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -73,15 +72,9 @@ def parse(p: argparse.ArgumentParser, argv: Any, bundle_required: bool = False) 
 
 def _setup_logging(args: argparse.Namespace) -> None:
     """The ``edgekit`` logger at the level ``-v/-q`` ask for (WARNING by default), as edgekit's verbs set it."""
-    from edgekit.cli import log_level
+    from edgekit.util.logs import log_to_stderr
 
-    logger = logging.getLogger("edgekit")
-    logger.setLevel(log_level(args))
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        logger.addHandler(handler)
-        logger.propagate = False
+    log_to_stderr(args)
 
 
 def emit_json(args: argparse.Namespace, data: Any, out: TextIO | None = None) -> None:

@@ -56,11 +56,11 @@ MODULES: dict[str, Module] = {
     "metrics": Module("edgekit/metrics.py"),
     "image": Module("edgekit/imaging/image.py"),
     # the gate's summary over every variant; the ratio check itself (BuildContext.verify) runs only
-    # inside a real build, so its `>=` boundary is held by the slow tests/builders/test_verify_gate.py builds
+    # inside a real build, so its `>=` boundary is held by the slow tests/builders/gate/test_verify_gate.py builds
     "gate": Module("edgekit/builders/publish.py", ("-m", "not slow", "-k", "verify"),
                    ("edgekit.builders.publish.x_verification_summary*", "edgekit.builders.publish.x__why*")),
     # the tests that convert a model (the `model` fixture) are left out by name
-    "compiler_report": Module("edgekit/builders/edgetpu_report.py", (
+    "compiler_report": Module("edgekit/builders/edgetpu/report.py", (
         "-m", "not slow", "-k", "edgetpu_compiler and not (test_find_compiler or test_absent_compiler or "
         "test_all_mapped or test_partly_mapped or test_zero_ops or test_compiler_failure or test_exit_0_without or "
         "test_timeout_kills or test_bad_min_runtime or test_threshold_validates or test_build_step or "

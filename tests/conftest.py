@@ -11,7 +11,7 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Builds time their variants for 1.5 s per target by default; the suite builds some eighty
-# targets, and only tests/builders/test_speed.py is about those figures (it sets its own budget).
+# targets, and only tests/builders/gate/test_speed.py is about those figures (it sets its own budget).
 os.environ.setdefault("EDGEKIT_BUILD_TIMING_S", "0.3")
 
 ROOT = Path(__file__).resolve().parents[1]

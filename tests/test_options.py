@@ -74,7 +74,7 @@ def test_serve_old_spelling_still_works_with_a_note(capsys):
 def test_serve_backend_is_a_config_key(tmp_path):
     from edgekit.commands.serve import build_config
     from edgekit.errors import UsageError
-    from edgekit.serve.config import load_config
+    from edgekit.serve.config.load import load_config
 
     path = tmp_path / "serve.toml"
     path.write_text('[model]\npath = "m.onnx"\nbackend = "tensorrt"\n', encoding="utf-8")

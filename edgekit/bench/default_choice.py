@@ -1,6 +1,6 @@
 """Which variant a bundle opens by default, decided from interleaved timing rounds that a busy machine disturbs.
 
-The build (edgekit/builders/speed.py) and ``edgekit bench --set-default`` time every passing variant in
+The build (edgekit/builders/gate/speed.py) and ``edgekit bench --set-default`` time every passing variant in
 rounds, each round running each variant in turn. On a loaded machine a round's median moves with
 whatever else ran during that variant's slot: PaddleOCR's classifier, built on a loaded 2-core host,
 kept fp32 as its default while ``edgekit bench`` measured int8 1.27x faster, because the build moved

@@ -57,7 +57,7 @@ def _backends_for(path: str, variant: str | None, backends: list[str | None]) ->
             fmt = p.suffix.lstrip(".")
     except EdgekitError:
         return [None]  # let open_model report what is wrong with it
-    usable = [b for b in backends if b is None or fmt in BACKENDS[b][1]]
+    usable = [b for b in backends if b is None or fmt in BACKENDS[b].formats]
     return usable or [None]
 
 

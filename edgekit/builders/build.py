@@ -19,19 +19,25 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.builders.calibration import ImageSet, load_calibration, load_eval, load_images_eval
 from edgekit.builders.context import BuildContext
 from edgekit.builders.contract import OPTION_TASKS, BuildRequest, TargetBuild, check_bundle_name
-from edgekit.builders.debris import sweep, work_dir
-from edgekit.builders.detect_gate import DetectEval, DetectGate, load_detection_eval
-from edgekit.builders.inputs import PREPROCESS_KEYS, explicit_labels, float_input_spec, preprocessing, read_sidecars
-from edgekit.builders.landmark_gate import LandmarkGate
+from edgekit.builders.gate.detect import DetectEval, DetectGate, load_detection_eval
+from edgekit.builders.gate.landmarks import LandmarkGate
+from edgekit.builders.gate.segment import SegmentGate
+from edgekit.builders.host.debris import sweep, work_dir
+from edgekit.builders.host.preflight import check_resources, log_peak_memory
 from edgekit.builders.log import BuildLog, interruptible
 from edgekit.builders.outcome import finish
-from edgekit.builders.preflight import check_resources, log_peak_memory
 from edgekit.builders.publish import build_target
-from edgekit.builders.segment_gate import SegmentGate
-from edgekit.builders.source import SourceModel, load_source_model
+from edgekit.builders.sources.images import ImageSet, load_calibration, load_eval, load_images_eval
+from edgekit.builders.sources.inputs import (
+    PREPROCESS_KEYS,
+    explicit_labels,
+    float_input_spec,
+    preprocessing,
+    read_sidecars,
+)
+from edgekit.builders.sources.load import SourceModel, load_source_model
 from edgekit.builders.targets import BuildTarget, resolve_targets
 from edgekit.errors import (
     BackendUnavailable,
@@ -104,9 +110,9 @@ def build(
         task_options: ``detect`` or ``landmarks`` head options (``layout``, ``landmarks={...}``) for bundle and gate.
         max_landmark_error, max_landmark_p95, min_presence_agreement: ``landmarks`` gate (landmark_gate.py).
         min_mask_iou, min_mask_iou_p5: ``segment`` gate, mask IoU mean and 5th percentile (segment_gate.py).
-        background_class: the label meaning "nothing there" (default ``background``; builders/openset.py).
+        background_class: the label meaning "nothing there" (default ``background``; builders/gate/openset.py).
         allow_partial: accept (warn) a bundle written without the variants that missed the gate;
-            ``recover`` False: an int8 that misses the gate is not retried (builders/recovery.py).
+            ``recover`` False: an int8 that misses the gate is not retried (builders/int8/recovery.py).
 
     Returns one TargetBuild per target; raises, once all are built, as builders/outcome.py:finish says.
     """
@@ -157,7 +163,7 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
         name = request.name or check_bundle_name(model.stem if model.is_file() else model.name,
                                                  "the model's file name (give --name)")
         used, holdout = _split_holdout(calib_all, request.holdout_fraction)
-        with _disk_full_is_one_line(request.out), work_dir() as work:  # its PID inside: builders/debris.py
+        with _disk_full_is_one_line(request.out), work_dir() as work:  # its PID inside: builders/host/debris.py
             ctx = BuildContext(request=request, source=source, name=name, labels=labels or [], float_spec=float_spec,
                                calib_all=calib_all, calib=used, holdout=holdout, evalset=evalset, log=log,
                                workdir=Path(work), task=task, class_output=class_output, detect=detect,
@@ -265,7 +271,7 @@ def choose_task(task: str | None, source: SourceModel, eval_dir: Path | None = N
     indices of something that is not a class score vector, and every output gated on its
     cosine. ``--task classify`` on several outputs takes the vector sized like the eval set's
     class folders, else the first (torchvision's auxiliary heads come after the main one). A
-    detector's layout is checked once its labels are known (:class:`~edgekit.builders.detect_gate.DetectGate`).
+    detector's layout is checked once its labels are known (:class:`~edgekit.builders.gate.detect.DetectGate`).
     """
     from edgekit.evaluation.dataset import is_detection_set
 

@@ -3,7 +3,7 @@ the original model's reference outputs and the log.
 
 The model is loaded, exported and run on the evaluation and held-back images once per build,
 however many targets there are. Images and outputs go through a chunk at a time
-(:func:`edgekit.builders.spool.chunk_size`): the original model's reference outputs are
+(:func:`edgekit.builders.sources.spool.chunk_size`): the original model's reference outputs are
 spooled to a temporary file and read back beside each variant's, so a build's memory does not
 grow with the number of images (benchmarks/build_scaling.py).
 """
@@ -17,16 +17,16 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from edgekit.builders.calibration import ImageSet, TensorStream
 from edgekit.builders.contract import BuilderOutput, BuildRequest
-from edgekit.builders.detect_gate import as_reference, detect_result
-from edgekit.builders.landmark_gate import log_text as landmark_text
+from edgekit.builders.gate.detect import as_reference, detect_result
+from edgekit.builders.gate.landmarks import log_text as landmark_text
+from edgekit.builders.gate.openset import background_of, fit_variant
+from edgekit.builders.gate.segment import log_text as mask_text
+from edgekit.builders.gate.verify import Comparison, weak_original_warning
 from edgekit.builders.log import BuildLog
-from edgekit.builders.openset import background_of, fit_variant
-from edgekit.builders.segment_gate import log_text as mask_text
-from edgekit.builders.source import SourceModel
-from edgekit.builders.spool import Spool, chunk_size
-from edgekit.builders.verify import Comparison, weak_original_warning
+from edgekit.builders.sources.images import ImageSet, TensorStream
+from edgekit.builders.sources.load import SourceModel
+from edgekit.builders.sources.spool import Spool, chunk_size
 from edgekit.imaging.image import InputSpec, Preprocessor
 from edgekit.target import Target
 
@@ -41,13 +41,13 @@ class BuildContext:
     ``reference`` holds, per data set, the original model's outputs (one spool per output).
     ``task`` is the bundle's task head (``classify``, ``detect``, ``raw``, ``landmarks``); ``class_output``
     the index of the class scores among the source's outputs (None for ``raw`` and ``detect``).
-    ``detect`` (a :class:`~edgekit.builders.detect_gate.DetectGate`, detect only) decodes every
+    ``detect`` (a :class:`~edgekit.builders.gate.detect.DetectGate`, detect only) decodes every
     model's outputs the same way and keeps the original's detections per data set. ``landmarks``
-    (a :class:`~edgekit.builders.landmark_gate.LandmarkGate`) decodes both models' points and
+    (a :class:`~edgekit.builders.gate.landmarks.LandmarkGate`) decodes both models' points and
     judges each variant by their distance in pixels; ``segment`` (a
-    :class:`~edgekit.builders.segment_gate.SegmentGate`) by their masks' IoU.
+    :class:`~edgekit.builders.gate.segment.SegmentGate`) by their masks' IoU.
     ``background``: the index of the class meaning "nothing there" (classify); with an eval
-    set, each variant's open-set thresholds are fitted in :meth:`verify` (builders/openset.py).
+    set, each variant's open-set thresholds are fitted in :meth:`verify` (builders/gate/openset.py).
     """
 
     request: BuildRequest
@@ -64,14 +64,14 @@ class BuildContext:
     task: str = "classify"
     class_output: int | None = 0
     detect: Any = None
-    landmarks: Any = None  # a LandmarkGate (builders/landmark_gate.py), landmarks only
-    segment: Any = None  # a SegmentGate (builders/segment_gate.py), segment only
+    landmarks: Any = None  # a LandmarkGate (builders/gate/landmarks.py), landmarks only
+    segment: Any = None  # a SegmentGate (builders/gate/segment.py), segment only
     planned: dict[str, Any] = field(default_factory=dict)  # target name -> BuildTarget (builders/targets.py)
     reference: dict[str, list[Spool]] = field(default_factory=dict)
     converted_outputs: list[dict] = field(default_factory=list)
     chunk: int = field(default=1, init=False)  # images per chunk (set from the input size)
     converter_calib: ImageSet | None = field(default=None, init=False)  # what int8 calibration sees
-    background: int | None = field(default=None, init=False)  # the no-sign class (classify; builders/openset.py)
+    background: int | None = field(default=None, init=False)  # the no-sign class (classify; builders/gate/openset.py)
     float_tflite: bytes | None = field(default=None, init=False, repr=False)  # fp32 TFLite, made once per build
     int8_float: tuple | None = field(default=None, init=False, repr=False)  # (float graph int8 is made from, rewrites)
     int8_unrewritten: bytes | None = field(default=None, init=False, repr=False)  # that graph before its rewrites
@@ -98,7 +98,8 @@ class BuildContext:
             for dataset, images in (("eval", self.evalset), ("holdout", self.holdout)):
                 if images is not None and len(images):
                     self.reference[dataset] = self._reference(images, dataset)
-        if "eval" in self.reference and self.class_output is not None:  # builders/verify.py: the gate cannot see it
+        # builders/gate/verify.py: the gate cannot see it
+        if "eval" in self.reference and self.class_output is not None:
             warning = weak_original_warning(self.reference["eval"][self.class_output].chunks(self.chunk),
                                             self.evalset.labels, self.float_spec)
             if warning:
@@ -148,7 +149,7 @@ class BuildContext:
         """A static batch-1 NHWC SavedModel of the source, made once per build; its signature
         outputs are keyed by the source outputs' keys (ONNX: through onnx2tf)."""
         if self._saved is None and self.source.kind == "onnx":
-            from edgekit.builders.onnx_to_tf import onnx_to_saved_model
+            from edgekit.builders.convert.onnx_to_tf import onnx_to_saved_model
 
             with self.log.step(f"convert ONNX ({self.source.layout}) to a TensorFlow SavedModel with onnx2tf "
                                "(its log goes to build.log)"):
@@ -175,7 +176,7 @@ class BuildContext:
         source output, in the source's order, one row per image. It is called once per chunk
         of images (:attr:`chunk` of them at most). ``expect``: per source output, what turns the
         original's output into what this variant is meant to give (a graph rewrite that changed
-        it, builders/tflite_rewrite.py :func:`source_expect`), so cosine and SQNR compare like with
+        it, builders/graph/rewrite.py :func:`source_expect`), so cosine and SQNR compare like with
         like; the detections are decoded from the original's own outputs either way.
         """
         prep = Preprocessor(spec)
@@ -230,7 +231,7 @@ def _expected(refs: list[np.ndarray], expect: Sequence[Callable | None] | None) 
 
 def _detect_fidelity(variant: str, dataset: str, res: dict) -> str | None:
     """A warning when a converted detector's figures look better or worse than they are."""
-    from edgekit.builders.detect_gate import GAIN_MARGIN, LOW_AGREEMENT
+    from edgekit.builders.gate.detect import GAIN_MARGIN, LOW_AGREEMENT
 
     if res.get("suspicious_gain"):
         return (f"{variant}: mAP {res['ratio']:.2f}x the original's on the eval set (over {1 + GAIN_MARGIN:.2f}x): "

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgekit.builders.detect_fidelity import check_thresholds
-from edgekit.builders.landmark_gate import check_request as check_landmarks
-from edgekit.builders.segment_gate import check_request as check_segment
+from edgekit.builders.gate.fidelity import check_thresholds
+from edgekit.builders.gate.landmarks import check_request as check_landmarks
+from edgekit.builders.gate.segment import check_request as check_segment
 from edgekit.camera.base import parse_size
 from edgekit.errors import CameraError, EdgekitError, UsageError
 from edgekit.imaging.image import InputSpec
@@ -109,18 +109,18 @@ class BuildRequest:
     task_options: dict[str, Any] = field(default_factory=dict)
     background_class: str | None = None
     allow_partial: bool = False
-    recover: bool = True  # an int8 that misses the gate is retried (builders/recovery.py)
-    # the detect gate beyond mAP (builders/detect_fidelity.py: FidelityGate holds the same defaults)
+    recover: bool = True  # an int8 that misses the gate is retried (builders/int8/recovery.py)
+    # the detect gate beyond mAP (builders/gate/fidelity.py: FidelityGate holds the same defaults)
     min_detect_agreement: float = 0.9
     min_score_levels: int = 20
     min_score_cosine: float = 0.95
     max_map_gain: float = 0.05
-    min_top1_agreement: float = 0.97  # classify, when the original is accurate (builders/verify.py: classify_gate)
-    # landmarks (builders/landmark_gate.py): pixels of the model input, None: 1 % / 2.5 % of its longer side
+    min_top1_agreement: float = 0.97  # classify, when the original is accurate (builders/gate/verify.py: classify_gate)
+    # landmarks (builders/gate/landmarks.py): pixels of the model input, None: 1 % / 2.5 % of its longer side
     max_landmark_error: float | None = None
     max_landmark_p95: float | None = None
     min_presence_agreement: float = 0.97
-    # segment (builders/segment_gate.py): mask IoU against the original's, mean and 5th percentile over images
+    # segment (builders/gate/segment.py): mask IoU against the original's, mean and 5th percentile over images
     min_mask_iou: float = 0.9
     min_mask_iou_p5: float = 0.7
 
@@ -202,7 +202,7 @@ class BuiltModel:
     """One model file a builder wrote into the bundle directory, with its verification.
 
     ``verification`` is per data set (``eval``, ``holdout``) what
-    :func:`edgekit.builders.verify.compare` measured against the original model.
+    :func:`edgekit.builders.gate.verify.compare` measured against the original model.
     ``runtime_options`` (None: the target's) and ``extra`` (other manifest keys, e.g.
     ``tensorrt``) go into the model's manifest entry as they are.
     """

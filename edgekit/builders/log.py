@@ -55,7 +55,7 @@ class BuildLog:
         """Time a step: ``with log.step("convert fp32") as s: ...``; ``s["seconds"]`` afterwards,
         and ``s["peak_rss"]``, the process's peak resident memory so far (bytes), which the
         log line shows too."""
-        from edgekit.builders.resources import GB, peak_rss
+        from edgekit.builders.host.resources import GB, peak_rss
 
         info: dict = {}
         self.check()

@@ -34,7 +34,7 @@ def to_onnx(ctx: BuildContext, dest: Path, opset: int) -> list[str]:
         dest.write_bytes(ctx.source.onnx or b"")
         return ctx.source.output_names
     if ctx.source.kind == "tflite":
-        from edgekit.builders.tflite_onnx import tflite_to_onnx
+        from edgekit.builders.convert.tflite_to_onnx import tflite_to_onnx
 
         return tflite_to_onnx(ctx, dest, opset)
     import tensorflow as tf
@@ -164,7 +164,7 @@ def _verified(ctx: BuildContext, variant: str, path: Path, seconds: float, names
 
     ``names``: the ONNX output names of the source's outputs, in the source's order.
     """
-    from edgekit.builders.verify import OnnxRunner
+    from edgekit.builders.gate.verify import OnnxRunner
     from edgekit.imaging.image import InputSpec
     from edgekit.runtime.onnxrt import OnnxRuntime
 

@@ -56,15 +56,15 @@ def outcome(results: list[TargetBuild], failures: dict[str, EdgekitError], allow
 #: the flag that sets each task's gate
 GATE_FLAG = {"classify": "--min-accuracy-ratio", "detect": "--min-map-ratio", "raw": "--min-cosine",
              "landmarks": "--max-landmark-error", "segment": "--min-mask-iou"}
-#: the gate flag that is raised, not lowered, to let more through (builders/detect_fidelity.py)
+#: the gate flag that is raised, not lowered, to let more through (builders/gate/fidelity.py)
 RAISE_FLAG = "--max-map-gain"
-#: every flag raised to let more through: the map gain, a landmark model's pixel limits (builders/landmark_gate.py)
+#: every flag raised to let more through: the map gain, a landmark model's pixel limits (builders/gate/landmarks.py)
 RAISE_FLAGS = (RAISE_FLAG, "--max-landmark-error", "--max-landmark-p95")
 
 
 def failed_flags(result: TargetBuild) -> list[str]:
     """The flags governing the figures that failed in ``result``'s verifications (a detector's
-    ``gate_failures``: builders/detect_fidelity.py), else its task's :data:`GATE_FLAG`."""
+    ``gate_failures``: builders/gate/fidelity.py), else its task's :data:`GATE_FLAG`."""
     ver = result.manifest.get("verification") or {}
     found = [*(ver.get("models") or {}).values(), *((v or {}).get("verification") or {}
                                                      for v in (ver.get("rejected") or {}).values())]

@@ -20,9 +20,9 @@ from typing import Any
 
 from edgekit.builders.context import BuildContext
 from edgekit.builders.contract import BuilderOutput, BuiltModel, TargetBuild
-from edgekit.builders.openset import log_line
-from edgekit.builders.openset import manifest_entry as openset_entry
-from edgekit.builders.resources import peak_rss
+from edgekit.builders.gate.openset import log_line
+from edgekit.builders.gate.openset import manifest_entry as openset_entry
+from edgekit.builders.host.resources import peak_rss
 from edgekit.builders.targets import BuildTarget
 from edgekit.bundle import MANIFEST, BundleWriter, sha256_file
 from edgekit.errors import EdgekitError, OutputError, UsageError
@@ -285,8 +285,8 @@ def verification_summary(per_variant: dict, default: str, ctx: BuildContext) -> 
 
     ``classify`` with an eval set: every model reaches ``min_ratio`` of the original top-1; ``raw``: its
     worst output ``min_cosine`` on the eval (else held-back) images; ``detect`` without an eval set: the
-    fidelity figures on the held-back images (builders/detect_gate.py); ``landmarks`` and ``segment``: the
-    points' pixels and presence, the masks' IoU against the original's (builders/landmark_gate.py,
+    fidelity figures on the held-back images (builders/gate/detect.py); ``landmarks`` and ``segment``: the
+    points' pixels and presence, the masks' IoU against the original's (builders/gate/landmarks.py,
     segment_gate.py). Otherwise the agreement on the held-back images is reported, not gated.
     """
     has_eval = ctx.evalset is not None
@@ -370,11 +370,11 @@ def _metric(task: str, has_eval: bool) -> str:
 
 
 def _where(verification: dict) -> str:
-    """Where an int8 model lost accuracy, when the quantisation report ran (builders/quant_report.py)."""
+    """Where an int8 model lost accuracy, when the quantisation report ran (builders/int8/report.py)."""
     report = verification.get("quantization")
     if not isinstance(report, dict):
         return ""
-    from edgekit.builders.quant_report import summary
+    from edgekit.builders.int8.report import summary
 
     text = summary(report)
     return f" ({text})" if text else ""

@@ -7,16 +7,24 @@ builder does not make) and returns one :class:`BuildTarget` per target: the targ
 (imported once) and its builder options (the ``[build]`` table with the request's laid over,
 merged once). The build, the publisher and ``BuildContext.options_for`` read those; nothing
 after this module looks the target up, checks it or merges its options again.
+
+A target file names a ``package.module:name`` that a build imports and calls on this machine, so
+(as a bundle's adapter must be a row of :mod:`edgekit.runtime.registry`) the builder is checked
+against :func:`known_builders` before anything is imported. The list lives on the build side, beside
+what it names: in ``edgekit.target`` its rows made the target reader and the builders import each
+other (a table row is an edge of the cycle check).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgekit.builders.trust import check_builder
 from edgekit.errors import TargetError, UsageError
 from edgekit.target import Target, load_target
 from edgekit.util.plugins import resolve
@@ -24,6 +32,37 @@ from edgekit.util.plugins import resolve
 if TYPE_CHECKING:
     from edgekit.builders.context import Builder
     from edgekit.builders.contract import BuildRequest
+
+
+#: edgekit's own builders
+BUILDERS = ("edgekit.builders.tflite:build", "edgekit.builders.onnx:build")
+#: the entry-point group through which an installed package offers a builder (pyproject:
+#: ``[project.entry-points."edgekit.builders"] mine = "mypkg.build:build"``)
+BUILDER_ENTRY_POINTS = "edgekit.builders"
+#: comma-separated "package.module:name" builders the user trusts (a builder under development)
+TRUSTED_BUILDERS_ENV = "EDGEKIT_TRUSTED_BUILDERS"
+
+
+def known_builders() -> list[str]:
+    """Every builder a target file may name: edgekit's, installed packages' and the user's."""
+    from importlib.metadata import entry_points
+
+    found = list(BUILDERS)
+    # a broken installed distribution's metadata: its builders are not offered (refused as unknown)
+    with contextlib.suppress(Exception):
+        found += [ep.value.replace(" ", "") for ep in entry_points(group=BUILDER_ENTRY_POINTS)]
+    found += [b.strip() for b in os.environ.get(TRUSTED_BUILDERS_ENV, "").split(",") if b.strip()]
+    return found
+
+
+def check_builder(builder: str, path: Path | str) -> None:
+    """Refuse (before anything is imported) a builder that is not in :func:`known_builders`."""
+    if builder in known_builders():
+        return
+    raise TargetError(f"target file {path}: builder {builder!r} is not an edgekit builder (known: "
+                      f"{', '.join(BUILDERS)})"[:400],
+                      f"use one of those; for your own builder, declare it in the '{BUILDER_ENTRY_POINTS}' "
+                      f"entry-point group of its package or name it in {TRUSTED_BUILDERS_ENV}")
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from edgekit.builders.contract import BuilderOutput, BuiltModel, task_extra
-from edgekit.builders.tflite_convert import convert, output_order, same_outputs
-from edgekit.builders.tflite_int8 import int8_model
+from edgekit.builders.convert.to_tflite import convert, output_order, same_outputs
+from edgekit.builders.int8.recipe import int8_model
 from edgekit.errors import ModelError
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
     if options.get("compile") and "int8" in variants:
         return _edgetpu(ctx, out_dir, models, options)
     if len(models) > 1:
-        from edgekit.builders.speed import time_variants
+        from edgekit.builders.gate.speed import time_variants
 
         models, default = time_variants(ctx, target, out_dir, models, default)
     return BuilderOutput(tuple(models), default, delegation=coverage)
@@ -55,7 +55,7 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
     """Convert one variant, write it, map and read its outputs and XNNPACK coverage, verify it.
 
     An int8 model that misses the gate (or any int8 model with ``quant_report``, the target's
-    ``[build]`` option) gets the per-layer quantisation report (builders/quant_report.py).
+    ``[build]`` option) gets the per-layer quantisation report (builders/int8/report.py).
     """
     with ctx.log.step(f"[{target.name}] convert {variant}") as step:
         rep = ctx.representative() if variant == "int8" else None
@@ -70,11 +70,11 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
             blob = convert(saved, variant)
     finish = _finisher(ctx, target, saved, out_dir / f"{ctx.name}_{variant}.tflite", variant, io_dtype, quant_report)
     model, coverage = finish(blob, rewrites, step["seconds"])
-    if variant == "int8" and ctx.request.recover:  # builders/calib_stability.py, then builders/recovery.py
-        from edgekit.builders import calib_stability, recovery, tflite_quantize
+    if variant == "int8" and ctx.request.recover:  # builders/int8/stability.py, then builders/int8/recovery.py
+        from edgekit.builders.int8 import quantize, recovery, stability
 
-        model = calib_stability.check(ctx, target, out_dir / model.file, model, finish,
-                                      lambda rep: tflite_quantize.quantize_int8(ctx.int8_float[0], rep, io_dtype))
+        model = stability.check(ctx, target, out_dir / model.file, model, finish,
+                                      lambda rep: quantize.quantize_int8(ctx.int8_float[0], rep, io_dtype))
         if _missed(model.verification):
             model, coverage = recovery.recover(ctx, target, out_dir / model.file, (model, coverage), finish,
                                                step["seconds"])
@@ -100,8 +100,8 @@ def _written(ctx: BuildContext, target: Target, saved: Path | None, path: Path, 
              io_dtype: str, quant_report: bool, rewrites: list, seconds: float,
              report: bool = True) -> tuple[BuiltModel, dict]:
     """See :func:`_finisher`."""
-    from edgekit.builders.tflite_rewrite import manifest_extra, source_expect
-    from edgekit.builders.verify import LiteRTRunner
+    from edgekit.builders.gate.verify import LiteRTRunner
+    from edgekit.builders.graph.rewrite import manifest_extra, source_expect
     from edgekit.runtime.litert import spec_from_details
 
     path.write_bytes(blob)
@@ -109,7 +109,7 @@ def _written(ctx: BuildContext, target: Target, saved: Path | None, path: Path, 
              else same_outputs(path, len(ctx.source.outputs)))
     expect = source_expect(rewrites, order)  # the rewrites' output positions: the graph's order, before any reorder
     if order != sorted(order):  # the converter listed them by key: the file gets the model's own order back
-        from edgekit.builders.tflite_edit import reorder_outputs
+        from edgekit.builders.graph.edit import reorder_outputs
 
         blob = reorder_outputs(blob, order)
         path.write_bytes(blob)
@@ -135,15 +135,15 @@ def _written(ctx: BuildContext, target: Target, saved: Path | None, path: Path, 
 
 
 def convert_tflite(ctx: BuildContext, variant: str, representative, io_dtype: str) -> bytes:
-    """A float variant of a .tflite source, made on its own graph (builders/tflite_edit.py):
-    fp32 float32 weights, fp16 float16 weights (int8: builders/tflite_int8.py)."""
-    from edgekit.builders import tflite_edit
+    """A float variant of a .tflite source, made on its own graph (builders/graph/edit.py):
+    fp32 float32 weights, fp16 float16 weights (int8: builders/int8/recipe.py)."""
+    from edgekit.builders.graph import edit
 
     blob = ctx.source.handle.blob
     if variant == "fp32":
-        return tflite_edit.float32_weights(blob)
+        return edit.float32_weights(blob)
     if variant == "fp16":
-        return tflite_edit.float16_weights(blob)
+        return edit.float16_weights(blob)
     raise ModelError(f"unknown TFLite variant {variant!r}", "use fp32, fp16 or int8")
 
 
@@ -192,8 +192,8 @@ def check_shapes(ctx: BuildContext, outputs: list[dict], file: str) -> None:
 
 
 def _edgetpu(ctx: BuildContext, out_dir: Path, models: list[BuiltModel], options: dict) -> BuilderOutput:
-    """Offline Edge TPU report, then edgetpu_compiler when installed (see builders/edgetpu_compiler.py)."""
-    from edgekit.builders.edgetpu_compiler import compile_for_edgetpu
+    """Offline Edge TPU report, then edgetpu_compiler when installed (see builders/edgetpu/compiler.py)."""
+    from edgekit.builders.edgetpu.compiler import compile_for_edgetpu
 
     int8 = next(m for m in models if m.name == "int8")
     with ctx.log.step("[edgetpu] compatibility check and edgetpu_compiler"):
@@ -234,7 +234,7 @@ def _tpu_share_before_rewrites(ctx: BuildContext, images: int = 4) -> dict | Non
     """The ops the Edge TPU would be predicted to take of the int8 made without the graph rewrites
     (quantised on a few calibration images: the op share does not depend on the ranges), for the
     manifest and ``inspect``; None when nothing was rewritten or that int8 cannot be made."""
-    from edgekit.builders.tflite_quantize import quantize_int8
+    from edgekit.builders.int8.quantize import quantize_int8
     from edgekit.tflite.edgetpu_rules import check_model
 
     if ctx.int8_unrewritten is None:
@@ -254,7 +254,7 @@ def _tpu_share_before_rewrites(ctx: BuildContext, images: int = 4) -> dict | Non
 
 def _weak_ungated(ctx: BuildContext, target: Target, verification: dict) -> bool:
     """True, with a warning, when an int8 model that no gate judged agrees poorly with the original."""
-    from edgekit.builders.verify import weak_ungated_warning
+    from edgekit.builders.gate.verify import weak_ungated_warning
 
     warning = weak_ungated_warning(verification)
     if warning:
@@ -267,9 +267,9 @@ def _quant_report(ctx: BuildContext, target: Target, saved: Path, io_dtype: str,
     """Per-layer quantisation error of the int8 as built (the float graph it quantised, rewrites
     and clamps included, the same calibration ranges) and the mixed-range hints (on the outputs
     as ``expect`` says the rewritten model gives them), logged line by line."""
-    from edgekit.builders.quant_report import quantization_report, report_lines
-    from edgekit.builders.tflite_clamps import clamped_ranges
-    from edgekit.builders.tflite_quantize import quantize_int8
+    from edgekit.builders.graph.clamps import clamped_ranges
+    from edgekit.builders.int8.quantize import quantize_int8
+    from edgekit.builders.int8.report import quantization_report, report_lines
 
     why = "int8 missed the gate" if missed else "int8"
     float_graph = ctx.int8_float[0]

@@ -82,13 +82,13 @@ def open_camera(uri: str | int, **options: Any) -> FrameSource:
     text = str(uri).strip()
     if not text:  # an empty string would otherwise name the current directory as a folder of frames
         raise CameraError("no camera given (empty URI)", f"use one of: {URI_FORMS}")
-    scheme, target = _locate(text)
+    scheme, target = locate_scheme(text)
     checked = check_options(scheme, options, redact_uri(text))
     opener = resolve(scheme.opener, scheme.install_hint)
     return opener(target, **checked)
 
 
-def _locate(text: str) -> tuple[Scheme, str]:
+def locate_scheme(text: str) -> tuple[Scheme, str]:
     """The scheme row for a URI, and the part its opener takes."""
     word, colon, rest = text.partition(":")
     by_word = {w: s for s in SCHEMES.values() for w in (s.words or (s.name,))}

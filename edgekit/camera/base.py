@@ -140,7 +140,7 @@ class _Counters:
             }
 
 
-class _SourceBase:
+class SourceBase:
     """Iterator + context manager + ``stats()`` plumbing shared by every source."""
 
     kind = "source"
@@ -189,7 +189,7 @@ class _SourceBase:
 # ----------------------------------------------------------------------------------------------
 
 
-class LatestFrameSource(_SourceBase):
+class LatestFrameSource(SourceBase):
     """Runs ``read()`` on a grabber thread and hands the consumer only the newest frame.
 
     ``read`` returns ``(ok, array)`` like ``cv2.VideoCapture.read``; a False, a None or

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from edgekit.camera.base import Frame, _SourceBase
+from edgekit.camera.base import Frame, SourceBase
 from edgekit.errors import CameraError, CameraUnavailable
 from edgekit.imaging.image import IMAGE_SUFFIXES, ImageReadError, read_image, require_image_decoder
 
@@ -26,14 +26,14 @@ VIDEO_SUFFIXES = (
 )  # fmt: skip
 
 
-class _EndOfStream(Exception):
+class EndOfStream(Exception):
     """Raised by a reader that has no more frames in this pass."""
 
 
 class _Reader(Protocol):
     """Frames in order: ``read()`` -> array, or None for an unreadable frame;
     ``skip()`` -> advance one frame without decoding (False if it failed);
-    both raise _EndOfStream at the end; ``rewind()`` starts the next pass. ``frame_source``,
+    both raise EndOfStream at the end; ``rewind()`` starts the next pass. ``frame_source``,
     when a reader has it, names the frame ``read()`` returned last (an image's path)."""
 
     def read(self) -> np.ndarray | None: ...
@@ -45,7 +45,7 @@ class _Reader(Protocol):
     def release(self) -> None: ...
 
 
-class SequenceSource(_SourceBase):
+class SequenceSource(SourceBase):
     """Frames from a :class:`_Reader`, either as fast as the consumer asks (``pace=False``)
     or paced to ``fps`` with newest-frame semantics (``pace=True``).
 
@@ -129,7 +129,7 @@ class SequenceSource(_SourceBase):
         while True:
             try:
                 result = step()
-            except _EndOfStream:
+            except EndOfStream:
                 self._end_of_pass()
                 continue
             self._k += 1
@@ -211,7 +211,7 @@ class _VideoFileReader:
             self._pos += 1
             self._failures += 1
             return False
-        raise _EndOfStream
+        raise EndOfStream
 
     def read(self) -> np.ndarray | None:
         try:
@@ -273,7 +273,7 @@ class _FolderReader:
 
     def _next_path(self) -> Path:
         if self._pos >= len(self.paths):
-            raise _EndOfStream
+            raise EndOfStream
         self._pos += 1
         return self.paths[self._pos - 1]
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.camera.base import MAX_FPS, MIN_FPS, CameraOptionError, parse_size
-from edgekit.camera.files import SequenceSource, _EndOfStream
+from edgekit.camera.files import EndOfStream, SequenceSource
 from edgekit.errors import CameraError
 from edgekit.util.optionspec import Option, OptionValueError
 
@@ -60,7 +60,7 @@ class _SyntheticReader:
 
     def _next(self) -> int:
         if self._frames is not None and self._pos >= self._frames:
-            raise _EndOfStream
+            raise EndOfStream
         self._pos += 1
         return self._pos - 1
 

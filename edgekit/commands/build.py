@@ -81,8 +81,8 @@ def _memory_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _fidelity_flags(p: argparse.ArgumentParser) -> None:
-    """The gate's figures beyond the ratio: a detector's (builders/detect_fidelity.py), a classifier's
-    top-1 agreement (builders/verify.py: classify_gate), a landmark model's pixels, a segmenter's mask IoU."""
+    """The gate's figures beyond the ratio: a detector's (builders/gate/fidelity.py), a classifier's
+    top-1 agreement (builders/gate/verify.py: classify_gate), a landmark model's pixels, a segmenter's mask IoU."""
     p.add_argument("--max-map-gain", type=float, default=0.05,
                    help="detect: fail when converted/original mAP on --eval is above 1 + this: a conversion does not "
                         "improve a model, its scores or boxes moved (default 0.05)")
@@ -181,9 +181,9 @@ def format_table(results) -> str:
     task = results[0].manifest.get("task") if results else None
     if task == "raw":  # MAE: the worst output's mean absolute error in its own units (reported, not gated)
         header = ("target", "model file", "size", "worst output", "cosine", "MAE", "gate", "delegated", "build s")
-    elif task == "segment":  # builders/segment_gate.py: vs the original's masks
+    elif task == "segment":  # builders/gate/segment.py: vs the original's masks
         header = ("target", "model file", "size", "mask IoU", "mask cosine", "gate", "delegated", "build s")
-    elif task == "landmarks":  # builders/landmark_gate.py: vs the original's points, in model-input pixels
+    elif task == "landmarks":  # builders/gate/landmarks.py: vs the original's points, in model-input pixels
         header = ("target", "model file", "size", "landmark error", "presence", "cosine", "gate", "delegated",
                   "build s")
     else:
@@ -238,12 +238,12 @@ def _row(r, model: dict, v: dict, cov: dict | None, task: str | None) -> tuple:
         mae = ((ev.get("outputs") or {}).get(ev.get("worst_output")) or {}).get("mean_abs_diff")
         figures = (ev.get("worst_output") or "-", cosine, f"{mae:.4g}" if mae is not None else "-")
     elif task == "segment":
-        from edgekit.builders.segment_gate import table_figure as mask_figure
+        from edgekit.builders.gate.segment import table_figure as mask_figure
 
         mask = (ev.get("outputs") or {}).get(ev.get("mask_output")) or {}  # the mask's, not another output's
         figures = (mask_figure(ev), f"{mask['cosine']:.6f}" if mask.get("cosine") is not None else cosine)
     elif task == "landmarks":
-        from edgekit.builders.landmark_gate import table_figure
+        from edgekit.builders.gate.landmarks import table_figure
 
         agreement = ev.get("presence_agreement")
         figures = (table_figure(ev), f"{agreement:.4f}" if agreement is not None else "-", cosine)
@@ -260,7 +260,7 @@ __all__ = ["configure", "main", "format_table", "Path"]
 
 def _memory_size(text: str) -> int:
     """``--max-memory``'s value in bytes; argparse says what is wrong with it (exit 2, usage)."""
-    from edgekit.builders.resources import parse_size
+    from edgekit.builders.host.resources import parse_size
     from edgekit.errors import UsageError
 
     try:

@@ -22,7 +22,7 @@ from edgekit.options import (
     config_values,
     runtime_options,
 )
-from edgekit.serve.config import ServeConfig, load_config, override, parse_address
+from edgekit.serve.config.load import ServeConfig, load_config, override, parse_address
 
 log = logging.getLogger("edgekit.serve")
 
@@ -143,7 +143,7 @@ def _with_stage_flags(config: ServeConfig, args: argparse.Namespace) -> ServeCon
             raise UsageError("--roi without --then", "add --then SECOND[:VARIANT], the model to run on each region")
         return config
     from edgekit.options import cascade_model_options
-    from edgekit.serve.stage_config import stage_from
+    from edgekit.serve.config.stages import stage_from
 
     second = cascade_model_options(args)
     try:
@@ -160,8 +160,8 @@ def _with_camera_flags(config: ServeConfig, flags: list[str]) -> ServeConfig:
     """``--camera [NAME=]URI``, repeated: several cameras each need a name (UsageError otherwise)."""
     import dataclasses
 
-    from edgekit.serve.camera_config import check_names, split_camera_flag
-    from edgekit.serve.config import check, with_cameras
+    from edgekit.serve.config.cameras import check_names, split_camera_flag
+    from edgekit.serve.config.load import check, with_cameras
 
     specs = [split_camera_flag(text) for text in flags]
     if len(specs) > 1 and not all(name for name, _ in specs):
@@ -180,7 +180,7 @@ def _print_config(config: ServeConfig) -> int:
     (exit 2), any others each on an ``also:`` line before it."""
     import sys
 
-    from edgekit.serve.preflight import preflight_problems
+    from edgekit.serve.config.preflight import preflight_problems
 
     problems = preflight_problems(config)
     print(json.dumps(config.to_dict(), indent=2), flush=True)

@@ -22,7 +22,7 @@ NORMALISED_LIMIT = 1.5
 QUANTISED_NORMALISED_RANGE = 8.0
 """``box_units=auto`` on a quantised output: when its whole integer range spans at most this, its
 boxes are normalised (pixel boxes of any input of 32 px or more need a wider range; edgekit's int8
-build normalises a YOLO output's pixel boxes in the graph: builders/tflite_yolo.py). Decided once
+build normalises a YOLO output's pixel boxes in the graph: builders/graph/yolo.py). Decided once
 per output, not per frame from the boxes that pass, which a badly placed box could tip."""
 
 

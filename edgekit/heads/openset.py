@@ -4,7 +4,7 @@ A frame's top class counts only when it is not the background class, its score c
 ``min_score`` and a second signal agrees: its margin over the runner-up clears ``min_margin``
 and, for a model that emits logits, its energy ``-logsumexp(logits)`` is at most
 ``max_energy`` (Liu et al. 2020, "Energy-based Out-of-distribution Detection"). The build fits
-the thresholds on the evaluation set (:mod:`edgekit.builders.openset`) and stores them in the
+the thresholds on the evaluation set (:mod:`edgekit.builders.gate.openset`) and stores them in the
 bundle's manifest under ``openset``; :func:`check_manifest` is the loader's range check.
 
 Energy needs logits. A model that ends in a softmax hands over probabilities, and

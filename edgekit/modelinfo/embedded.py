@@ -85,7 +85,7 @@ def read_onnx_metadata(path: Path) -> tuple[dict[str, str], tuple[Any, ...] | No
             f.seek(0)
             props: dict[str, str] = {}
             dims = None
-            for number, length in _fields(f, size):
+            for number, length in protobuf_fields(f, size):
                 if number == _METADATA_PROPS and length is not None:
                     _metadata_entry(_read_capped(f, length), props)
                 elif number == _GRAPH and length is not None and dims is None:
@@ -96,60 +96,60 @@ def read_onnx_metadata(path: Path) -> tuple[dict[str, str], tuple[Any, ...] | No
                     f.seek(length, 1)
     except OSError as exc:
         raise ModelError(f"cannot read {path.name}: {first_line(exc, 300)}") from exc
-    except _Malformed as exc:
+    except MalformedProtobuf as exc:
         raise ModelError(f"{path.name} is not a readable ONNX model ({exc})"[:300],
                          "copy or export the model again") from exc
     return props, dims
 
 
-class _Malformed(Exception):
+class MalformedProtobuf(Exception):
     """Bytes that are not the protobuf they should be."""
 
 
-def _varint(f: BinaryIO) -> int | None:
+def read_varint(f: BinaryIO) -> int | None:
     """A protobuf varint, or None at the end of the file."""
     value = shift = 0
     while True:
         byte = f.read(1)
         if not byte:
             if shift:
-                raise _Malformed("cut in a varint")
+                raise MalformedProtobuf("cut in a varint")
             return None
         value |= (byte[0] & 0x7F) << shift
         if byte[0] < 0x80:
             return value
         shift += 7
         if shift > 63:
-            raise _Malformed("varint longer than 10 bytes")
+            raise MalformedProtobuf("varint longer than 10 bytes")
 
 
-def _fields(f: BinaryIO, end: int):
+def protobuf_fields(f: BinaryIO, end: int):
     """``(field number, length)`` of each field up to ``end``: length for length-delimited fields
     (the file is left at their start), None for scalars (already read past)."""
     while f.tell() < end:
-        tag = _varint(f)
+        tag = read_varint(f)
         if tag is None:
             return
         number, wire = tag >> 3, tag & 7
         if wire == 2:
-            length = _varint(f)
+            length = read_varint(f)
             if length is None or f.tell() + length > end:
-                raise _Malformed(f"field {number} runs past its end")
+                raise MalformedProtobuf(f"field {number} runs past its end")
             yield number, length
         elif wire == 0:
-            if _varint(f) is None:
-                raise _Malformed("cut in a varint")
+            if read_varint(f) is None:
+                raise MalformedProtobuf("cut in a varint")
             yield number, None
         elif wire in (1, 5):
             f.seek(8 if wire == 1 else 4, 1)
             yield number, None
         else:
-            raise _Malformed(f"wire type {wire}")
+            raise MalformedProtobuf(f"wire type {wire}")
 
 
 def _read_capped(f: BinaryIO, length: int) -> bytes:
     if length > MAX_PROP_BYTES:
-        raise _Malformed(f"a metadata entry of {length} bytes")
+        raise MalformedProtobuf(f"a metadata entry of {length} bytes")
     return f.read(length)
 
 
@@ -158,9 +158,9 @@ def _metadata_entry(data: bytes, props: dict[str, str]) -> None:
     import io
 
     if len(props) >= MAX_PROPS:
-        raise _Malformed(f"more than {MAX_PROPS} metadata entries")
+        raise MalformedProtobuf(f"more than {MAX_PROPS} metadata entries")
     f, key, value = io.BytesIO(data), "", ""
-    for number, length in _fields(f, len(data)):
+    for number, length in protobuf_fields(f, len(data)):
         if length is None:
             continue
         text = f.read(length).decode("utf-8", "replace")
@@ -172,7 +172,7 @@ def _first_input_dims(f: BinaryIO, end: int) -> tuple[Any, ...] | None:
     """Dims of GraphProto's first ``input`` (ValueInfo -> TypeProto.tensor_type -> shape -> dim)."""
     import io
 
-    for number, length in _fields(f, end):
+    for number, length in protobuf_fields(f, end):
         if length is None or number != _GRAPH_INPUT:
             if length is not None:
                 f.seek(length, 1)
@@ -185,7 +185,7 @@ def _first_input_dims(f: BinaryIO, end: int) -> tuple[Any, ...] | None:
             return None
         dims = []
         g = io.BytesIO(shape)
-        for dim_no, dim_len in _fields(g, len(shape)):
+        for dim_no, dim_len in protobuf_fields(g, len(shape)):
             if dim_no == 1 and dim_len is not None:
                 dims.append(_dim(g.read(dim_len)))
         return tuple(dims)
@@ -199,7 +199,7 @@ def _nested(f: BinaryIO, path: tuple[int, ...]) -> bytes | None:
     data = f.read()
     for number in path:
         g, found = io.BytesIO(data), None
-        for n, length in _fields(g, len(data)):
+        for n, length in protobuf_fields(g, len(data)):
             if length is None:
                 continue
             chunk = g.read(length)
@@ -217,15 +217,15 @@ def _dim(data: bytes) -> Any:
 
     g = io.BytesIO(data)
     while g.tell() < len(data):
-        tag = _varint(g)
+        tag = read_varint(g)
         if tag is None:
             break
         if tag == (1 << 3) | 0:
-            return _varint(g)
+            return read_varint(g)
         if tag == (2 << 3) | 2:
-            length = _varint(g) or 0
+            length = read_varint(g) or 0
             return g.read(length).decode("utf-8", "replace") or "?"
-        raise _Malformed("unexpected field in a dimension")
+        raise MalformedProtobuf("unexpected field in a dimension")
     return "?"
 
 

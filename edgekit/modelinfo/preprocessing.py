@@ -121,7 +121,7 @@ def preprocessing(given: dict[str, Any], channels: int, raw_pixels: bool = False
 
     Defaults: grey or RGB by channel count, pixels scaled to [0, 1] (mean 0, std 255), or left
     0-255 (std 1) for a model that scales its own pixels (``raw_pixels``: a Keras model whose first
-    layer is Rescaling, :func:`edgekit.builders.source.scales_own_pixels`, or a graph whose first op
+    layer is Rescaling, :func:`edgekit.builders.sources.load.scales_own_pixels`, or a graph whose first op
     divides by 255, :func:`edgekit.modelinfo.rescale.in_graph_rescale`) unless a mean or std
     is given; one mean/std value is repeated for every channel. ``resize`` may still be ``crop``
     (:func:`fit_resize` turns it into a crop once the input's size is known).

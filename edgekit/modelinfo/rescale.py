@@ -3,7 +3,7 @@
 A Keras ``Rescaling(1/255)`` exported to ONNX (tf2onnx) or .tflite stays in the graph as a ``Mul``
 by 0.00392 (or a ``Div`` by 255) on the input, past any ``Transpose``/``Cast``. Fed edgekit's
 default [0, 1] pixels, such a model sees inputs 255 times too small and still answers, wrongly:
-``build`` feeds it 0-255 (:func:`edgekit.builders.source.scales_own_pixels` for Keras), and so
+``build`` feeds it 0-255 (:func:`edgekit.builders.sources.load.scales_own_pixels` for Keras), and so
 must ``run`` and ``bench`` on the bare file. The rule is the build's: a first op (past
 pass-through ops, at most 8 steps in) that divides by 100 or more.
 
@@ -129,7 +129,7 @@ _ONNX_DTYPES = {1: "<f4", 2: "u1", 3: "i1", 5: "<i2", 6: "<i4", 7: "<i8", 10: "<
 def onnx_graph(path: Path) -> tuple[list[Node], dict[str, float], str]:
     """An ONNX file's nodes, small constants (initializers and Constant nodes) and the name of
     its first input that is not an initializer, read without the onnx package."""
-    from edgekit.modelinfo.embedded import _fields
+    from edgekit.modelinfo.embedded import protobuf_fields
 
     nodes: list[Node] = []
     consts: dict[str, float] = {}
@@ -137,7 +137,7 @@ def onnx_graph(path: Path) -> tuple[list[Node], dict[str, float], str]:
     with open(path, "rb") as f:
         size = f.seek(0, 2)
         f.seek(0)
-        for number, length in _fields(f, size):
+        for number, length in protobuf_fields(f, size):
             if number == _MODEL_GRAPH and length is not None:
                 _read_graph(f, f.tell() + length, nodes, consts, inputs)
                 break
@@ -149,9 +149,9 @@ def onnx_graph(path: Path) -> tuple[list[Node], dict[str, float], str]:
 
 def _read_graph(f: BinaryIO, end: int, nodes: list[Node], consts: dict[str, float], inputs: list[str]) -> None:
     """GraphProto's nodes, small initializers and input names, the large initializers skipped."""
-    from edgekit.modelinfo.embedded import _fields
+    from edgekit.modelinfo.embedded import protobuf_fields
 
-    for number, length in _fields(f, end):
+    for number, length in protobuf_fields(f, end):
         if length is None:
             continue
         small = length <= (MAX_CONST_BYTES + 256 if number == _GRAPH_INITIALIZER else MAX_NODE_BYTES)
@@ -197,23 +197,23 @@ def _add_tensor(fields: dict[int, list], consts: dict[str, float], name: str | N
 
 def _message(data: bytes) -> dict[int, list]:
     """Every field of one small protobuf message: bytes for length-delimited ones, ints for the rest."""
-    from edgekit.modelinfo.embedded import _Malformed, _varint
+    from edgekit.modelinfo.embedded import MalformedProtobuf, read_varint
 
     f, out = io.BytesIO(data), {}
     while f.tell() < len(data):
-        tag = _varint(f)
+        tag = read_varint(f)
         if tag is None:
             break
         number, wire = tag >> 3, tag & 7
         if wire == 2:
-            length = _varint(f) or 0
+            length = read_varint(f) or 0
             value: bytes | int | None = f.read(length)
         elif wire == 0:
-            value = _varint(f)
+            value = read_varint(f)
         elif wire in (1, 5):
             value = int.from_bytes(f.read(8 if wire == 1 else 4), "little")
         else:
-            raise _Malformed(f"wire type {wire}")
+            raise MalformedProtobuf(f"wire type {wire}")
         out.setdefault(number, []).append(value)
     return out
 

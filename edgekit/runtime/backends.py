@@ -8,7 +8,8 @@ adapter is no import cycle.
 from __future__ import annotations
 
 import os
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 MAX_THREADS = (os.cpu_count() or 1) * 4
 """The most CPU threads an adapter takes: more only slows inference down, and a copied bundle
@@ -19,11 +20,9 @@ MAX_INDEX = 255
 """The largest device index an option takes."""
 
 
-class Backend(NamedTuple):
-    """One row of :data:`edgekit.runtime.registry.BACKENDS`.
-
-    A tuple so that ``BACKENDS[name][1]`` (the formats) keeps working for older callers.
-    """
+@dataclass(frozen=True)
+class Backend:
+    """One row of :data:`edgekit.runtime.registry.BACKENDS`."""
 
     adapter: str  # "package.module:Class"
     formats: tuple[str, ...]  # model formats it runs ("tflite", "onnx")

@@ -21,7 +21,8 @@ import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
-import edgekit.runtime.trt_engine as trt_engine  # not `from edgekit.runtime`: its registry names this module
+import edgekit.runtime.trt_build as trt_build  # not `from edgekit.runtime`: its registry names this module
+import edgekit.runtime.trt_cache as trt_cache
 from edgekit.errors import DeviceError, ModelError, first_line
 from edgekit.imaging.image import InputSpec
 from edgekit.runtime.backends import MAX_INDEX, MAX_MIB, MAX_THREADS
@@ -39,7 +40,7 @@ DEFAULT_PROVIDERS = ("tensorrt", "cuda")
 def tensorrt_ep_options(
     cache_dir: str | Path,
     fp16: bool = True,
-    workspace_mb: int = trt_engine.WORKSPACE_MB,
+    workspace_mb: int = trt_build.WORKSPACE_MB,
     device_id: int = 0,
     engine_cache: bool = True,
     timing_cache: bool = True,
@@ -110,7 +111,7 @@ class OnnxRuntimeGPU(OnnxRuntime):
         Option("fp16", "bool", True, "TensorRT EP FP16"),
         Option("cache_dir", "path", None, "TensorRT EP engine and timing cache directory"),
         Option("device_id", "int", 0, "CUDA device index", ge=0, le=MAX_INDEX),
-        Option("workspace_mb", "int", trt_engine.WORKSPACE_MB, "TensorRT EP workspace limit (MiB)", ge=1,
+        Option("workspace_mb", "int", trt_build.WORKSPACE_MB, "TensorRT EP workspace limit (MiB)", ge=1,
                le=MAX_MIB),
         Option("conv_algo_search", "str", "HEURISTIC", "cuDNN convolution algorithm search",
                choices=("EXHAUSTIVE", "HEURISTIC", "DEFAULT")),
@@ -190,7 +191,7 @@ class OnnxRuntimeGPU(OnnxRuntime):
                 continue
             opts: dict[str, str] = {}
             if name == "TensorrtExecutionProvider":
-                cache = Path(cache_dir) if cache_dir else trt_engine.engine_cache_dir(self.model_path) / "ort-trt"
+                cache = Path(cache_dir) if cache_dir else trt_cache.engine_cache_dir(self.model_path) / "ort-trt"
                 cache.mkdir(parents=True, exist_ok=True)
                 opts = tensorrt_ep_options(cache, fp16, workspace_mb, device_id)
             elif name == "CUDAExecutionProvider":

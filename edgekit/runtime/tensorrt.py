@@ -29,7 +29,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-import edgekit.runtime.trt_engine as trt_engine  # not `from edgekit.runtime`: its registry names this module
+import edgekit.runtime.trt_build as trt_build  # not `from edgekit.runtime`: its registry names this module
+import edgekit.runtime.trt_cache as trt_cache
+import edgekit.runtime.trt_engine as trt_engine
 from edgekit.errors import BackendUnavailable, DeviceError, ModelError
 from edgekit.imaging.image import InputSpec
 from edgekit.metrics import LatencyRecorder
@@ -76,8 +78,8 @@ class TensorRTRuntime:
     """
 
     OPTIONS: ClassVar[tuple[Option, ...]] = (
-        Option("precision", "str", "fp16", "engine precision for a build from ONNX", choices=trt_engine.PRECISIONS),
-        Option("workspace_mb", "int", trt_engine.WORKSPACE_MB, "workspace pool limit (MiB)", ge=1, le=MAX_MIB),
+        Option("precision", "str", "fp16", "engine precision for a build from ONNX", choices=trt_build.PRECISIONS),
+        Option("workspace_mb", "int", trt_build.WORKSPACE_MB, "workspace pool limit (MiB)", ge=1, le=MAX_MIB),
         Option("cache_dir", "path", None, "engine cache directory (default: <bundle>/.engines)"),
         Option("rebuild", "bool", False, "rebuild the engine even if a cached one is valid"),
         Option("device", "int", 0, "CUDA device index", ge=0, le=MAX_INDEX),
@@ -145,7 +147,7 @@ class TensorRTRuntime:
             self.engine_built, self.engine_reason = engine.built, engine.reason
             self.precision_requested = precision
         elif path.suffix in (".plan", ".engine", ".trt"):
-            self.plan_path, self.record = path, trt_engine.read_sidecar(path) or {}
+            self.plan_path, self.record = path, trt_cache.read_sidecar(path) or {}
             self.engine_built, self.engine_reason = False, "plan file given"
             self.precision_requested = self.record.get("precision", {}).get("requested", "unknown")
         else:

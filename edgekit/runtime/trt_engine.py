@@ -10,7 +10,8 @@ seconds to minutes), then cached. :func:`load_or_build` ties the two halves toge
   11+ paths) and checking which precision the engine really runs in.
 
 This module also loads the libraries (lazily: importing edgekit never loads TensorRT or
-CUDA) and re-exports the names of both halves, so ``trt_engine.X`` keeps working.
+CUDA); callers take the cache's and the build's own names from :mod:`edgekit.runtime.trt_cache`
+and :mod:`edgekit.runtime.trt_build`.
 """
 
 from __future__ import annotations
@@ -23,18 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.errors import DeviceError, ModelError, UsageError
-from edgekit.runtime.trt_build import (  # noqa: F401 - re-exported
+from edgekit.runtime.trt_build import (
     PRECISIONS,
     WORKSPACE_MB,
     BuildResult,
     build_plan,
     inspect_plan,
-    layer_precisions,
     summarize_precision,
-    trt_major,
 )
-from edgekit.runtime.trt_cache import (  # noqa: F401 - re-exported
-    ENGINE_DIR,
+from edgekit.runtime.trt_cache import (
     SIDECAR_FORMAT,
     SIDECAR_VERSION,
     Engine,
@@ -45,9 +43,7 @@ from edgekit.runtime.trt_cache import (  # noqa: F401 - re-exported
     engine_cache_dir,
     engine_key,
     plan_path_for,
-    read_sidecar,
     sha256_bytes,
-    sidecar_path,
     store_engine,
     timing_cache_path,
 )

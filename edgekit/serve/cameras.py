@@ -18,8 +18,8 @@ from typing import Any
 
 from edgekit.camera.mailbox import FrameMailbox
 from edgekit.camera.motion import motion_gate_from
-from edgekit.serve.camera_config import CameraConfig, motion_settings
 from edgekit.serve.capture import Capture
+from edgekit.serve.config.cameras import CameraConfig, motion_settings
 from edgekit.serve.stats import Counters, RateMeter, camera_health
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from edgekit.camera import SequenceSource, redact_uri
 from edgekit.camera.mailbox import FrameMailbox
 from edgekit.errors import BackendUnavailable, CameraError, UsageError
-from edgekit.serve.config import CameraConfig
+from edgekit.serve.config.load import CameraConfig
 from edgekit.serve.stats import Counters, RateMeter
 
 log = logging.getLogger("edgekit.serve")

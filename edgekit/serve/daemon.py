@@ -21,7 +21,7 @@ reopened; unusable frames are counted and skipped; a broker that is down only dr
 MQTT copy of results (JSON lines keep them). SIGTERM/SIGINT finish the current frame, flush
 the outputs, publish ``offline`` and return within a few seconds.
 
->>> from edgekit.serve.config import ServeConfig, override        # doctest: +SKIP
+>>> from edgekit.serve.config.load import ServeConfig, override        # doctest: +SKIP
 >>> config = override(ServeConfig(), "model", path="dist/demo-cpu")
 >>> with Daemon(config) as daemon:
 ...     daemon.run(max_frames=100)
@@ -38,20 +38,22 @@ from typing import Any
 
 from edgekit.errors import UsageError
 from edgekit.metrics import PipelineMetrics
-from edgekit.pipeline import frame_problem  # noqa: F401 - re-exported: it lived here
 from edgekit.serve.cameras import CameraFeed, CameraSet
 from edgekit.serve.capture import check_reduced_decode, open_source
-from edgekit.serve.config import ServeConfig, parse_address
-from edgekit.serve.control import Controls
+from edgekit.serve.config.load import ServeConfig, parse_address
+from edgekit.serve.config.preflight import preflight
+from edgekit.serve.http.status import DETECT_STAGES, LATENCY_STAGES, DaemonStatus
+from edgekit.serve.mqtt.control import Controls
+from edgekit.serve.mqtt.from_config import count_labels, mqtt_from_config
+from edgekit.serve.mqtt.publisher import MqttPublisher
 from edgekit.serve.object_feed import ObjectFeed
-from edgekit.serve.preflight import preflight
-from edgekit.serve.publish import JsonLinesSink, MqttPublisher, count_labels, mqtt_from_config, to_json
 from edgekit.serve.record import ResultRecord, record_from
+from edgekit.serve.sink import JsonLinesSink
 from edgekit.serve.stats import RATE_WINDOW_S, Counters, RateMeter
-from edgekit.serve.status import DETECT_STAGES, LATENCY_STAGES, DaemonStatus
 from edgekit.serve.supervisor import ModelSupervisor, model_options
 from edgekit.serve.swap import BundleSwap
 from edgekit.serve.systemd import Watchdog, resolve_output, sd_notify
+from edgekit.util.finite_json import to_json
 
 __all__ = ["Daemon", "RateMeter", "sd_notify", "model_options", "open_source", "RATE_WINDOW_S", "LATENCY_WINDOW",
            "LATENCY_STAGES", "DETECT_STAGES"]
@@ -67,7 +69,7 @@ class Daemon(DaemonStatus):
     """The service, usable from Python (tests, robot glue) as well as from ``edgekit serve``.
 
     Args:
-        config: a validated :class:`~edgekit.serve.config.ServeConfig`.
+        config: a validated :class:`~edgekit.serve.config.load.ServeConfig`.
         runtime_factory: ``() -> Runtime``; opens the model (default: ``[model]`` through
             :func:`edgekit.model.open_model`). Called again to reopen a model that keeps failing.
         camera_factory: ``(uri, options) -> FrameSource``; opens a camera (default:
@@ -84,7 +86,7 @@ class Daemon(DaemonStatus):
     The parts: :class:`~edgekit.serve.cameras.CameraSet` (a :class:`~edgekit.serve.capture.Capture`
     thread per camera, their turns),
     :class:`~edgekit.serve.supervisor.ModelSupervisor` (model, Pipeline, reopen),
-    :mod:`edgekit.serve.stats` (counters, rates), :class:`~edgekit.serve.status.DaemonStatus` (health,
+    :mod:`edgekit.serve.stats` (counters, rates), :class:`~edgekit.serve.http.status.DaemonStatus` (health,
     /stats), :mod:`edgekit.serve.systemd`.
     """
 
@@ -168,7 +170,7 @@ class Daemon(DaemonStatus):
         self.mqtt.start()
 
     def _start_http(self, host: str, port: int) -> None:
-        from edgekit.serve.http import HttpEndpoint, ServeMetrics, latency_buckets
+        from edgekit.serve.http.endpoint import HttpEndpoint, ServeMetrics, latency_buckets
 
         if host not in ("127.0.0.1", "localhost", "::1"):
             log.warning("HTTP metrics listen on %s: reachable from the network", host)

@@ -9,7 +9,7 @@ beside the queue file (else in the unit's ``$STATE_DIRECTORY``, else ``$XDG_STAT
 or ``~/.local/state/edgekit``):
 
 - the **node id** ``<device>@<install id>`` tags each record of the queue file (a file written
-  by another node is not replayed as this one: :mod:`edgekit.serve.mqtt_queue`);
+  by another node is not replayed as this one: :mod:`edgekit.serve.mqtt.queue`);
 - the **client id** is ``edgekit-<device>-<first 8 of the install id>``: stable, so a broker's
   ACL or its dynamic-security plugin can pin it, and different on every install. A second
   daemon of the same install (the file's lock is held) adds a random part of its own, so it is
@@ -19,7 +19,7 @@ or ``~/.local/state/edgekit``):
   no longer matches, and that machine makes an install id of its own, saying so in one line.
 
 Without a fingerprint to read (a VM without root, some containers) a cloned file keeps its
-id; the presence messages of :mod:`edgekit.serve.mqtt_presence` still tell the two apart.
+id; the presence messages of :mod:`edgekit.serve.mqtt.presence` still tell the two apart.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ class ObjectFeed:
     """Tracker, snapshots and outputs for one daemon.
 
     Args:
-        config: the :class:`~edgekit.serve.config.ServeConfig` (``[events]``, device).
+        config: the :class:`~edgekit.serve.config.load.ServeConfig` (``[events]``, device).
         identity: ``() -> dict`` of the running model (bundle, sha256), asked per event:
             a hot-swap changes it.
         mqtt, sink: the daemon's outputs (either may be None); set after construction.

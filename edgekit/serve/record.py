@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgekit.serve.sink import to_json
+from edgekit.util.finite_json import to_json
 
 #: latency stages a result carries in ``ms`` (a detector's postprocess split into decode and nms; a
 #: cascade's second stage, all its regions)

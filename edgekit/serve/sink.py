@@ -21,23 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from edgekit.errors import OutputError, UsageError
-from edgekit.util.finite_json import strict_dumps
+from edgekit.util.finite_json import to_json
 
 log = logging.getLogger("edgekit.serve")
 
 _TAIL_CHUNK = 4096
-
-
-def to_json(record: dict[str, Any]) -> str:
-    """One compact JSON line (no newline), the payload of every output."""
-    return strict_dumps(record, separators=(",", ":"), default=_default)
-
-
-def _default(obj: Any) -> Any:
-    item = getattr(obj, "item", None)  # numpy scalars
-    if callable(item):
-        return item()
-    return str(obj)
 
 
 def last_newline_end(fd: int, size: int) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 from edgekit.errors import UsageError, first_line
 from edgekit.metrics import PipelineMetrics
 from edgekit.pipeline import Pipeline
-from edgekit.serve.config import ServeConfig
+from edgekit.serve.config.load import ServeConfig
 from edgekit.serve.stats import Counters
 from edgekit.serve.swap import Loaded, identity
 
@@ -200,7 +200,7 @@ class ModelSupervisor:
             raise UsageError(f"[[stage]] needs a detector first; the model is a {task} model",
                              "serve a detect bundle, or remove [[stage]] / --then")
         if self._stage is None:
-            from edgekit.serve.stage_config import open_stage
+            from edgekit.serve.config.stages import open_stage
 
             shared = {k: v for k, v in model_options(self.config).items() if k in ("device", "num_threads")}
             self._stage = open_stage(self.config.stages[0], shared)

@@ -9,7 +9,7 @@ limits. The compiler maps one segment: it cuts the graph at the first op it cann
 map (in execution order) and everything from there on runs on the CPU.
 
 This is a *prediction*; ``edgetpu_compiler`` has the last word (see
-:mod:`edgekit.builders.edgetpu_compiler`). :data:`IMPLEMENTED_RULES` and
+:mod:`edgekit.builders.edgetpu.compiler`). :data:`IMPLEMENTED_RULES` and
 :data:`NOT_IMPLEMENTED_RULES` say exactly what is and is not modelled; the per-op rules
 themselves are in :mod:`edgekit.tflite.edgetpu_ops`.
 
@@ -31,7 +31,7 @@ from edgekit.tflite.edgetpu_ops import SUPPORTED_OPS as SUPPORTED_OPS
 from edgekit.tflite.edgetpu_ops import op_problems
 from edgekit.tflite.graph import Graph, OperatorInfo, read_graph
 
-# The compiler's name and why it may be absent; shared by the build (builders/edgetpu_compiler.py) and
+# The compiler's name and why it may be absent; shared by the build (builders/edgetpu/compiler.py) and
 # `edgekit inspect`, which must not import the build side.
 COMPILER = "edgetpu_compiler"
 ABSENT_REASON = (

@@ -30,3 +30,16 @@ def strict_dumps(obj: Any, default: Callable[[Any], Any] | None = None, **kwargs
     """``json.dumps`` with NaN/Infinity written as ``null`` (also in what ``default`` returns)."""
     wrapped = None if default is None else (lambda o: finite(default(o)))
     return json.dumps(finite(obj), default=wrapped, allow_nan=False, **kwargs)
+
+
+def to_json(record: dict[str, Any]) -> str:
+    """One compact JSON line (no newline), the payload of every output of ``edgekit serve`` (the
+    JSON-lines file, MQTT, the events): numpy scalars as numbers, other objects as text."""
+    return strict_dumps(record, separators=(",", ":"), default=_plain)
+
+
+def _plain(obj: Any) -> Any:
+    item = getattr(obj, "item", None)  # numpy scalars
+    if callable(item):
+        return item()
+    return str(obj)

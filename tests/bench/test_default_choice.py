@@ -1,5 +1,5 @@
 """The default variant on a busy machine (edgekit/bench/default_choice.py, used by the build's timing in
-edgekit/builders/speed.py and by bench --set-default): injected run times, no clock.
+edgekit/builders/gate/speed.py and by bench --set-default): injected run times, no clock.
 
 A loaded 2-core host: each round runs every variant for a slot; another process takes the CPU for part
 of some slots, so those runs take longer, and now and then a whole slot is loaded. The old rule (every
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from edgekit.bench.default_choice import MAX_ROUNDS, Verdict, choose, floor, undecided, verdict
-from edgekit.builders.speed import Speed, choose_default
+from edgekit.builders.gate.speed import Speed, choose_default
 
 
 def _loaded(cost_ms: float, rng: np.random.Generator, runs: int = 60, busy: float = 0.5,
@@ -93,9 +93,9 @@ def test_rounds_that_disagree_ask_for_more_and_agreeing_ones_do_not():
 
 
 def test_the_build_timing_adds_rounds_while_they_disagree_up_to_the_bound(monkeypatch):
-    """builders/speed.py measure(): three rounds, then one more while ``more`` says they disagree, at most
+    """builders/gate/speed.py measure(): three rounds, then one more while ``more`` says they disagree, at most
     MAX_ROUNDS (a fake runtime and scripted run times: no model is run, no clock is read)."""
-    import edgekit.builders.speed as speed
+    import edgekit.builders.gate.speed as speed
     import edgekit.runtime.litert as litert
     from edgekit.bench.default_choice import undecided as disagree
 

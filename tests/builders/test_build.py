@@ -75,8 +75,8 @@ def test_bundles_classify_eval_images_on_the_device_runtime(demo_bundles, target
 
 
 def test_calibration_is_deterministic_and_hashed(tmp_path):
-    from edgekit.builders.calibration import load_calibration
     from edgekit.builders.log import BuildLog
+    from edgekit.builders.sources.images import load_calibration
     from edgekit.imaging.image import InputSpec
 
     prep = Preprocessor(InputSpec(shape=(1, 32, 32, 1), colour="gray", crop=(200, 200)))

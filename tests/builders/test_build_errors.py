@@ -263,7 +263,7 @@ def test_a_real_converter_failure_names_the_op_in_plain_words(converter_failure)
 
 
 def test_converter_errors_in_plain_words():
-    from edgekit.builders.tflite_quantize import converter_error
+    from edgekit.builders.int8.quantize import converter_error
 
     assert converter_error("x\nFlex ops: FlexErf, FlexFoo\nDetails:") == \
         "no TFLite builtin kernel for FlexErf, FlexFoo (the converter would need them as TensorFlow (flex) ops)"
@@ -306,8 +306,8 @@ def test_a_crashed_converter_process_is_one_line(tmp_path):
     import sys
     from pathlib import Path
 
-    from edgekit.builders.onnx_to_tf import _result
-    from edgekit.builders.source_model import SourceModel, make_outputs
+    from edgekit.builders.convert.onnx_to_tf import _result
+    from edgekit.builders.sources.model import SourceModel, make_outputs
     from edgekit.errors import ModelError
 
     proc = subprocess.run([sys.executable, "-c", "import os; print('ERROR: out of cheese'); os.abort()"],

@@ -163,7 +163,7 @@ def test_conversion_process_cannot_reach_the_network(tmp_path):
     sample file in the working directory, that function reads ours and never connects."""
     code = (
         "import numpy as np, sys\n"
-        "from edgekit.builders.onnx2tf_job import SAMPLE_FILE, NetworkBlocked, block_network\n"
+        "from edgekit.builders.convert.onnx2tf_job import SAMPLE_FILE, NetworkBlocked, block_network\n"
         "block_network()\n"
         "from onnx2tf.utils.common_functions import download_test_image_data\n"
         "try:\n"
@@ -183,7 +183,7 @@ def test_conversion_process_cannot_reach_the_network(tmp_path):
 def test_conversion_job_refuses_to_run_without_our_sample_file(tmp_path):
     (tmp_path / "job.json").write_text(json.dumps({"onnx": "model.onnx", "input": "x", "layout": "NCHW",
                                                    "keys": ["y"]}))
-    proc = subprocess.run([sys.executable, "-m", "edgekit.builders.onnx2tf_job", "job.json"], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-m", "edgekit.builders.convert.onnx2tf_job", "job.json"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, check=False)
     result = json.loads((tmp_path / "result.json").read_text())
     assert proc.returncode == 3 and not result["ok"] and "is missing: onnx2tf would download it" in result["error"]
@@ -235,7 +235,7 @@ def test_serve_supervisor_decodes_with_the_bundle_task(two_head_bundles):
                                                                         load_bundle(model.path).model().outputs]
     from edgekit.camera import Frame
     from edgekit.metrics import PipelineMetrics
-    from edgekit.serve.config import from_dict
+    from edgekit.serve.config.load import from_dict
     from edgekit.serve.supervisor import ModelSupervisor
 
     config = from_dict({"model": {"path": str(two_head_bundles["cpu"].bundle)}})

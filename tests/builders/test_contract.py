@@ -114,8 +114,8 @@ def dict_builder(ctx, target, out_dir):
 
 @pytest.fixture(autouse=True)
 def _trusted_builders(monkeypatch):
-    """A builder outside edgekit is called only when the user trusts it (edgekit.builders.trust.check_builder)."""
-    from edgekit.builders.trust import TRUSTED_BUILDERS_ENV
+    """A builder outside edgekit is called only when the user trusts it (edgekit.builders.targets.check_builder)."""
+    from edgekit.builders.targets import TRUSTED_BUILDERS_ENV
 
     monkeypatch.setenv(TRUSTED_BUILDERS_ENV,
                        "tests.builders.test_contract:copy_builder,tests.builders.test_contract:dict_builder")

@@ -10,7 +10,7 @@ import pytest
 import edgekit
 import edgekit.builders.targets as targets_module
 from edgekit.builders.contract import BuilderOutput, BuildRequest, BuiltModel
-from edgekit.builders.trust import TRUSTED_BUILDERS_ENV
+from edgekit.builders.targets import TRUSTED_BUILDERS_ENV
 from edgekit.errors import TargetError, UsageError
 from edgekit.target import Target
 from tests.conftest import CALIB, DEMO_MODEL

@@ -102,7 +102,7 @@ def test_a_bundle_whose_std_would_make_every_input_inf_is_refused(tmp_path, caps
 
 
 def test_serve_and_mqtt_payloads_have_no_nan():
-    from edgekit.serve.sink import to_json
+    from edgekit.util.finite_json import to_json
 
     line = to_json({"score": float("nan"), "x": [np.float32("inf"), 1.5], "ok": np.float64(2.0)})
     assert _strict(line) == {"score": None, "x": [None, 1.5], "ok": 2.0}

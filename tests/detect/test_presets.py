@@ -97,7 +97,7 @@ def test_the_bare_ssd_error_names_the_decode_options_and_the_presets():
 
 
 def test_a_build_records_the_preset_s_options_in_the_bundle():
-    from edgekit.builders.detect_gate import DetectGate
+    from edgekit.builders.gate.detect import DetectGate
 
     name = "mediapipe_palm"
     source = SimpleNamespace(outputs=[SimpleNamespace(shape=(2016, 18)), SimpleNamespace(shape=(2016, 1))],

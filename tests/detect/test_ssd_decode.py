@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from edgekit.builders.detect_gate import DetectGate, detect_result
+from edgekit.builders.gate.detect import DetectGate, detect_result
 from edgekit.detect.boxes import Detection, Detections
 from edgekit.detect.head import detector
 from edgekit.errors import EdgekitError, ModelError, UsageError

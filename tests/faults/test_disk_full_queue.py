@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.serve import mqtt_queue_file
-from edgekit.serve.mqtt_queue import MessageQueue
-from edgekit.serve.mqtt_queue_file import read_queue_file
+from edgekit.serve.mqtt import queue_file
+from edgekit.serve.mqtt.queue import MessageQueue
+from edgekit.serve.mqtt.queue_file import read_queue_file
 from edgekit.serve.node import load_node
 from tests.faults.test_disk_full import _fill, full_disk  # noqa: F401 - the tmpfs fixture
 
@@ -245,11 +245,11 @@ def test_an_old_untagged_queue_file_is_still_this_nodes(tmp_path):
 def test_the_file_is_read_back_in_a_bounded_way(tmp_path, monkeypatch, caplog):
     """Only the newest MAX_READ_BYTES are read (before: a 180 MB file was read whole, RSS 290 MB);
     at most about twice queue_size records are held while reading."""
-    monkeypatch.setattr(mqtt_queue_file, "MAX_READ_BYTES", 64 << 10)
+    monkeypatch.setattr(queue_file, "MAX_READ_BYTES", 64 << 10)
     path = tmp_path / "q.jsonl"
     with path.open("wb") as f:
         for i in range(1, 2001):  # ~900 kB of records, as a long outage with a large queue_size leaves
-            f.write(mqtt_queue_file.record_line(i, item(i - 1), A))
+            f.write(queue_file.record_line(i, item(i - 1), A))
     fd = os.open(path, os.O_RDONLY)
     try:
         contents = read_queue_file(fd, 1000, A)

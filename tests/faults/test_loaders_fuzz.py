@@ -148,7 +148,7 @@ def _example_config() -> dict:
 
 
 def test_serve_config_dicts_raise_only_edgekit_errors(tmp_path):
-    from edgekit.serve.config import from_dict
+    from edgekit.serve.config.load import from_dict
 
     base = _example_config()
 
@@ -188,7 +188,7 @@ def _toml(doc: dict) -> str:
 
 
 def test_serve_config_files_raise_only_edgekit_errors(tmp_path):
-    from edgekit.serve.config import load_config
+    from edgekit.serve.config.load import load_config
 
     path = tmp_path / "serve.toml"
     base = _example_config()

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from edgekit.errors import UsageError
 from edgekit.fleet.channel import channel_object, make_pointer, version_dir
 from edgekit.fleet.follower import StoreUnavailable
-from edgekit.serve.config import ServeConfig, override
+from edgekit.serve.config.load import ServeConfig, override
 from edgekit.serve.daemon import Daemon
 from tests.helpers import seaweed as sw
 from tests.helpers.waiting import wait_until

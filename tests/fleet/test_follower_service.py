@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from edgekit.serve.config import override
+from edgekit.serve.config.load import override
 from edgekit.serve.daemon import Daemon
 from tests.fleet.test_follower import config, serving
 from tests.helpers import seaweed as sw

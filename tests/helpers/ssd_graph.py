@@ -2,7 +2,7 @@
 for the clamp tests: two feature maps, each with a classifier and a regressor CONV_2D, reshaped
 to ``[1, anchors, k]`` and concatenated into ``regressors [1, N, 4]`` and ``classificators
 [1, N, 1]``. The second map's classifier has a bias of -250, as BlazeFace's logits reach about
--266 on frames without a face: clamped to +-16 in the graph (builders/tflite_int8.py), that
+-266 on frames without a face: clamped to +-16 in the graph (builders/int8/recipe.py), that
 CONV_2D takes the clamp's int8 range through RESHAPE and CONCATENATION."""
 
 from __future__ import annotations

@@ -12,18 +12,23 @@ LAYOUT = DESIGN.split("## Rooms", 1)[1].split("```", 2)[1]
 
 
 def named_rooms() -> set[str]:
-    """The paths in the layout block: 'edgekit/' then its indented entries, and top-level folders."""
-    rooms, parent = set(), ""
+    """The paths in the layout block: 'edgekit/' then its indented entries (two spaces), the entries of
+    a package indented under it (four: 'builders/' then 'gate/'), and top-level folders."""
+    rooms, parent, package = set(), "", ""
     for line in LAYOUT.splitlines():
         match = re.match(r"^( *)(\S+)", line)
         if not match or not match.group(2).endswith(("/", ".py")):
             continue
-        name = match.group(2)
-        if not match.group(1):
+        depth, name = len(match.group(1)), match.group(2)
+        if depth == 0:
             parent = name if name == "edgekit/" else ""
+            package = ""
             rooms.add(name)
-        else:
+        elif depth == 2 or not package:
+            package = parent + name if name.endswith("/") else ""
             rooms.add(parent + name)
+        else:
+            rooms.add(package + name)
     return rooms
 
 

@@ -1,4 +1,5 @@
-"""README examples stay true: every `edgekit ...` line parses, and the Python example runs."""
+"""README examples stay true: every `edgekit ...` line parses, and the Python example runs; so does the
+robot demo of docs/robot.md (moved there from README)."""
 
 from __future__ import annotations
 
@@ -36,12 +37,13 @@ def test_readme_python_example_runs(tmp_path, monkeypatch, capsys):
     assert out[1] == "bag"
 
 
-ROBOT = [line.split("#")[0].strip() for lang, body in BLOCKS if lang == "bash" for line in body.splitlines()
+ROBOT_BLOCKS = re.findall(r"```(\w+)\n(.*?)```", (ROOT / "docs" / "robot.md").read_text(), flags=re.S)
+ROBOT = [line.split("#")[0].strip() for lang, body in ROBOT_BLOCKS if lang == "bash" for line in body.splitlines()
          if line.strip().startswith("python -m robot.")]
 
 
 @pytest.mark.parametrize("command", ROBOT)
-def test_readme_robot_command_parses(command):
+def test_robot_page_command_parses(command):
     import importlib
 
     argv = shlex.split(command)
@@ -49,7 +51,7 @@ def test_readme_robot_command_parses(command):
     module.build_parser().parse_args(argv[3:])
 
 
-def test_readme_fake_robot_demo_runs(demo_bundles, monkeypatch, capsys):
+def test_robot_page_fake_demo_runs(demo_bundles, monkeypatch, capsys):
     from robot import signs
 
     # the first plain fake run (the acceptance run needs frames; the --json-file one writes into dist/)

@@ -85,7 +85,8 @@ def test_backend_table_rows_name_importable_adapters_and_formats():
     from edgekit.runtime import BACKENDS
     from edgekit.util.plugins import resolve
 
-    assert list(BACKENDS) == ["litert", "onnxruntime", "onnxruntime-cuda", "onnxruntime-trt", "tensorrt"]
+    assert list(BACKENDS) == ["litert", "onnxruntime", "onnxruntime-cuda", "onnxruntime-trt", "tensorrt", "rknn-lite",
+                             "rknn-sim"]
     for name, row in BACKENDS.items():
         assert row[1] == row.formats and row.formats and row.install_hint, name  # BACKENDS[name][1] = formats
         assert isinstance(resolve(row.adapter), type), name  # adapter modules import without their library

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgekit.bundle import sha256_file
 from edgekit.errors import BackendUnavailable, ModelError
-from edgekit.runtime import trt_cache, trt_engine
+from edgekit.runtime import trt_build, trt_cache, trt_engine
 
 FAKES = Path(__file__).parents[1] / "fakes"
 SHAPE = (1, 8, 8, 1)
@@ -123,7 +123,7 @@ def test_plan_is_cached_beside_the_bundle_unmodified_with_a_json_sidecar(fake_gp
     assert engine.plan_path == tiny["dir"].resolve() / ".engines" / "tiny_fp16.fp16.plan"
     plan = engine.plan_path.read_bytes()
     assert plan.startswith(trt.PLAN_MAGIC)  # exactly what TensorRT serialised: nothing spliced in
-    side = json.loads(trt_engine.sidecar_path(engine.plan_path).read_text())
+    side = json.loads(trt_cache.sidecar_path(engine.plan_path).read_text())
     assert side["plan_sha256"] == trt_cache.sha256_bytes(plan)
     assert side["key"] == {
         "tensorrt": "10.3.0",
@@ -158,11 +158,11 @@ def test_foreign_or_corrupt_timing_cache_is_replaced_not_trusted(fake_gpu, tiny,
     trt, cudart = fake_gpu
     cache = tmp_path / "timing.cache"
     cache.write_bytes(b"garbage")
-    result = trt_engine.build_plan(trt, tiny["fp16"], SHAPE, timing_cache=cache)
+    result = trt_build.build_plan(trt, tiny["fp16"], SHAPE, timing_cache=cache)
     assert not result.timing_cache_loaded and "unusable" in result.notes[0]
     assert cache.read_bytes().startswith(trt.CACHE_MAGIC)  # a fresh, valid cache replaced it
     cudart.reset(devices=[{"name": b"NVIDIA H100", "major": 9, "minor": 0}])  # same file, another GPU
-    result = trt_engine.build_plan(trt, tiny["fp16"], SHAPE, timing_cache=cache)
+    result = trt_build.build_plan(trt, tiny["fp16"], SHAPE, timing_cache=cache)
     assert not result.timing_cache_loaded  # TensorRT refused it (ignore_mismatch=False)
 
 
@@ -190,7 +190,7 @@ def test_trt11_builds_strongly_typed_from_fp16_onnx_without_removed_apis(fake_gp
     engine = trt_engine.load_or_build(tiny["fp16"], SHAPE)
     assert calls(trt, "removed_api") == []
     assert calls(trt, "config.set_flag") == []
-    assert ("config.set_memory_pool_limit", "WORKSPACE", trt_engine.WORKSPACE_MB << 20) in trt.CALLS
+    assert ("config.set_memory_pool_limit", "WORKSPACE", trt_build.WORKSPACE_MB << 20) in trt.CALLS
     assert engine.record["typing"] == "strong" and engine.precision_used == "fp16"
     # the fake really lacks the removed API: touching it raises and is recorded
     with pytest.raises(AttributeError):
@@ -276,7 +276,7 @@ def test_any_key_change_rebuilds_and_says_why(fake_gpu, tiny, change, reason):
         with open(first.plan_path, "ab") as f:
             f.write(b"\0")
     else:
-        trt_engine.sidecar_path(first.plan_path).write_text("{")
+        trt_cache.sidecar_path(first.plan_path).write_text("{")
     builds = trt.BUILDS
     second = trt_engine.load_or_build(tiny["fp16"], SHAPE)
     assert second.built and reason in second.reason and trt.BUILDS - builds == 1
@@ -292,7 +292,7 @@ def test_precisions_are_cached_side_by_side(fake_gpu, tiny):
 
 
 def test_engine_key_differences():
-    key = trt_engine.EngineKey("10.3.0", "Orin", "8.7", "a" * 64, "fp16", SHAPE)
+    key = trt_cache.EngineKey("10.3.0", "Orin", "8.7", "a" * 64, "fp16", SHAPE)
     assert key.differences(None) == ["no cached engine"]
     assert key.differences(key.to_dict()) == []
     old = {**key.to_dict(), "compute_capability": "7.2", "input_shape": [1, 4, 4, 1]}
@@ -339,7 +339,7 @@ def test_layer_precisions_reads_both_inspector_schemas():
         ],
         "Bindings": ["x", "y"],
     }
-    assert trt_engine.layer_precisions(json.dumps(trt10)) == {
+    assert trt_build.layer_precisions(json.dumps(trt10)) == {
         "counts": {"fp16": 1, "fp32": 1},
         "fp32_layers": ["softmax"],
         "inspected": True,
@@ -354,22 +354,22 @@ def test_layer_precisions_reads_both_inspector_schemas():
         ],
         "I/O Tensors": [{"Name": "x", "IOMode": "Input", "DataType": "Float"}],
     }
-    assert trt_engine.layer_precisions(trt11)["counts"] == {"fp16": 1}
+    assert trt_build.layer_precisions(trt11)["counts"] == {"fp16": 1}
     names_only = {"Layers": ["conv + relu", "softmax"], "Bindings": ["x", "y"]}
-    assert trt_engine.layer_precisions(names_only)["inspected"] is False
+    assert trt_build.layer_precisions(names_only)["inspected"] is False
 
 
 def test_summarize_precision_never_silently_fp32():
     only32 = {"counts": {"fp32": 7}, "inspected": True}
     with pytest.raises(ModelError, match="FP16 was requested"):
-        trt_engine.summarize_precision("fp16", only32)
-    assert trt_engine.summarize_precision("fp32", only32) == "fp32"
+        trt_build.summarize_precision("fp16", only32)
+    assert trt_build.summarize_precision("fp32", only32) == "fp32"
     assert (
-        trt_engine.summarize_precision("fp16", {"counts": {"fp16": 5, "fp32": 1}, "inspected": True})
+        trt_build.summarize_precision("fp16", {"counts": {"fp16": 5, "fp32": 1}, "inspected": True})
         == "mixed fp16 5 / fp32 1"
     )
     with pytest.warns(RuntimeWarning, match="cannot confirm"):
-        assert trt_engine.summarize_precision("fp16", {"counts": {}, "inspected": False}) == "unknown"
+        assert trt_build.summarize_precision("fp16", {"counts": {}, "inspected": False}) == "unknown"
 
 
 # ------------------------------------------------------------------------------ imports and devices
@@ -407,6 +407,6 @@ def test_no_cuda_device_is_a_clear_error(fake_gpu, tiny):
 
 def test_gpu_info(fake_gpu):
     _, cudart = fake_gpu
-    assert trt_engine.gpu_info(cudart) == trt_engine.GpuInfo("Orin (nvgpu)", "8.7", 0)
+    assert trt_engine.gpu_info(cudart) == trt_cache.GpuInfo("Orin (nvgpu)", "8.7", 0)
     with pytest.raises(BackendUnavailable, match="no CUDA device 3"):
         trt_engine.gpu_info(cudart, 3)

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from edgekit.camera import Frame, open_camera
 from edgekit.errors import CameraError
 from edgekit.serve.cameras import CameraSet
-from edgekit.serve.config import ServeConfig, check, with_cameras
+from edgekit.serve.config.load import ServeConfig, check, with_cameras
 from edgekit.serve.daemon import Daemon
 from edgekit.serve.stats import Counters
 from tests.helpers.waiting import wait_until

@@ -10,7 +10,7 @@ import numpy as np
 from edgekit.camera import LatestFrameSource
 from edgekit.camera.mailbox import FrameMailbox
 from edgekit.serve.capture import Capture
-from edgekit.serve.config import CameraConfig
+from edgekit.serve.config.load import CameraConfig
 from edgekit.serve.stats import Counters
 from tests.helpers.waiting import wait_until
 

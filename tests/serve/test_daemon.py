@@ -31,9 +31,9 @@ from edgekit.camera.mailbox import FrameMailbox
 from edgekit.errors import CameraError
 from edgekit.imaging.image import InputSpec
 from edgekit.runtime.fake import FakeRuntime
-from edgekit.serve.config import ServeConfig, override
+from edgekit.serve.config.load import ServeConfig, override
 from edgekit.serve.daemon import Daemon, RateMeter, sd_notify
-from edgekit.serve.publish import JsonLinesSink
+from edgekit.serve.sink import JsonLinesSink
 from tests.helpers.real_models import onnx_runtime
 from tests.helpers.waiting import wait_until
 
@@ -391,7 +391,8 @@ def test_model_that_cannot_load_fails_start_with_its_error(tmp_path):
 
 def test_serve_does_not_import_heavy_libraries():
     code = (
-        "import sys, edgekit.serve.daemon, edgekit.serve.publish, edgekit.serve.http, edgekit.serve.config\n"
+        "import sys, edgekit.serve.daemon, edgekit.serve.mqtt.from_config, edgekit.serve.http.endpoint\n"
+        "import edgekit.serve.config.load\n"
         "bad = [m for m in ('tensorflow', 'keras', 'torch', 'edgekit.build') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

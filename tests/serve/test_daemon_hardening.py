@@ -8,9 +8,9 @@ import math
 import pytest
 
 from edgekit.errors import UsageError
-from edgekit.serve.config import from_dict
+from edgekit.serve.config.load import from_dict
 from edgekit.serve.daemon import Daemon, open_source
-from edgekit.serve.publish import JsonLinesSink
+from edgekit.serve.sink import JsonLinesSink
 from tests.helpers.waiting import wait_until
 from tests.serve.test_daemon import http_get, make_config, real_runtime, running
 

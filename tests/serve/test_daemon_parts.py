@@ -14,7 +14,7 @@ from edgekit.camera.mailbox import FrameMailbox
 from edgekit.errors import CameraError, UsageError
 from edgekit.metrics import PipelineMetrics
 from edgekit.serve.capture import Capture
-from edgekit.serve.config import override
+from edgekit.serve.config.load import override
 from edgekit.serve.stats import Counters, camera_health, percentiles, stats_line
 from edgekit.serve.supervisor import ModelSupervisor
 from edgekit.serve.systemd import Watchdog

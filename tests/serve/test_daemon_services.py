@@ -27,7 +27,7 @@ import pytest
 
 from edgekit.camera import open_camera
 from edgekit.imaging.image import InputSpec
-from edgekit.serve.config import ServeConfig, override
+from edgekit.serve.config.load import ServeConfig, override
 from edgekit.serve.daemon import Daemon
 from tests.helpers.real_models import onnx_runtime
 from tests.helpers.waiting import wait_until

@@ -155,7 +155,7 @@ def test_a_bundle_that_changes_the_task_or_the_labels_is_refused_unless_allowed(
         for n, bundle in enumerate((detector, relabelled), start=1):
             flip(link, bundle)
             wait_until(lambda n=n: daemon.stats()["swaps"]["refused"] == n, timeout=20)
-        # [model] allow_task_change = true (the config key lives in serve/config.py)
+        # [model] allow_task_change = true (the config key lives in serve/config/load.py)
         daemon._swap._allow_task_change = True
         daemon.request_reload("test")  # refused before and unchanged: still refused
         time.sleep(0.3)

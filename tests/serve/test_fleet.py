@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.serve.config import ServeConfig, override
+from edgekit.serve.config.load import ServeConfig, override
 from edgekit.serve.daemon import Daemon
 from tests.helpers.waiting import wait_until
 from tests.runtime.test_adapters import write_bundle

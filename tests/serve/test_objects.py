@@ -10,12 +10,12 @@ import os
 import pytest
 
 from edgekit.errors import UsageError
-from edgekit.serve.config import ServeConfig, from_dict, override
-from edgekit.serve.discovery import BINARY_DEVICE_CLASSES, discovery_messages
+from edgekit.serve.config.load import ServeConfig, from_dict, override
+from edgekit.serve.mqtt.discovery import BINARY_DEVICE_CLASSES, discovery_messages
+from edgekit.serve.mqtt.from_config import count_labels
+from edgekit.serve.mqtt.sensors import SensorFeed
 from edgekit.serve.objects import MAX_TRACKS, ObjectTracker, iou
-from edgekit.serve.publish import count_labels
 from edgekit.serve.record import as_record
-from edgekit.serve.sensors import SensorFeed
 from edgekit.serve.supervisor import manifest_name, model_identity
 from edgekit.serve.systemd import results_path
 

@@ -8,10 +8,10 @@ from edgekit.detect.boxes import Detection, Detections
 from edgekit.heads.classify import Classification
 from edgekit.heads.tensors import Prediction
 from edgekit.pipeline import FrameResult
-from edgekit.serve.events import PublishPolicy
+from edgekit.serve.mqtt.policy import PublishPolicy
 from edgekit.serve.objects import ObjectTracker
 from edgekit.serve.record import ResultRecord, Seen, as_record, record_from
-from edgekit.serve.sink import to_json
+from edgekit.util.finite_json import to_json
 
 IDENTITY = {"bundle": "demo-cpu", "variant": "int8", "sha256": "ab" * 32}
 MS = {"capture_wait": 0.5, "preprocess": 1.23456, "inference": 7.5, "postprocess": 0.25, "end_to_end": 9.87654}

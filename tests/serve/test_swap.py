@@ -23,7 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from edgekit.bundle import MANIFEST, BundleWriter, sha256_file
-from edgekit.serve.config import ServeConfig, override
+from edgekit.serve.config.load import ServeConfig, override
 from edgekit.serve.daemon import Daemon
 from tests.helpers.waiting import wait_until
 from tests.runtime.test_adapters import SPEC, write_bundle

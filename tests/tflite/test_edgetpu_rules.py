@@ -221,7 +221,7 @@ def test_reading_and_checking_never_import_tensorflow(model):
     code = (
         "import sys\n"
         "from edgekit.tflite.edgetpu_rules import check_model\n"
-        "import edgekit.commands.inspect, edgekit.builders.edgetpu_compiler\n"
+        "import edgekit.commands.inspect, edgekit.builders.edgetpu.compiler\n"
         f"r = check_model({str(model('gather_int8'))!r})\n"
         "assert r.cut.opcode == 'GATHER'\n"
         "bad = [m for m in ('tensorflow', 'keras', 'torch') if m in sys.modules]\n"

@@ -68,7 +68,7 @@ def test_a_python_write_inside_the_block_still_reaches_the_screen():
 def test_calibration_images_already_shaped_like_the_crop_are_not_called_undersized():
     import numpy as np
 
-    from edgekit.builders.calibration import _count_undersized
+    from edgekit.builders.sources.images import _count_undersized
 
     counts: dict[str, int] = {}
     _count_undersized(np.zeros((28, 28), np.uint8), (200, 200), counts)  # a dataset item: the crop, smaller
@@ -78,7 +78,7 @@ def test_calibration_images_already_shaped_like_the_crop_are_not_called_undersiz
 
 
 def test_crop_shaped_images_beside_camera_frames_are_an_info_line_alone_a_warning():
-    from edgekit.builders.calibration import _warn_undersized
+    from edgekit.builders.sources.images import _warn_undersized
 
     class Drawn:  # what _warn_undersized reads of an ImageSet: its size and its counts
         def __init__(self, counts, n):

@@ -1,0 +1,207 @@
+"""What a build needs (memory, temporary disk) against what this machine has, and what it used.
+
+A build streams its images a chunk at a time (:mod:`edgekit.builders.sources.spool`), so its memory
+no longer grows with the number of images; it grows with the input size (the activations of
+one chunk in the original model, one image in TensorFlow's int8 calibrator) and the model's
+size (the converter holds several copies of the weights). Figures from
+``benchmarks/build_scaling.py`` (MobileNetV2, 2-core x86-64, TF 2.21): 224x224 peaks at about
+1.1 GB whatever the number of images, 640x640 at about 1.2 GB. A 4096x4096 input would need
+several GB for one image's activations: that is refused up front with the override flag
+instead of being OOM-killed without a word.
+"""
+
+from __future__ import annotations
+
+import re
+import resource
+import shutil
+import tempfile
+from pathlib import Path
+
+from edgekit.errors import UsageError
+
+GB = 1 << 30
+# TensorFlow, Keras and the converter loaded, before any image (measured: 0.66-0.93 GB).
+BASE_BYTES = int(0.9 * GB)
+# Live activations per input pixel of one chunk in the original model (MobileNetV2: 8 images
+# of 224x224 add about 190 MB) and of one image in the int8 calibrator; wider networks need more.
+ACTIVATION_BYTES_PER_PIXEL = 480
+CALIBRATOR_BYTES_PER_PIXEL = 400
+# TensorFlow's converter holds the weights several times over (SavedModel, MLIR, flatbuffers).
+WEIGHT_COPIES = 10
+# The widest step of MobileNetV2's graph (edgekit.builders.host.memory: one op's inputs and
+# outputs) per input pixel, what the two figures above were measured on: a model whose graph is
+# wider per pixel scales them up in proportion.
+REFERENCE_WIDEST_BYTES_PER_PIXEL = 194
+PER_IMAGE_BYTES = 1024  # what still grows with N: file lists, top-1 indices, spool offsets
+OVERRIDE_FLAG = "--no-memory-check"
+
+
+def width_factor(height: int, width: int, activation_bytes: int | None) -> float:
+    """How many times wider per pixel than MobileNetV2 a graph's widest step is (at least 1)."""
+    if not activation_bytes:
+        return 1.0
+    return max(1.0, activation_bytes / (height * width * REFERENCE_WIDEST_BYTES_PER_PIXEL))
+
+
+def estimate_memory(height: int, width: int, chunk: int, n_images: int, model_bytes: int,
+                    activation_bytes: int | None = None) -> int:
+    """Peak memory (bytes) a build of an ``height`` x ``width`` model is expected to need.
+
+    MobileNetV2-like channel widths, or wider in proportion when the graph's widest step
+    (``activation_bytes`` for one image, from :mod:`edgekit.builders.host.memory`) says so;
+    never narrower (a graph whose shapes are unknown gives None). ``chunk`` images go through
+    the original model at once; ``n_images`` adds only bookkeeping.
+    """
+    pixels = height * width
+    per_pixel = (ACTIVATION_BYTES_PER_PIXEL * chunk + CALIBRATOR_BYTES_PER_PIXEL) * width_factor(
+        height, width, activation_bytes)
+    return int(BASE_BYTES + WEIGHT_COPIES * model_bytes + per_pixel * pixels + PER_IMAGE_BYTES * n_images)
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _inactive_file(stat: Path) -> int:
+    """Reclaimable page cache charged to a cgroup (memory.stat), 0 when unknown."""
+    try:
+        for line in stat.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key in ("inactive_file", "total_inactive_file"):
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _cgroup_dirs() -> list[tuple[Path, str, str, str]]:
+    """(dir, limit file, usage file, stat file) for this process's memory cgroup, v2 then v1."""
+    own_v2, own_v1 = "", ""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controllers == "":
+                own_v2 = path
+            elif "memory" in controllers.split(","):
+                own_v1 = path
+    except (OSError, ValueError):
+        pass
+    root = Path("/sys/fs/cgroup")
+    v2 = ("memory.max", "memory.current", "memory.stat")
+    v1 = ("memory.limit_in_bytes", "memory.usage_in_bytes", "memory.stat")
+    # inside a container the cgroup's own directory is usually the mount's root
+    return [(root / own_v2.lstrip("/"), *v2), (root, *v2),
+            (root / "memory" / own_v1.lstrip("/"), *v1), (root / "memory", *v1)]
+
+
+def cgroup_headroom() -> int | None:
+    """Bytes this process's memory cgroup may still take (limit - usage + reclaimable cache);
+    None without a limit."""
+    for folder, limit_file, usage_file, stat_file in _cgroup_dirs():
+        limit = _read_int(folder / limit_file)
+        usage = _read_int(folder / usage_file)
+        if limit is None or usage is None:
+            continue
+        if limit >= 1 << 60:  # "max" (v2, not a number) or the v1 "unlimited" sentinel
+            return None
+        return max(0, limit - usage + _inactive_file(folder / stat_file))
+    return None
+
+
+def available_memory() -> tuple[int | None, str]:
+    """Bytes a new allocation may use now, and where that figure comes from.
+
+    The smaller of ``MemAvailable`` (/proc/meminfo) and the memory cgroup's headroom; None
+    when neither can be read (not Linux).
+    """
+    found: list[tuple[int, str]] = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append((int(line.split()[1]) * 1024, "MemAvailable"))
+    except (OSError, ValueError, IndexError):
+        pass
+    headroom = cgroup_headroom()
+    if headroom is not None:
+        found.append((headroom, "the memory cgroup's limit"))
+    return min(found) if found else (None, "unknown")
+
+
+def current_rss() -> int:
+    """This process's resident memory now (bytes; 0 when /proc is not there)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def peak_rss(who: int = resource.RUSAGE_SELF) -> int:
+    """The largest resident memory this process (or its largest finished child) has had, in bytes
+    (ru_maxrss is KiB on Linux).
+
+    For this process, Linux's ``VmHWM`` when it can be read: ``ru_maxrss`` survives ``exec`` and so
+    starts at the resident size of the process that spawned this one (a build started from a test
+    runner holding 1.2 GB "peaked" at 1.2 GB before it did anything)."""
+    if who == resource.RUSAGE_SELF:
+        try:
+            with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+                for line in status:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass
+    return resource.getrusage(who).ru_maxrss * 1024
+
+
+def parse_size(text: str) -> int:
+    """``--max-memory`` values: ``4G``, ``4GB``, ``4GiB``, ``512M``, ``1.5g`` or bytes (binary units)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
+    if not m or float(m.group(1)) <= 0:
+        raise UsageError(f"--max-memory {text!r} is not a size", "give it as 4G, 1.5G or 512M")
+    return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2).lower() or " "))
+
+
+def build_peak() -> int:
+    """The build's peak so far: this process's, or its largest finished child's (onnx2tf) if larger."""
+    return max(peak_rss(), peak_rss(resource.RUSAGE_CHILDREN))
+
+
+def check_memory(estimate: int, what: str, override: bool) -> None:
+    """Refuse (UsageError naming the override flag) when ``estimate`` bytes of peak memory will not
+    fit: what this process holds now plus what is available."""
+    have, where = available_memory()
+    in_use = current_rss()
+    if override or have is None or estimate <= in_use + have:
+        return
+    raise UsageError(f"{what} needs about {estimate / GB:.1f} GB of memory; this machine has "
+                     f"{(in_use + have) / GB:.1f} GB for it ({in_use / GB:.1f} GB in use + {have / GB:.1f} GB "
+                     f"available, {where})",
+                     f"free memory, build a smaller input size, or pass {OVERRIDE_FLAG} to try anyway")
+
+
+def check_disk(need: int, override: bool) -> None:
+    """Refuse when the temporary directory (TMPDIR) cannot hold the spooled images."""
+    tmp = tempfile.gettempdir()
+    free = shutil.disk_usage(tmp).free
+    if override or need <= free:
+        return
+    raise UsageError(f"the build spools {need / GB:.1f} GB of shaped images to {tmp}, which has "
+                     f"{free / GB:.1f} GB free",
+                     f"set TMPDIR to a larger disk, use fewer --calib-count images, or pass {OVERRIDE_FLAG}")
+
+
+def path_bytes(path: Path) -> int:
+    """A model's size on disk (a file, or every file of a SavedModel directory)."""
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+
+
