@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgekit.builders.graph import edit
+from edgekit.builders.graph import edit, prelu
 from edgekit.builders.graph import ops as tflite_ops
 
 HARD_SWISH, RELU_0_TO_1 = 117, 152  # tflite::BuiltinOperator
@@ -133,12 +133,17 @@ CHECK_IMAGES = 8
 MAX_RELATIVE_ERROR = 1e-3
 
 
-def rewrite_checked(blob: bytes, representative, log, target: str) -> tuple[bytes, list[Rewrite]]:
-    """:func:`rewrite_for_int8`, kept only when the rewritten float graph gives the original's
+def rewrite_checked(blob: bytes, representative, log, target: str,
+                    xnnpack: bool = False) -> tuple[bytes, list[Rewrite]]:
+    """:func:`rewrite_for_int8` (and, for a target whose int8 runs on XNNPACK, PRELU in ops it
+    maps: builders/graph/prelu.py), kept only when the rewritten float graph gives the original's
     outputs on the first calibration images (largest difference within 0.1 % of the output's
     range); logged either way. Returns the graph to quantise and the rewrites it holds."""
     images = [np.asarray(x, np.float32)[None] for _, x in zip(range(CHECK_IMAGES), representative)]
     rewritten, done = rewrite_for_int8(blob)
+    if xnnpack:
+        rewritten, count = prelu.rewrite_prelu(rewritten)
+        done = [*done, Rewrite("PRELU", count, prelu.INTO)] if count else done
     rewritten, more, factors = accelerator_rewrites(blob, rewritten, images)
     done = [*done, *more]
     if not done:

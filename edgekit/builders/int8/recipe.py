@@ -34,7 +34,8 @@ def int8_model(ctx: BuildContext, target: Target, saved: Path | None, representa
         if ctx.float_tflite is None:
             ctx.float_tflite = convert(saved, "fp32")
         float_model = ctx.float_tflite
-    rewritten, done = rewrite_checked(float_model, representative, ctx.log, target.name)
+    xnnpack = target.runtime_options.get("delegate", "xnnpack") == "xnnpack"  # cpu, rpi: PRELU rewritten
+    rewritten, done = rewrite_checked(float_model, representative, ctx.log, target.name, xnnpack=xnnpack)
     logits = lambda output: _outside_unit(ctx, rewritten, _position(ctx, rewritten, output, saved is not None),  # noqa: E731
                                           representative)
     for clamp in (score_clamp(ctx.detect, logits), box_clamp(ctx.detect)):
