@@ -28,7 +28,7 @@ from edgekit.util.logs import log_to_stderr
 
 VERBS = {
     "build": ("edgekit.commands.build", "convert a model into verified bundles for one or more targets"),
-    "inspect": ("edgekit.commands.inspect", "show which ops of a .tflite run where (Edge TPU, XNNPACK)"),
+    "inspect": ("edgekit.commands.inspect", "show which ops of a model run where (Edge TPU, XNNPACK, RK3588 NPU)"),
     "run": ("edgekit.commands.run", "run a bundle on a camera and print results and stage latencies"),
     "bench": ("edgekit.commands.bench", "benchmark bundles/models side by side with honest statistics"),
     "serve": ("edgekit.commands.serve", "on-device service: camera -> model -> MQTT/HTTP metrics"),

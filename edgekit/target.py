@@ -61,14 +61,24 @@ class Target:
     build: dict[str, Any] = field(default_factory=dict)
     runtime_options: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+    toolchain: str = ""  # a vendor toolchain the build runs in (edgekit toolchain install NAME), if any
 
     def build_options(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """This target's ``[build]`` table with ``overrides`` (the user's) laid over it."""
         return merge_options(self.build, overrides)
 
     def can_build(self) -> tuple[bool, str]:
-        """Whether this machine has the Python modules the builder needs, and why not."""
-        return _have_modules(self.build_requires, self.build_hint)
+        """Whether this machine has the Python modules the builder needs (and its vendor toolchain), and why not."""
+        ok, why = _have_modules(self.build_requires, self.build_hint)
+        if not ok or not self.toolchain:
+            return ok, why
+        from edgekit.toolchain.store import has_toolchain
+
+        name = self.toolchain
+        installed, where = has_toolchain(name)
+        if not installed:
+            return False, f"the {name} toolchain is not installed (edgekit toolchain install {name})"
+        return True, f"ok (toolchain {where})"
 
     def can_run(self) -> tuple[bool, str]:
         """Whether this machine has what the runtime adapter needs, and why not."""
@@ -104,11 +114,37 @@ def available_targets() -> list[str]:
     return sorted(p.stem for p in TARGETS_DIR.glob("*.toml"))
 
 
+@dataclass(frozen=True)
+class UnbuildableTarget:
+    """An accelerator edgekit knows of but cannot build for here: what it is, why not, what to do."""
+
+    name: str
+    summary: str
+    why: str
+    fix: str
+
+
+UNBUILDABLE: dict[str, UnbuildableTarget] = {t.name: t for t in (
+    UnbuildableTarget(
+        "imx500", "Sony IMX500 (Raspberry Pi AI Camera): MCT int8 + imxconv-tf -> packerOut.zip, packaged on the Pi",
+        "the imx500 toolchain's Keras 2.15 does not load Keras 3 models: the conversion is not done yet",
+        "see docs/imx500.md; build --target rpi or cpu for the Pi meanwhile"),
+    UnbuildableTarget(
+        "hailo", "Hailo-8/8L (Raspberry Pi AI HAT+): a HEF from Hailo's Dataflow Compiler",
+        "Hailo's Dataflow Compiler is not on PyPI (hailo_dataflow_compiler, hailort: no versions)",
+        "compile with Hailo's Dataflow Compiler from hailo.ai; build --target rpi or cpu meanwhile"),
+)}
+"""Targets ``edgekit targets`` lists as not buildable here, and ``--target`` refuses with the reason."""
+
+
 def load_target(name_or_path: str) -> Target:
     """Load a shipped target by name, or a custom target from a ``.toml`` path."""
     path = Path(name_or_path)
     if path.suffix != ".toml":
         path = TARGETS_DIR / f"{name_or_path}.toml"
+    if not path.is_file() and name_or_path in UNBUILDABLE:
+        planned = UNBUILDABLE[name_or_path]
+        raise TargetError(f"cannot build {planned.name} here: {planned.why}", planned.fix)
     if not path.is_file():
         known = ", ".join(available_targets())
         raise TargetError(f"unknown target {name_or_path!r}", f"choose one of: {known}, or give a .toml path")
@@ -155,7 +191,20 @@ def _target_from(raw: dict[str, Any], path: Path) -> Target:
         build_hint=get("build_hint", str, "pip install 'edgekit-vision[build]'"),
         run_hint=get("run_hint", str, "pip install 'edgekit-vision[litert]'"),
         build=dict(get("build", dict, {})), runtime_options=dict(options), source=str(path),
+        toolchain=_toolchain(raw.get("toolchain", ""), path),
     )
+
+
+def _toolchain(name: Any, path: Path) -> str:
+    """A target file's ``toolchain``: one ``edgekit toolchain install`` knows (TargetError otherwise)."""
+    if name == "":
+        return ""
+    from edgekit.toolchain.specs import TOOLCHAINS
+
+    if not isinstance(name, str) or name not in TOOLCHAINS:
+        raise TargetError(f"target file {path}: toolchain {name!r} is not one edgekit installs",
+                          f"use one of: {', '.join(TOOLCHAINS)}, or leave it out")
+    return str(name)
 
 
 def check_adapter(adapter: str, path: Path | str) -> None:

@@ -6,6 +6,9 @@
 - ``--target rpi`` / ``cpu`` (any LiteRT target): *measured* XNNPACK delegation -- the
   model is loaded with the LiteRT runtime the device uses and the interpreter's plan
   says which nodes XNNPACK took and which stay on LiteRT's built-in kernels.
+- an rk3588 bundle: what its build recorded (no toolkit is run): the ops on the NPU and on the
+  CPU from RKNN-Toolkit2's layer table, the gate measured in the toolkit's simulator, and what
+  the board still has to do.
 
 MODEL is a ``.tflite`` file or a bundle directory: ``BUNDLE`` (its default model) or
 ``BUNDLE:VARIANT``, as every verb that opens a model. No TensorFlow is imported.
@@ -79,10 +82,12 @@ def main(args: argparse.Namespace) -> int:
         result = inspect_litert(path, delegate=options.get("delegate", "xnnpack"),
                                 num_threads=options.get("num_threads"))  # fmt: skip
         text = format_litert(result)
+    elif target.adapter.startswith("edgekit.runtime.rknn_lite:") and "rknn" in built:
+        result, text = {"mode": "rknn-build-record", "model": str(path)}, format_rknn(path, built)
     else:
         raise UsageError(
-            f"inspect reads TFLite targets; {target.name} runs through {target.adapter}",
-            "use --target edgetpu, rpi or cpu",
+            f"inspect reads TFLite targets and rk3588 bundles; {target.name} runs through {target.adapter}",
+            "use --target edgetpu, rpi or cpu, or give an rk3588 bundle edgekit build wrote",
         )
     result = {"target": target.name, **result, **built}
     text += "".join(f"\n{line}" for line in _build_lines(built))
@@ -108,7 +113,9 @@ def _resolve_model(path: Path, name: str | None) -> tuple[Path, str | None, dict
         model = bundle.model_path(name)
         entry = next((m for m in bundle.models if m.file == model.name), None)
         extra = entry.extra if entry is not None else {}
-        built = {k: extra[k] for k in ("rewrites", "speed") if isinstance(extra.get(k), (list, dict))}
+        built = {k: extra[k] for k in ("rewrites", "speed", "rknn") if isinstance(extra.get(k), (list, dict))}
+        if "rknn" in built and entry is not None:  # the gate ran in the simulator at build: inspect says what it found
+            built["gate"] = _gate_record(bundle.manifest.get("verification"), entry.name)
         before = ((bundle.manifest.get("edgetpu") or {}).get("offline") or {}).get("before_rewrites")
         if built.get("rewrites") and isinstance(before, dict):
             built["edgetpu_before_rewrites"] = before
@@ -118,6 +125,41 @@ def _resolve_model(path: Path, name: str | None) -> tuple[Path, str | None, dict
     if path.suffix != ".tflite":
         raise ModelError(f"{path} is not a .tflite model", "inspect reads .tflite files and bundles")
     return path, None, {}
+
+
+def _gate_record(verification: Any, name: str) -> dict[str, Any]:
+    """One model's gate as the build recorded it: the metric, the figures on the set it was judged on."""
+    verification = verification if isinstance(verification, dict) else {}
+    per_model = (verification.get("models") or {}).get(name) or {}
+    dataset = "eval" if isinstance(per_model.get("eval"), dict) else "holdout"
+    res = per_model.get(dataset) or {}
+    keep = ("n", "original", "converted", "ratio", "agreement", "cosine", "passed")
+    return {"metric": verification.get("metric"), "dataset": dataset, **{k: res.get(k) for k in keep if k in res},
+            "worst_layers": (per_model.get("accuracy_analysis") or {}).get("worst_layers") or []}
+
+
+def format_rknn(path: Path, built: dict[str, Any]) -> str:
+    """An rk3588 bundle's build record: where its ops run, the simulator's gate, what the board still does."""
+    rk, gate = built["rknn"], built.get("gate") or {}
+    npu = rk.get("npu") or {}
+    lines = [f"{path.name}: int8 .rknn for {rk.get('platform')} (RKNN-Toolkit2 {rk.get('toolkit')}), "
+             f"{rk.get('calibration_images')} calibration images"]
+    if npu.get("ops") is not None:
+        cpu = ", ".join(f"{c.get('name')}" for c in npu.get("cpu_ops") or []) or "none"
+        lines.append(f"ops on the NPU (the toolkit's layer table): {npu.get('npu_ops')}/{npu.get('ops')}; "
+                     f"on the CPU: {cpu}")
+    figures = ", ".join(f"{k} {gate[k]:.{6 if k == 'cosine' else 4}f}" if isinstance(gate[k], float)
+                        else f"{k} {gate[k]}"
+                        for k in ("original", "converted", "ratio", "agreement", "cosine") if gate.get(k) is not None)
+    verdict = {True: "PASS", False: "FAIL"}.get(gate.get("passed"), "not gated")
+    lines.append(f"gate at build, in the toolkit's simulator ({gate.get('metric')} on {gate.get('n', '?')} "
+                 f"{gate.get('dataset')} images): {figures or 'no figures'}: {verdict}")
+    for w in gate.get("worst_layers", [])[:3]:
+        lines.append(f"  accuracy_analysis: {w.get('op')} {w.get('layer')} cosine {w.get('cosine')}")
+    lines += [f"still to do on the board: {step}" for step in rk.get("on_device") or []]
+    if rk.get("not_proven"):
+        lines.append(f"not proven here: {rk['not_proven']}")
+    return "\n".join(lines)
 
 
 def _check_bundle_names(bundle: Any) -> None:

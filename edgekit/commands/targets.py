@@ -12,8 +12,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Print one line per target: name, build here?, run here?, summary."""
-    from edgekit.target import available_targets, load_target
+    """Print one line per target: name, build here?, run here?, summary; then the accelerators
+    edgekit knows but cannot build for here (``edgekit.target.UNBUILDABLE``), with the reason."""
+    from edgekit.target import UNBUILDABLE, available_targets, load_target
 
     rows = []
     for name in available_targets():
@@ -22,6 +23,9 @@ def main(args: argparse.Namespace) -> int:
         can_run, why_run = t.can_run()
         rows.append({"target": name, "summary": t.summary, "build": can_build, "build_note": why_build,
                      "run": can_run, "run_note": why_run})
+    for t in UNBUILDABLE.values():
+        rows.append({"target": t.name, "summary": t.summary, "build": False, "build_note": f"{t.why}; {t.fix}",
+                     "run": False, "run_note": "no edgekit runtime adapter yet"})
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

@@ -8,8 +8,9 @@ Run as ``python -s rknn_build.py job.json`` in a job folder (see :mod:`jobwire`)
   quantiser reads;
 * ``eval`` (array, optional): tensors run through the simulator after the build; their outputs
   come back as ``out_0``, ``out_1``... for the parent to compare with the original model;
-* ``analyse`` (int): how many eval tensors ``accuracy_analysis`` compares layer by layer
-  (0: none); the worst layers by cosine come back in the result;
+* ``analyse`` (int): non-zero runs ``accuracy_analysis`` on the first eval tensor, layer by
+  layer against the float model (the toolkit takes one sample per model input: further ones
+  would be ignored); the worst layers by cosine come back in the result;
 * ``disable_rules``, ``quantized_algorithm``: passed to ``config``.
 
 The tensors are edgekit's preprocessed inputs, so ``config`` gets mean 0 and std 1: the device
@@ -120,7 +121,8 @@ def worst_layers(report: Path, count: int = 5) -> list[dict]:
 
 
 def analyse(rknn, samples: np.ndarray, workdir: Path) -> list[dict]:
-    """``accuracy_analysis`` on the simulator for ``samples``; the worst layers of its report."""
+    """``accuracy_analysis`` on the simulator for ``samples`` (one tensor per model input, in the
+    model's layout); the worst layers of its report."""
     paths = []
     for i, x in enumerate(samples):
         path = workdir / f"analyse_{i}.npy"
@@ -148,9 +150,9 @@ def run(workdir: Path) -> None:
         worst = []
         if int(job.get("analyse", 0)) and "eval" in arrays:
             progress["stage"] = "accuracy_analysis"
-            worst = analyse(rknn, arrays["eval"][: int(job["analyse"])], workdir)
+            worst = analyse(rknn, arrays["eval"][:1], workdir)
         jobwire.write_result(workdir, {"ok": True, "rknn": job.get("out", "model.rknn"),
-                                       "toolkit": _dist_version("rknn-toolkit2") or _module_version(),
+                                       "toolkit": toolkit_version(),
                                        "worst_layers": worst, "build_s": progress.get("build_s")},
                              {f"out_{i}": o for i, o in enumerate(outs)})
     except Exception as exc:  # every failure becomes one line for the parent; the traceback stays in the log
@@ -160,6 +162,11 @@ def run(workdir: Path) -> None:
     finally:
         if rknn is not None:
             rknn.release()
+
+
+def toolkit_version() -> str:
+    """The installed RKNN-Toolkit2's version (its distribution's, else the module's)."""
+    return _dist_version("rknn-toolkit2") or _module_version()
 
 
 def _module_version() -> str:

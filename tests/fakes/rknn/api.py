@@ -13,6 +13,20 @@ def _fails(name: str) -> bool:
     return os.environ.get("FAKE_RKNN_FAIL") == name
 
 
+_RULE = "D RKNN: [02:29:34.525] " + "-" * 60
+LAYER_TABLE = "\n".join([
+    _RULE, "D RKNN: [02:29:34.525]            Network Layer Information Table", _RULE,
+    "D RKNN: [02:29:34.525] ID   OpType     DataType Target InputShape    OutputShape  Cycles(DDR/NPU/Total) RW(KB) "
+    "FullName", _RULE,
+    "D RKNN: [02:29:34.525] 0    InputOperator INT8  CPU    \\            (1,1,8,8)    0/0/0    0   InputOperator:x",
+    "D RKNN: [02:29:34.525] 1    ConvRelu   INT8     NPU    (1,1,8,8)     (1,4,8,8)    10/20/20 1   Conv:conv_1",
+    "D RKNN: [02:29:34.525] 2    TopK       INT8     CPU    (1,4,8,8)     (1,2)        0/0/0    1   TopK:topk_1",
+    "D RKNN: [02:29:34.525] 3    Reshape    INT8     CPU    (1,2)         (1,2)        0/0/0    1   Reshape:scores-rs",
+    "D RKNN: [02:29:34.525] 4    OutputOperator INT8 CPU    (1,2)    \\    0/0/0    0   OutputOperator:scores",
+    _RULE])
+"""What a verbose build of the real toolkit prints (trimmed): one op the NPU cannot run (TopK), one data move."""
+
+
 class RKNN:
     """Records calls in ``calls.json`` (the job folder); the 'model' answers (mean, 1 - mean)."""
 
@@ -22,10 +36,12 @@ class RKNN:
             os._exit(139)
         self.calls: list = []
         self.state = "new"
+        self.verbose = verbose
 
     def _record(self, *call) -> None:
         self.calls.append(list(call))
         Path("calls.json").write_text(json.dumps(self.calls))
+        print(f"FAKE RKNN CALL {json.dumps(list(call))}", flush=True)  # the log a build keeps shows the sequence
 
     def config(self, mean_values=None, std_values=None, target_platform=None, quantized_algorithm="normal",
                disable_rules=None, **_):
@@ -47,6 +63,8 @@ class RKNN:
         assert len(shapes) == 1 and next(iter(shapes))[0] == 1, shapes  # one NHWC tensor per file
         self._record("build", len(files), list(next(iter(shapes))))
         self.state = "built"
+        if self.verbose:  # the real toolkit's verbose build prints where each op runs
+            print(LAYER_TABLE, flush=True)
         return -1 if _fails("build") else 0
 
     def export_rknn(self, path):
@@ -68,6 +86,8 @@ class RKNN:
         if _fails("inference"):
             return None
         m = float(x.mean())
+        if os.environ.get("FAKE_RKNN_SWAP"):  # a quantisation that broke the model: the classes swap
+            return [np.array([[1.0 - m, m]], dtype=np.float32)]
         return [np.array([[m, 1.0 - m]], dtype=np.float32)]
 
     def accuracy_analysis(self, inputs, output_dir, target=None, **_):
