@@ -46,7 +46,7 @@ SKIPS = (  # (pattern in the command, why it is not run here)
     (r"^make bench\b", "the benchmark scripts (long; run on their own)"),
     (r"anki_vector\.configure|robot\.collect|robot\.train", "needs a Vector or its recorded data"),
     (r"^edgekit serve: error", "an example of output, not a command"),
-    (r"^edgekit toolchain install|rknn-sim|-rk3588|-imx500",
+    (r"^edgekit toolchain install|rknn-sim|-rk3588|-imx500|--target \S*(rk3588|imx500)",
      "installs a vendor toolchain (GBs from PyPI) or needs one and a bundle make demo does not build"),
     (r"s3://|^edgekit (keygen|sign|verify) .*keys/",
      "writes keys or signatures into the checkout, or needs an object store with credentials (tests/fleet runs "
