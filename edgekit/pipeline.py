@@ -33,6 +33,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -66,7 +67,8 @@ class FrameResult:
 
     ``result`` is whatever the decoder returned (a :class:`~edgekit.heads.classify.Classification`
     for ``classify``); ``classification`` is the same object, for classifiers. ``source`` is the
-    frame's (:attr:`edgekit.camera.Frame.source`: the image file, the video, the camera).
+    frame's (:attr:`edgekit.camera.Frame.source`: the image file, the video, the camera) and
+    :attr:`time` when it was captured (UTC).
     """
 
     index: int
@@ -82,11 +84,21 @@ class FrameResult:
             raise AttributeError(f"this frame's result is a {type(self.result).__name__}, not a Classification")
         return self.result
 
+    @property
+    def time(self) -> str:
+        """When the frame was captured, ISO 8601 UTC to the millisecond (``2026-12-02T02:34:25.123Z``):
+        the capture's monotonic clock reading moved onto the wall clock."""
+        wall_ns = self.t_capture_ns + (time.time_ns() - time.perf_counter_ns())
+        stamp = datetime.fromtimestamp(wall_ns / 1e9, timezone.utc).isoformat(timespec="milliseconds")
+        return stamp.replace("+00:00", "Z")
+
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form (``run --json``): frame number, ``source`` when known, the head's result, ms."""
+        """The JSON form (``run --json``): frame number, ``source`` when known, capture time, the head's
+        result, ms."""
         return {
             "frame": self.index,
             **({"source": self.source} if self.source is not None else {}),
+            "time": self.time,
             **self.result.to_dict(),
             "ms": {k: round(v, 4) for k, v in self.timings_ms.items()},
         }

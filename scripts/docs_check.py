@@ -39,7 +39,8 @@ SKIPS = (  # (pattern in the command, why it is not run here)
     (r"demo-jetson", "a Jetson bundle runs on a Jetson (make demo builds no jetson bundle here)"),
     (r"mosquitto_sub|curl ", "talks to a running service"),
     (r"/etc/|/opt/edgekit", "reads or writes the installed service's files"),
-    (r"yolov8n\.onnx|exported\.onnx|mobilenetv2\.keras|signs\.keras|face_detection|data/signs|frames/",
+    (r"yolov8n\.onnx|exported\.onnx|mobilenetv2\.keras|signs\.keras|face_detection|data/signs|frames/"
+     r"|selfie_segmentation|pose_detection|o/seg-cpu|bf-cpu",
      "a file the reader brings"),
     (r"^make (demo|test|pi-check|docs-check|mutate)\b", "one of the long make targets (run on their own)"),
     (r"^make (model|data)\b", "retrains or regenerates from the dataset package (minutes; make test covers it)"),

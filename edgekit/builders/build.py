@@ -16,11 +16,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from edgekit.builders.context import BuildContext
-from edgekit.builders.contract import OPTION_TASKS, BuildRequest, TargetBuild, check_bundle_name
+from edgekit.builders.contract import TargetBuild
 from edgekit.builders.gate.detect import DetectEval, DetectGate, load_detection_eval
 from edgekit.builders.gate.landmarks import LandmarkGate
 from edgekit.builders.gate.segment import SegmentGate
@@ -29,6 +30,7 @@ from edgekit.builders.host.preflight import check_resources, log_peak_memory
 from edgekit.builders.log import BuildLog, interruptible
 from edgekit.builders.outcome import finish
 from edgekit.builders.publish import build_target
+from edgekit.builders.request import OPTION_TASKS, BuildRequest, check_bundle_name, check_names
 from edgekit.builders.sources.images import ImageSet, load_calibration, load_eval, load_images_eval
 from edgekit.builders.sources.inputs import (
     PREPROCESS_KEYS,
@@ -58,32 +60,9 @@ UNLABELLED = ("raw", "landmarks", "segment")
 a folder of images without class folders does."""
 
 
-def build(
-    model: str | Path,
-    targets: list[str] | str,
-    calib: list[str | Path] | str | Path,
-    out: str | Path = "dist",
-    eval_dir: str | Path | None = None,
-    name: str | None = None,
-    labels: list[str] | str | Path | None = None,
-    preprocess: dict | None = None,
-    min_accuracy_ratio: float = 0.99,
-    calib_count: int | None = 500,
-    holdout_fraction: float = 0.2,
-    seed: int = 0,
-    quiet: bool = False,
-    *,
-    variants: list[str] | str | None = None,
-    io_dtype: str | None = None,
-    compiler: str | None = None, min_runtime_version: int | None = None, min_tpu_ops: float | None = None,
-    strict_tpu_ops: bool = False, task: str | None = None, input_size: tuple[int, int] | str | None = None,
-    min_cosine: float = 0.98, calib_steps: int | None = 150, memory_check: bool = True, min_map_ratio: float = 0.99,
-    task_options: dict | None = None, background_class: str | None = None, allow_partial: bool = False,
-    recover: bool = True, min_detect_agreement: float = 0.9, min_score_levels: int = 20,
-    min_score_cosine: float = 0.95, max_map_gain: float = 0.05, min_top1_agreement: float = 0.97,
-    max_landmark_error: float | None = None, max_landmark_p95: float | None = None, max_memory: int | None = None,
-    min_presence_agreement: float = 0.97, min_mask_iou: float = 0.9, min_mask_iou_p5: float = 0.7,
-) -> list[TargetBuild]:
+def build(model: str | Path | None = None, targets: list[str] | str | None = None,
+          calib: list[str | Path] | str | Path | None = None, out: str | Path = "dist", *,
+          request: BuildRequest | None = None, **settings: Any) -> list[TargetBuild]:
     """Build one verified bundle per target.
 
     Args:
@@ -91,33 +70,20 @@ def build(
         targets: names (``edgetpu``, ``rpi``, ``cpu``, ``jetson``) or ``.toml`` paths, or one "a,b" string.
         calib: calibration folder(s) and/or video(s); mix in real camera frames here.
         out: the directory that receives ``<name>-<target>/`` bundles.
-        eval_dir: labelled ImageFolder (``detect``: COCO or YOLO set); enables the accuracy gate.
-        labels: list, or a labels.txt path; default ``<model stem>.labels.txt`` or the eval classes.
-        preprocess: overrides of colour/crop/resize/interpolation/mean/std; default
-            ``<model stem>.preprocess.json``.
-        min_accuracy_ratio, min_map_ratio: converted/original top-1 (``detect``: mAP@[.5:.95]) below this
-            fails the target.
-        calib_count: calibration images drawn (with ``seed``); ``holdout_fraction`` of them measure agreement.
-        variants, io_dtype, compiler, min_runtime_version, min_tpu_ops, strict_tpu_ops: builder
-            options; each one given wins over the target file's value (see ``edgekit build -h``).
-        task: ``classify``, ``detect``, ``raw``, ``landmarks`` or ``segment`` (default: detect when ``eval_dir`` is a
-            detection set, else classify for one 1-D output, raw otherwise).
-        input_size: (H, W) or ``"HxW"`` for an ONNX input whose height/width are symbolic.
-        min_cosine: ``raw`` models: the worst output's cosine similarity below this fails a variant.
-        min_detect_agreement, min_score_levels, min_score_cosine, max_map_gain, min_top1_agreement: detect_fidelity.py.
-        calib_steps, memory_check: most images int8 calibration runs (None: all); False skips the memory check;
-            ``max_memory`` (bytes) caps it: refused up front above it, recovery attempts skipped.
-        task_options: ``detect`` or ``landmarks`` head options (``layout``, ``landmarks={...}``) for bundle and gate.
-        max_landmark_error, max_landmark_p95, min_presence_agreement: ``landmarks`` gate (landmark_gate.py).
-        min_mask_iou, min_mask_iou_p5: ``segment`` gate, mask IoU mean and 5th percentile (segment_gate.py).
-        background_class: the label meaning "nothing there" (default ``background``; builders/gate/openset.py).
-        allow_partial: accept (warn) a bundle written without the variants that missed the gate;
-            ``recover`` False: an int8 that misses the gate is not retried (builders/int8/recovery.py).
+        request: a :class:`~edgekit.builders.request.BuildRequest` made already (then nothing else).
+        settings: any other build setting by name, e.g. ``eval_dir="eval/"``, ``min_accuracy_ratio=0.98``,
+            ``task="detect"``, ``quiet=True``: every row of :data:`edgekit.builders.request.SETTINGS`
+            (type, default, range and help; ``edgekit build -h`` shows the same as flags). An unknown
+            name or a value out of range is refused before any work, in one line.
 
     Returns one TargetBuild per target; raises, once all are built, as builders/outcome.py:finish says.
     """
-    # every parameter is a BuildRequest field of the same name (it normalises and checks them)
-    return execute_quietly(BuildRequest(**locals()))
+    if request is None:
+        check_names(settings)
+        request = BuildRequest(model=model, targets=targets, calib=calib, out=out, **settings)
+    elif settings or model is not None:
+        raise UsageError("build() takes a request or settings, not both", "pass one BuildRequest, or keywords")
+    return execute_quietly(request)
 
 
 def execute_quietly(request: BuildRequest) -> list[TargetBuild]:

@@ -3,7 +3,7 @@ the original model's reference outputs and the log.
 
 The model is loaded, exported and run on the evaluation and held-back images once per build,
 however many targets there are. Images and outputs go through a chunk at a time
-(:func:`edgekit.builders.sources.spool.chunk_size`): the original model's reference outputs are
+(:func:`edgekit.builders.host.resources.chunk_size`): the original model's reference outputs are
 spooled to a temporary file and read back beside each variant's, so a build's memory does not
 grow with the number of images (benchmarks/build_scaling.py).
 """
@@ -17,16 +17,19 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from edgekit.builders.contract import BuilderOutput, BuildRequest
+from edgekit.builders.contract import BuilderOutput
 from edgekit.builders.gate.detect import as_reference, detect_result
 from edgekit.builders.gate.landmarks import log_text as landmark_text
 from edgekit.builders.gate.openset import background_of, fit_variant
 from edgekit.builders.gate.segment import log_text as mask_text
+from edgekit.builders.gate.verdict import Verdict
 from edgekit.builders.gate.verify import Comparison, weak_original_warning
+from edgekit.builders.host.resources import chunk_size
 from edgekit.builders.log import BuildLog
+from edgekit.builders.request import BuildRequest
 from edgekit.builders.sources.images import ImageSet, TensorStream
 from edgekit.builders.sources.load import SourceModel
-from edgekit.builders.sources.spool import Spool, chunk_size
+from edgekit.builders.sources.spool import Spool
 from edgekit.imaging.image import InputSpec, Preprocessor
 from edgekit.target import Target
 
@@ -72,9 +75,9 @@ class BuildContext:
     chunk: int = field(default=1, init=False)  # images per chunk (set from the input size)
     converter_calib: ImageSet | None = field(default=None, init=False)  # what int8 calibration sees
     background: int | None = field(default=None, init=False)  # the no-sign class (classify; builders/gate/openset.py)
-    float_tflite: bytes | None = field(default=None, init=False, repr=False)  # fp32 TFLite, made once per build
-    int8_float: tuple | None = field(default=None, init=False, repr=False)  # (float graph int8 is made from, rewrites)
-    int8_unrewritten: bytes | None = field(default=None, init=False, repr=False)  # that graph before its rewrites
+    # each recipe's own intermediate products, by recipe (the TFLite recipe's: builders/int8/recipe.py
+    # FloatGraphs), made once per build and reused by its targets; the context only holds the slot
+    products: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
     _saved: Path | None = None
 
     def __post_init__(self) -> None:
@@ -216,7 +219,8 @@ class BuildContext:
                     if dataset == "eval" or self.evalset is None:  # the set the gate judges; else reported
                         res.update(head.judge(res))
                 elif self.task == "raw":
-                    res["passed"] = res["cosine"] is not None and res["cosine"] >= self.request.min_cosine
+                    res.update(Verdict(res["cosine"] is not None
+                                       and res["cosine"] >= self.request.min_cosine).fields())
                 out[dataset] = res
                 self.log.info(f"  {variant} on {res['n']} {dataset} images: " + _summary(res))
         return out

@@ -8,6 +8,8 @@ partial bundle, builders/publish.py); the build still exits 3 unless ``--allow-p
 from __future__ import annotations
 
 from edgekit.builders.contract import TargetBuild
+from edgekit.builders.gate.figures import GATE_FLAG, RAISE_FLAG, RAISE_FLAGS
+from edgekit.builders.gate.verdict import Verdict
 from edgekit.builders.log import BuildLog
 from edgekit.errors import EdgekitError, VerificationFailed
 
@@ -53,15 +55,6 @@ def outcome(results: list[TargetBuild], failures: dict[str, EdgekitError], allow
     return f"({'; '.join(parts)})"
 
 
-#: the flag that sets each task's gate
-GATE_FLAG = {"classify": "--min-accuracy-ratio", "detect": "--min-map-ratio", "raw": "--min-cosine",
-             "landmarks": "--max-landmark-error", "segment": "--min-mask-iou"}
-#: the gate flag that is raised, not lowered, to let more through (builders/gate/fidelity.py)
-RAISE_FLAG = "--max-map-gain"
-#: every flag raised to let more through: the map gain, a landmark model's pixel limits (builders/gate/landmarks.py)
-RAISE_FLAGS = (RAISE_FLAG, "--max-landmark-error", "--max-landmark-p95")
-
-
 def failed_flags(result: TargetBuild) -> list[str]:
     """The flags governing the figures that failed in ``result``'s verifications (a detector's
     ``gate_failures``: builders/gate/fidelity.py), else its task's :data:`GATE_FLAG`."""
@@ -69,7 +62,7 @@ def failed_flags(result: TargetBuild) -> list[str]:
     found = [*(ver.get("models") or {}).values(), *((v or {}).get("verification") or {}
                                                      for v in (ver.get("rejected") or {}).values())]
     flags = [flag for v in found if isinstance(v, dict) for res in v.values() if isinstance(res, dict)
-             for flag in res.get("gate_failures") or {}]
+             for flag in Verdict.of(res).failures]
     return flags or [GATE_FLAG.get(result.manifest.get("task") or "classify", "--min-accuracy-ratio")]
 
 

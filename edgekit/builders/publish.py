@@ -22,6 +22,7 @@ from edgekit.builders.context import BuildContext
 from edgekit.builders.contract import BuilderOutput, BuiltModel, TargetBuild
 from edgekit.builders.gate.openset import log_line
 from edgekit.builders.gate.openset import manifest_entry as openset_entry
+from edgekit.builders.gate.verdict import Verdict
 from edgekit.builders.host.resources import peak_rss
 from edgekit.builders.targets import BuildTarget
 from edgekit.bundle import MANIFEST, BundleWriter, sha256_file
@@ -342,7 +343,7 @@ def variant_failures(per_variant: dict, ctx: BuildContext) -> dict[str, str]:
         return {v: why for v, why in broken.items() if why}
     dataset = "eval" if ctx.evalset is not None else "holdout"
     return {v: _why(v, r.get(dataset, {}), ctx, ctx.task == "raw") + _where(r)
-            for v, r in per_variant.items() if not r.get(dataset, {}).get("passed")}
+            for v, r in per_variant.items() if not Verdict.of(r.get(dataset)).passed}
 
 
 BROKEN_COSINE = 0.5
@@ -382,8 +383,9 @@ def _where(verification: dict) -> str:
 
 def _why(variant: str, res: dict, ctx: BuildContext, raw: bool) -> str:
     """Why one model missed the gate, in a few words."""
-    if res.get("gate_failures"):  # every figure that failed, with its flag (detect_fidelity.py, verify.classify_gate)
-        return f"{variant} " + "; ".join(res["gate_failures"].values())
+    reason = Verdict.of(res).reason  # every figure that failed, with its flag (gate/fidelity.py, gate/verify.py)
+    if reason:
+        return f"{variant} {reason}"
     if ctx.task == "detect":
         if res.get("ratio") is None:
             return (f"{variant}: the original model scores mAP 0 on the eval set "

@@ -31,7 +31,7 @@ from edgekit.util.plugins import resolve
 
 if TYPE_CHECKING:
     from edgekit.builders.context import Builder
-    from edgekit.builders.contract import BuildRequest
+    from edgekit.builders.request import BuildRequest
 
 
 #: edgekit's own builders

@@ -17,7 +17,8 @@ import numpy as np
 
 from edgekit.builders.contract import BuilderOutput, BuiltModel, task_extra
 from edgekit.builders.convert.to_tflite import convert, output_order, same_outputs
-from edgekit.builders.int8.recipe import int8_model
+from edgekit.builders.gate.verdict import failed
+from edgekit.builders.int8.recipe import float_graphs, int8_model
 from edgekit.errors import ModelError
 
 if TYPE_CHECKING:
@@ -65,7 +66,8 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
         elif saved is None:
             blob = convert_tflite(ctx, variant, rep, io_dtype)
         elif variant == "fp32":  # kept: an int8 with graph rewrites starts from it
-            blob = ctx.float_tflite = ctx.float_tflite or convert(saved, variant)
+            graphs = float_graphs(ctx)
+            blob = graphs.fp32 = graphs.fp32 or convert(saved, variant)
         else:
             blob = convert(saved, variant)
     finish = _finisher(ctx, target, saved, out_dir / f"{ctx.name}_{variant}.tflite", variant, io_dtype, quant_report)
@@ -74,8 +76,8 @@ def _variant(ctx: BuildContext, target: Target, saved: Path, out_dir: Path, vari
         from edgekit.builders.int8 import quantize, recovery, stability
 
         model = stability.check(ctx, target, out_dir / model.file, model, finish,
-                                      lambda rep: quantize.quantize_int8(ctx.int8_float[0], rep, io_dtype))
-        if _missed(model.verification):
+                                      lambda rep: quantize.quantize_int8(float_graphs(ctx).for_int8, rep, io_dtype))
+        if failed(model.verification):
             model, coverage = recovery.recover(ctx, target, out_dir / model.file, (model, coverage), finish,
                                                step["seconds"])
     return model, coverage
@@ -92,8 +94,6 @@ def _finisher(ctx: BuildContext, target: Target, saved: Path | None, path: Path,
     return finish
 
 
-def _missed(verification: dict) -> bool:
-    return any(isinstance(r, dict) and r.get("passed") is False for r in verification.values())
 
 
 def _written(ctx: BuildContext, target: Target, saved: Path | None, path: Path, blob: bytes, variant: str,
@@ -123,7 +123,7 @@ def _written(ctx: BuildContext, target: Target, saved: Path | None, path: Path, 
     coverage["delegate"] = "XNNPACK" if delegate == "xnnpack" else "none"
     with LiteRTRunner(path, order, delegate=delegate) as runner:
         verification = ctx.verify(variant, lambda tensors: _checked(path, runner(tensors)), spec, expect)
-    missed = _missed(verification)
+    missed = failed(verification)
     if variant == "int8" and report and (missed or quant_report or _weak_ungated(ctx, target, verification)):
         tensors = {o["tensor"]: o["name"] for o in outputs}
         verification["quantization"] = _quant_report(ctx, target, saved, io_dtype, missed, tensors, expect)
@@ -237,11 +237,12 @@ def _tpu_share_before_rewrites(ctx: BuildContext, images: int = 4) -> dict | Non
     from edgekit.builders.int8.quantize import quantize_int8
     from edgekit.tflite.edgetpu_rules import check_model
 
-    if ctx.int8_unrewritten is None:
+    unrewritten = float_graphs(ctx).unrewritten
+    if unrewritten is None:
         return None
     sample = [x for _, x in zip(range(images), ctx.representative())]
     try:
-        blob = quantize_int8(ctx.int8_unrewritten, sample, "uint8")
+        blob = quantize_int8(unrewritten, sample, "uint8")
     except ModelError as exc:
         ctx.log.record(f"the int8 without rewrites was not made ({exc.message[:200]})", "[edgetpu] ")
         return None
@@ -272,7 +273,7 @@ def _quant_report(ctx: BuildContext, target: Target, saved: Path, io_dtype: str,
     from edgekit.builders.int8.report import quantization_report, report_lines
 
     why = "int8 missed the gate" if missed else "int8"
-    float_graph = ctx.int8_float[0]
+    float_graph = float_graphs(ctx).for_int8
     with ctx.log.step(f"[{target.name}] {why}: per-layer quantisation error"):
         report = quantization_report(ctx, lambda rep: quantize_int8(float_graph, rep, io_dtype, numeric_verify=True),
                                      tensors, expect, clamped=clamped_ranges(float_graph))

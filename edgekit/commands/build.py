@@ -11,26 +11,17 @@ from edgekit.options import key_value, target_completer
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    """Add build's arguments to ``p``."""
-    p.add_argument("--model", required=True, help=".keras, .h5, SavedModel dir, or .onnx (jetson)")
-    p.add_argument("--target", required=True, action="append",
-                   help="edgetpu, rpi, cpu, jetson (comma-separated or repeated)").completer = target_completer
-    p.add_argument("--calib", action="append", required=True, metavar="DIR_OR_VIDEO",
-                   help="calibration images; repeat to mix in real camera frames (folder or video)")
-    p.add_argument("--eval", dest="eval_dir", metavar="DIR",
-                   help="labelled ImageFolder (a detector: COCO annotations.json or YOLO images/ + labels/): "
-                        "enables the accuracy gate")
-    p.add_argument("--out", default="dist", help="output directory (default: dist)")
-    p.add_argument("--name", help="bundle name prefix (default: the model's file name)")
-    p.add_argument("--labels", help="labels.txt (default: <model>.labels.txt or the --eval classes)")
-    p.add_argument("--min-accuracy-ratio", type=float, default=0.99,
-                   help="fail when converted/original top-1 is below this (default 0.99, the MLPerf bar)")
-    p.add_argument("--calib-count", type=int, default=500, help="calibration images to draw (default 500)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    p.add_argument("--calib-steps", type=int, default=150,
-                   help="images the int8 converter calibrates on, at most (default 150; ~0.1 s each at 224x224)")
-    p.add_argument("--variants", help="override the target's variants, e.g. fp32,int8")
-    p.add_argument("--io-dtype", choices=["uint8", "int8"], help="int8 model input/output type (default uint8)")
+    """Add build's arguments to ``p``: the settings' own flags from builders/request.py (one row
+    each), then the few this verb reads itself (lists, the preprocessing flags, ``-T``, sizes)."""
+    from edgekit.builders.request import BY_NAME, add_flags
+
+    def helps(name: str) -> str:
+        return BY_NAME[name].option.help
+
+    p.add_argument("--model", required=True, help=helps("model"))
+    p.add_argument("--target", required=True, action="append", help=helps("targets")).completer = target_completer
+    p.add_argument("--calib", action="append", required=True, metavar="DIR_OR_VIDEO", help=helps("calib"))
+    add_flags(p)
     p.add_argument("--colour", choices=["gray", "rgb", "bgr"], help="override the model's input colour")
     p.add_argument("--crop", help="'square', 'none' or HxW centre crop in pixels, e.g. 200x200")
     p.add_argument("--mean", help="per-channel mean in pixel units, e.g. 127.5 or 123.7,116.3,103.5")
@@ -41,104 +32,28 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help=INTERPOLATION_HELP + "; recorded in the bundle")
     p.add_argument("--pad-value", type=pad_value, metavar="0-255",
                    help="letterbox border grey (Ultralytics: 114)")
-    p.add_argument("--compiler", help="edgetpu_compiler executable (default: search PATH)")
-    p.add_argument("--min-runtime-version", type=int, help="edgetpu_compiler -m (minimum Edge TPU runtime)")
-    p.add_argument("--min-tpu-ops", type=float, help="warn when the share of ops on the Edge TPU is below this")
-    p.add_argument("--strict-tpu-ops", action="store_true", help="fail instead of warn for --min-tpu-ops")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout (also when the gate fails)")
-    p.add_argument("--task", choices=["classify", "detect", "raw", "landmarks", "segment"],
-                   help="task head (default: detect for a detection --eval set, else classify for one 1-D output, "
-                        "raw otherwise; landmarks: -T landmarks={...}, gated in pixels; segment: by mask IoU)")
-    p.add_argument("--min-map-ratio", type=float, default=0.99,
-                   help="detect: fail when converted/original mAP@[.5:.95] on --eval is below this (default 0.99)")
-    _fidelity_flags(p)
-    _memory_flags(p)
     p.add_argument("-T", "--task-option", dest="task_option", action="append", type=key_value, metavar="KEY=VALUE",
                    help="detect, landmarks or segment head option written into the bundle and used by the gate, e.g. "
                         "-T layout=yolo -T score_threshold=0.4, -T 'landmarks={\"num_landmarks\": 468}' "
                         "(values are JSON); repeatable")
-    p.add_argument("--background-class", metavar="LABEL",
-                   help="classify: the label meaning 'nothing there' (default: background); with --eval the "
-                        "open-set thresholds are fitted on it and stored in the manifest")
-    p.add_argument("--input-size", metavar="HxW", help="image size for an ONNX input with symbolic height/width")
-    p.add_argument("--min-cosine", type=float, default=0.98,
-                   help="raw task: fail when the worst output's cosine similarity is below this (default 0.98)")
-    p.add_argument("--allow-partial", action="store_true",
-                   help="exit 0 when a target's bundle was written without a variant that missed the gate "
-                        "(kept in <bundle>.rejected); without it such a build exits 3")
-    p.add_argument("--no-recover", dest="recover", action="store_false",
-                   help="build int8 once: no retries (worst layers in float on cpu/rpi, all calibration images) "
-                        "when it misses the gate")
-
-
-def _memory_flags(p: argparse.ArgumentParser) -> None:
-    """The memory pre-check's override and --max-memory, the user's cap (a CI runner, a shared board)."""
-    p.add_argument("--no-memory-check", action="store_true",
-                   help="build even when the estimated memory or temporary disk exceeds what is available")
-    p.add_argument("--max-memory", metavar="SIZE", type=_memory_size,
-                   help="cap the build's memory (4G, 512M): refused up front when the estimate is over it, "
-                        "int8 recovery attempts skipped once the build has peaked over it")
-
-
-def _fidelity_flags(p: argparse.ArgumentParser) -> None:
-    """The gate's figures beyond the ratio: a detector's (builders/gate/fidelity.py), a classifier's
-    top-1 agreement (builders/gate/verify.py: classify_gate), a landmark model's pixels, a segmenter's mask IoU."""
-    p.add_argument("--max-map-gain", type=float, default=0.05,
-                   help="detect: fail when converted/original mAP on --eval is above 1 + this: a conversion does not "
-                        "improve a model, its scores or boxes moved (default 0.05)")
-    p.add_argument("--min-detect-agreement", type=float, default=0.9,
-                   help="detect: fail when the detections at the bundle's score threshold on --eval agree less than "
-                        "this with the original's (2 x matched / both counts; default 0.9, 0 turns it off)")
-    p.add_argument("--min-score-levels", type=int, default=20,
-                   help="detect: fail when the detections on --eval have fewer distinct scores than this (or than "
-                        "the original's, when it has fewer; default 20, 0 turns it off)")
-    p.add_argument("--min-score-cosine", type=float, default=0.95,
-                   help="detect: fail when the score output's cosine similarity with the original's on --eval is "
-                        "below this (default 0.95, 0 turns it off)")
-    p.add_argument("--max-landmark-error", type=float, metavar="PX",
-                   help="landmarks: fail when the mean over images of each image's mean point distance to the "
-                        "original's, in pixels of the model input, is above this (default 1 %% of its longer side)")
-    p.add_argument("--max-landmark-p95", type=float, metavar="PX",
-                   help="landmarks: the same for the 95th percentile over images (default 2.5 %% of the longer side)")
-    p.add_argument("--min-presence-agreement", type=float, default=0.97,
-                   help="landmarks with a presence output: fail when fewer images than this share are on the "
-                        "original's side of the presence threshold (default 0.97, 0 turns it off)")
-    p.add_argument("--min-top1-agreement", type=float, default=0.97,
-                   help="classify: when the original's top-1 on --eval is 0.9 or more, fail a model whose top-1 is "
-                        "the original's on fewer of the images than this (default 0.97, 0 turns it off)")
-    p.add_argument("--min-mask-iou", type=float, default=0.9,
-                   help="segment: fail when the mean over images of the mask IoU with the original's (at the head's "
-                        "threshold; both empty: 1) is below this (default 0.9)")
-    p.add_argument("--min-mask-iou-p5", type=float, default=0.7,
-                   help="segment: the same for the 5th percentile over images (default 0.7)")
+    p.add_argument("--max-memory", metavar="SIZE", type=_memory_size, help=helps("max_memory"))
 
 
 def main(args: argparse.Namespace) -> int:
     """Run the build and print the summary table."""
     from edgekit.builders.build import build
+
+    # Flags left unset are left out of the request, so its defaults and the target file's values
+    # apply (edgekit.target.merge_options).
+    from edgekit.builders.request import given
     from edgekit.errors import EdgekitError
     from edgekit.options import option_value
 
-    # Flags left unset arrive as None (or False): the request leaves them out, so the target
-    # file's values apply (edgekit.target.merge_options).
     try:
-        results = build(args.model, ",".join(args.target), args.calib, out=args.out, eval_dir=args.eval_dir,
-                        name=args.name, labels=args.labels, preprocess=preprocess_flags(args),
-                        min_accuracy_ratio=args.min_accuracy_ratio, calib_count=args.calib_count,
-                        seed=args.seed, quiet=args.quiet, variants=args.variants, io_dtype=args.io_dtype,
-                        compiler=args.compiler, min_runtime_version=args.min_runtime_version,
-                        min_tpu_ops=args.min_tpu_ops, strict_tpu_ops=args.strict_tpu_ops,
-                        task=args.task, input_size=args.input_size, min_cosine=args.min_cosine,
-                        calib_steps=args.calib_steps, memory_check=not args.no_memory_check, max_memory=args.max_memory,
-                        min_map_ratio=args.min_map_ratio, background_class=args.background_class,
-                        task_options={k: option_value(_shallow(k, v)) for k, v in args.task_option or []},
-                        allow_partial=args.allow_partial, recover=args.recover,
-                        min_detect_agreement=args.min_detect_agreement, min_score_levels=args.min_score_levels,
-                        min_score_cosine=args.min_score_cosine, max_map_gain=args.max_map_gain,
-                        min_top1_agreement=args.min_top1_agreement, max_landmark_error=args.max_landmark_error,
-                        max_landmark_p95=args.max_landmark_p95,
-                        min_presence_agreement=args.min_presence_agreement, min_mask_iou=args.min_mask_iou,
-                        min_mask_iou_p5=args.min_mask_iou_p5)
+        results = build(args.model, ",".join(args.target), args.calib, quiet=args.quiet, **given(args),
+                        preprocess=preprocess_flags(args), max_memory=args.max_memory,
+                        task_options={k: option_value(_shallow(k, v)) for k, v in args.task_option or []})
     except EdgekitError as exc:
         # The report matters most when the gate failed or a target did not build: the same
         # table (or JSON) on stdout as on success, then the one-line error on stderr.

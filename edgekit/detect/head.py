@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.detect.anchors import check_anchors, check_ssd_anchors
-from edgekit.detect.boxes import BoxMap, Detection, Detections, box_map, identity_map
+from edgekit.detect.boxes import Detection, Detections
 from edgekit.detect.config import OPTIONS, DetectConfig
 from edgekit.detect.nms import nms
 from edgekit.detect.presets import PRESETS
@@ -27,6 +27,7 @@ from edgekit.detect.ssd_decode import SsdDecode, check_ssd_decode
 from edgekit.errors import ModelError, UsageError
 from edgekit.heads.options import check_head_options
 from edgekit.heads.tensors import label_for
+from edgekit.imaging.geometry import BoxMap, box_map, identity_map
 from edgekit.imaging.image import InputSpec
 from edgekit.util.optionspec import did_you_mean
 from edgekit.util.plugins import resolve

@@ -17,7 +17,7 @@ is a visibility logit, e.g. pose landmarks).
 ``threshold`` (default 0.5): below it the landmarks are dropped and the result says so.
 
 Run alone on a frame, the points come back in that frame's pixels through the inverse of the model's
-own resize (crop, letterbox or stretch, :func:`edgekit.detect.boxes.box_map`). Points are never
+own resize (crop, letterbox or stretch, :func:`edgekit.imaging.geometry.box_map`). Points are never
 clipped to the frame: a landmark model may place a point outside the crop it saw (a chin below the
 image edge), and a pipeline needs it where the model put it. In a cascade
 (:mod:`edgekit.cascade`) the points come back through the region's rotation instead.
@@ -236,7 +236,7 @@ class LandmarkDecoder:
         out = points * np.float32([w, h, w])
         if frame_shape is None:
             return out
-        from edgekit.detect.boxes import box_map
+        from edgekit.imaging.geometry import box_map
 
         mapping = box_map(self.spec, frame_shape)
         sx, sy = mapping.scale

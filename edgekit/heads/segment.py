@@ -18,7 +18,7 @@ run-length encoding of the model's grid, column-major, with where the grid lies 
 
 Per class the result gives the mask's share of the frame (``area``), its bounding box and the mean
 probability inside it, in the frame's pixels through the inverse of the model's own resize
-(:func:`edgekit.detect.boxes.box_map`: crop, letterbox or stretch); a class with no pixel is left out
+(:func:`edgekit.imaging.geometry.box_map`: crop, letterbox or stretch); a class with no pixel is left out
 of the list, as a detector leaves out what it did not find. numpy only.
 """
 
@@ -266,7 +266,7 @@ class SegmentDecoder:
         if frame_shape is None:
             return GridMap((cx, cy), (0.0, 0.0), (0.0, 0.0, float(self.spec.width), float(self.spec.height)),
                            (self.spec.width, self.spec.height))
-        from edgekit.detect.boxes import box_map
+        from edgekit.imaging.geometry import box_map
 
         m = box_map(self.spec, frame_shape)
         return GridMap((cx * m.scale[0], cy * m.scale[1]), m.offset, m.bounds, m.size)

@@ -152,7 +152,7 @@ def test_targets_lists_all_with_capabilities(capsys):
     (("--std", "0"), "--std must be positive"),
     (("--colour", "rgb"), "does not fit a 1-channel"),
     (("--min-accuracy-ratio", "-1"), "makes no sense"),
-    (("--calib-count", "0"), "at least one calibration image"),
+    (("--calib-count", "0"), "--calib-count 0 makes no sense"),
     (("--labels", "/nonexistent/labels.txt"), "cannot read labels file"),
 ])
 def test_bad_options_are_refused_before_any_work(tmp_path, capsys, extra, message):
@@ -263,7 +263,7 @@ def test_a_real_converter_failure_names_the_op_in_plain_words(converter_failure)
 
 
 def test_converter_errors_in_plain_words():
-    from edgekit.builders.int8.quantize import converter_error
+    from edgekit.builders.tf import converter_error
 
     assert converter_error("x\nFlex ops: FlexErf, FlexFoo\nDetails:") == \
         "no TFLite builtin kernel for FlexErf, FlexFoo (the converter would need them as TensorFlow (flex) ops)"

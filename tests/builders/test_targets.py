@@ -9,7 +9,8 @@ import pytest
 
 import edgekit
 import edgekit.builders.targets as targets_module
-from edgekit.builders.contract import BuilderOutput, BuildRequest, BuiltModel
+from edgekit.builders.contract import BuilderOutput, BuiltModel
+from edgekit.builders.request import BuildRequest
 from edgekit.builders.targets import TRUSTED_BUILDERS_ENV
 from edgekit.errors import TargetError, UsageError
 from edgekit.target import Target

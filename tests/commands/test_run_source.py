@@ -5,6 +5,7 @@ ONNX model run by ONNX Runtime."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import cv2
@@ -33,10 +34,12 @@ def test_a_folder_run_names_each_image_in_text_and_json(bundle, tmp_path, capsys
     assert [r["source"] for r in records] == ["eval/x/000.jpg", "eval/x/001.jpg", "eval/x/002.jpg"]
 
 
-def test_a_clip_or_camera_is_named_in_json_only(bundle, tmp_path, capsys):
+def test_a_camera_frame_is_named_by_its_camera_and_capture_time(bundle, tmp_path, capsys):
     assert cli(["run", str(bundle), "--camera", "synthetic:64x48", "--max-frames", "2", "--every", "0"]) == 0
-    assert all(len(line.split()) > 2 and line.split()[2] != "synthetic:64x48"
-               for line in capsys.readouterr().out.splitlines() if line.startswith("frame "))
+    lines = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("frame ")]
+    assert len(lines) == 2 and all(words[2] == "synthetic:64x48" for words in lines)
+    assert all(re.fullmatch(r"\d\d:\d\d:\d\d\.\d{3}", words[3]) for words in lines)  # UTC, to the millisecond
     assert cli(["run", str(bundle), "--camera", "synthetic:64x48", "--max-frames", "2", "--json"]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()[1:-1]]
     assert [r["source"] for r in records] == ["synthetic:64x48"] * 2
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", r["time"]) for r in records)

@@ -2,7 +2,7 @@
 
 The check is made with the real preprocessor: a bright rectangle is drawn on a frame, the
 frame is cropped/letterboxed/stretched by :class:`edgekit.imaging.image.Preprocessor`, the rectangle
-is found again in the model input, and :func:`edgekit.detect.boxes.box_map` must carry that
+is found again in the model input, and :func:`edgekit.imaging.geometry.box_map` must carry that
 box back onto the rectangle drawn.
 """
 
@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgekit.detect.boxes import Detection, Detections, box_map, identity_map
+from edgekit.detect.boxes import Detection, Detections
+from edgekit.imaging.geometry import box_map, identity_map
 from edgekit.imaging.image import InputSpec, Preprocessor
 
 

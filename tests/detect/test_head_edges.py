@@ -16,12 +16,13 @@ import pytest
 
 from edgekit.detect import nms as nms_module
 from edgekit.detect import yolo
-from edgekit.detect.boxes import Detection, Detections, box_map
+from edgekit.detect.boxes import Detection, Detections
 from edgekit.detect.config import DetectConfig
 from edgekit.detect.head import detector
 from edgekit.detect.nms import nms
 from edgekit.detect.scores import real
 from edgekit.errors import BackendUnavailable
+from edgekit.imaging.geometry import box_map
 from edgekit.imaging.image import InputSpec
 from tests.helpers.detect_outputs import Outputs
 

@@ -137,7 +137,7 @@ def test_a_dynamic_export_takes_its_size_from_imgsz(tmp_path):
 
 
 def test_resize_crop_cuts_the_inputs_aspect_ratio_and_boxes_map_back_through_it(tmp_path):
-    from edgekit.detect.boxes import box_map
+    from edgekit.imaging.geometry import box_map
 
     path = yolo_onnx(tmp_path / "yolo.onnx", {}, dims=(1, 3, 16, 32))
     with open_model(path, preprocess={"resize": "crop"}) as m:

@@ -9,20 +9,17 @@ MediaPipe's ``Convolution2DTransposeBias`` so, without an error): it is named he
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from edgekit.errors import ModelError, first_line
-
-if TYPE_CHECKING:
-    from edgekit.builders.context import BuildContext
 
 STANDARD_DOMAINS = ("", "ai.onnx")
 
 
-def tflite_to_onnx(ctx: BuildContext, dest: Path, opset: int) -> list[str]:
+def tflite_to_onnx(ctx: Any, dest: Path, opset: int) -> list[str]:
     """Write the fp32 ONNX model of a .tflite source; its output names, in the source's order."""
     from edgekit.builders.graph.edit import float32_weights
-    from edgekit.builders.sources.model import import_tf
+    from edgekit.builders.tf import import_tf
 
     import_tf()
     import tf2onnx

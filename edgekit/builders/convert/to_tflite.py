@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.builders.int8.quantize import NATIVE_LOG, converter_error
 from edgekit.builders.log import progress
+from edgekit.builders.tf import NATIVE_LOG, converter_error
 from edgekit.errors import ModelError
 from edgekit.util.quiet import converter_level, native_stderr_to_log
 
@@ -38,7 +38,7 @@ def converter(saved_model: Path, variant: str, representative: Iterable[np.ndarr
               io_dtype: str = "uint8"):
     """The ``TFLiteConverter`` :func:`convert` runs, set up for ``variant`` (the quantisation
     report's debugger calibrates with the very same settings)."""
-    from edgekit.builders.sources.model import import_tf
+    from edgekit.builders.tf import import_tf
 
     tf = import_tf()  # TF's C++ log level set first: an ONNX build imports TensorFlow here, not at loading
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from edgekit.builders.gate.verdict import Verdict
 from edgekit.builders.log import BuildLog, progress
 from edgekit.builders.sources.images import ImageSet
 from edgekit.builders.sources.spool import Spool
@@ -250,9 +251,7 @@ def detect_result(gate: DetectGate, dataset: str, found: list[Detections], min_r
     # (their fidelity to the original's detections: there is no mAP ratio to hold)
     if res["metric"] == "map" or (dataset == "holdout" and gate.evaluation is None):
         lines = failures(res["fidelity"], res, FidelityGate.of(request), min_ratio)
-        res["passed"] = res.get("passed", True) and not lines
-        if lines:
-            res["gate_failures"] = lines
+        res.update(Verdict.of(res).merged(Verdict.judged(lines)).fields())
     return res
 
 
@@ -275,7 +274,7 @@ def _map_result(gate: DetectGate, dataset: str, found: list[Detections], min_rat
            "map50": {"original": o.get("map50"), "converted": c.get("map50"),
                      "ratio": _ratio(c.get("map50"), o.get("map50"))},
            "per_class": per_class, "images": c.get("images"), "objects": c.get("objects"),
-           "passed": ratio is not None and ratio >= min_ratio}
+           **Verdict(ratio is not None and ratio >= min_ratio).fields()}
     if o.get("map") is not None and o["map"] < WEAK_MAP:
         res["original_weak"] = True  # the log says why (DetectGate.weak_original_warning)
     if ratio is not None and ratio > 1 + GAIN_MARGIN:

@@ -24,7 +24,6 @@ flag -> line), which the build's reason and fix quote. A classifier's counterpar
 ``--min-top1-agreement``, is gated in builders/gate/verify.py (``classify_gate``); its value is
 checked here with the others (:func:`check_thresholds`).
 """
-
 from __future__ import annotations
 
 import math
@@ -34,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.errors import UsageError
+from edgekit.builders.gate.verdict import Verdict
 
 MATCH_IOU = 0.5
 """A converted detection agrees with an original one of the same class at this IoU or more."""
@@ -51,43 +50,23 @@ continuous scores stay distinct, an 8-bit output's 256 steps (0.0039 apart) too.
 class FidelityGate:
     """The thresholds of the fidelity gate (each 0 turns its figure's gate off; see the module doc)."""
 
-    min_agreement: float = 0.9
-    min_levels: int = 20
-    min_score_cosine: float = 0.95
-    max_gain: float = 0.05
+    min_agreement: float
+    min_levels: int
+    min_score_cosine: float
+    max_gain: float
 
     @classmethod
     def of(cls, request: Any) -> FidelityGate:
-        """The thresholds a build request sets (its defaults when it has none)."""
-        if request is None:
-            return cls()
-        default = cls()
-        return cls(*(getattr(request, name, getattr(default, attr)) for name, attr in _FIELDS))
+        """The thresholds a build request sets (the request's defaults, builders/request.py, when None)."""
+        from edgekit.builders.request import default
+
+        return cls(*(getattr(request, name, default(name)) for name in _SETTINGS))
 
 
-_FIELDS = (("min_detect_agreement", "min_agreement"), ("min_score_levels", "min_levels"),
-           ("min_score_cosine", "min_score_cosine"), ("max_map_gain", "max_gain"))
+_SETTINGS = ("min_detect_agreement", "min_score_levels", "min_score_cosine", "max_map_gain")
 FLAGS = {"agreement": "--min-detect-agreement", "score_levels": "--min-score-levels",
          "score_cosine": "--min-score-cosine", "gain": "--max-map-gain", "ratio": "--min-map-ratio"}
 """The flag that governs each figure of the detect gate."""
-
-
-def check_thresholds(request: Any) -> None:
-    """UsageError for a fidelity threshold that makes no sense (NaN included), before any work:
-    the detect gate's, and ``--min-top1-agreement`` (a classifier's, builders/gate/verify.py)."""
-    gate = FidelityGate.of(request)
-    top1 = getattr(request, "min_top1_agreement", 0.0)
-    for value, flag in ((gate.min_agreement, "--min-detect-agreement"), (gate.min_score_cosine, "--min-score-cosine"),
-                        (top1, "--min-top1-agreement")):
-        if not 0 <= value <= 1:
-            raise UsageError(f"{flag} {value} makes no sense", "use a share like 0.9 (0 turns this check off)")
-    levels = gate.min_levels
-    if isinstance(levels, bool) or not isinstance(levels, (int, np.integer)) or not 0 <= levels <= 10000:
-        raise UsageError(f"--min-score-levels {gate.min_levels} makes no sense",
-                         "use a count like 20 (0 turns this check off)")
-    if not gate.max_gain >= 0:
-        raise UsageError(f"--max-map-gain {gate.max_gain} makes no sense",
-                         "use a margin like 0.05 (converted mAP may be 1.05x the original's)")
 
 
 def _iou(box: Sequence[float], others: np.ndarray) -> np.ndarray:
@@ -183,5 +162,5 @@ def failures(fidelity: dict, map_res: dict, gate: FidelityGate, min_ratio: float
 
 def why(variant: str, res: dict) -> str | None:
     """Why ``variant`` missed the detect gate, from its eval result's ``gate_failures`` (None: none recorded)."""
-    lines = res.get("gate_failures")
-    return f"{variant} " + "; ".join(lines.values()) if lines else None
+    reason = Verdict.of(res).reason
+    return f"{variant} {reason}" if reason else None

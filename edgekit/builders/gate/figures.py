@@ -14,7 +14,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from edgekit.builders.outcome import GATE_FLAG
+from edgekit.builders.gate.verdict import Verdict, judged_result
+
+#: the flag that sets each task's gate
+GATE_FLAG = {"classify": "--min-accuracy-ratio", "detect": "--min-map-ratio", "raw": "--min-cosine",
+             "landmarks": "--max-landmark-error", "segment": "--min-mask-iou"}
+#: the gate flag that is raised, not lowered, to let more through (builders/gate/fidelity.py)
+RAISE_FLAG = "--max-map-gain"
+#: every flag raised to let more through: the map gain, a landmark model's pixel limits (builders/gate/landmarks.py)
+RAISE_FLAGS = (RAISE_FLAG, "--max-landmark-error", "--max-landmark-p95")
 
 
 def _path(*keys: str) -> Callable[[Mapping[str, Any]], Any]:
@@ -120,22 +128,14 @@ def _num(x: float) -> str:
     return f"{x:.6g}" if isinstance(x, (int, float)) else str(x)
 
 
-def judged_result(verification: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The result a gate judged: the eval set's, else the held-back images' (a gated one only)."""
-    for dataset in ("eval", "holdout"):
-        res = verification.get(dataset)
-        if isinstance(res, Mapping) and "passed" in res:
-            return res
-    return None
-
-
 def missed(verification: Mapping[str, Any], task: str, request: Any = None) -> list[Figure]:
     """Each figure the gate failed ``verification`` on, in the gate's order (empty: it passed)."""
     res = judged_result(verification)
-    if res is None or res.get("passed") is not False:
+    verdict = Verdict.of(res)
+    if not verdict.failed:
         return []
-    flag = GATE_FLAG.get(task)  # a gate of one figure records no gate_failures
-    lines = res.get("gate_failures") or ({flag: None} if flag else {})
+    flag = GATE_FLAG.get(task)  # a gate of one figure words no line of its own
+    lines = verdict.failures or ({flag: None} if flag else {})
     return [figure(flag, res, request, line) for flag, line in lines.items()]
 
 
@@ -180,7 +180,7 @@ def judged(verification: Mapping[str, Any], task: str | None) -> tuple[str, floa
         if res.get("ratio") is not None:
             return {"classify": "top-1 ratio", "detect": "mAP ratio"}.get(task or "", "ratio"), float(res["ratio"])
         agreement = _path("fidelity", "detections", "agreement")(res)
-        if "passed" in res and agreement is not None:
+        if Verdict.of(res).passed is not None and agreement is not None:
             return "detection agreement", float(agreement)
         if res.get("cosine") is not None:
             return "worst cosine", float(res["cosine"])

@@ -26,9 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from edgekit.builders.gate.verdict import Verdict
+from edgekit.builders.request import head_config
 from edgekit.errors import UsageError
-from edgekit.heads.landmarks import OPTIONS, LandmarkConfig, LandmarkDecoder
-from edgekit.heads.options import check_head_options
+from edgekit.heads.landmarks import LandmarkConfig, LandmarkDecoder
 
 MEAN_SHARE = 0.01
 """Default limit of the mean error over images: this share of the input's longer side."""
@@ -42,25 +43,6 @@ tenth of the image off) is a broken conversion, not rounding: recovery and the c
 leave it alone (builders/int8/recovery.py, builders/int8/stability.py)."""
 
 FLAGS = {"mean": "--max-landmark-error", "p95": "--max-landmark-p95", "presence": "--min-presence-agreement"}
-
-
-def check_options(options: Mapping[str, Any]) -> LandmarkConfig:
-    """The ``-T`` options of a landmarks build checked by the head itself (UsageError, one line)."""
-    check_head_options("landmarks", OPTIONS, options, skip=("landmarks", "presence"))
-    return LandmarkConfig.from_options(options.get("landmarks"), options.get("presence"))
-
-
-def check_request(request: Any) -> None:
-    """UsageError for a landmark limit that makes no sense (NaN too), and with ``--task landmarks``
-    for a head option the head refuses: before any model is loaded."""
-    for flag, value in ((FLAGS["mean"], request.max_landmark_error), (FLAGS["p95"], request.max_landmark_p95)):
-        if value is not None and not 0 < value < 1e6:
-            raise UsageError(f"{flag} {value} makes no sense", "give pixels of the model input, e.g. 2.0")
-    if not 0 <= request.min_presence_agreement <= 1:
-        raise UsageError(f"{FLAGS['presence']} {request.min_presence_agreement} makes no sense",
-                         "use a share like 0.97 (0 turns this check off)")
-    if request.task == "landmarks":
-        check_options(request.task_options)
 
 
 def _num(value: float) -> str:
@@ -116,7 +98,7 @@ def judge(res: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
             f"{p.get('images', '?')} images < {limits.min_presence_agreement:g} ({p.get('missed', '?')} of the "
             f"{p.get('original_present', '?')} the original says present dropped, {p.get('extra', '?')} added) "
             f"({FLAGS['presence']})")
-    return {"passed": not lines, **({"gate_failures": lines} if lines else {})}
+    return Verdict.judged(lines).fields()
 
 
 @dataclass
@@ -177,7 +159,7 @@ class LandmarkGate:
     @classmethod
     def for_model(cls, request: Any, source: Any, spec: Any) -> LandmarkGate:
         """The gate for ``source`` (UsageError, one line, for an output index or count it does not have)."""
-        config = check_options(request.task_options)
+        config = head_config("landmarks", request.task_options)
         outputs = source.outputs
         names = ", ".join(f"{i}: {o.name} {list(o.shape)}" for i, o in enumerate(outputs))
         for what, index in (("landmarks.output", config.output), ("presence.output", config.presence_output)):

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from edgekit.builders.gate.verdict import Verdict
+from edgekit.builders.request import head_config
 from edgekit.errors import UsageError
 from edgekit.heads.segment import SegmentDecoder, grid_of
 
@@ -36,21 +38,6 @@ WORST_SHOWN = 3
 """Images named in a result's ``worst`` (the lowest IoU first)."""
 
 FLAGS = {"mean": "--min-mask-iou", "p5": "--min-mask-iou-p5"}
-
-
-def check_options(options: Mapping[str, Any]) -> SegmentDecoder:
-    """The ``-T`` options of a segment build checked by the head itself (UsageError, one line)."""
-    return SegmentDecoder(None, (), (), **dict(options))
-
-
-def check_request(request: Any) -> None:
-    """UsageError for an IoU limit outside [0, 1] (NaN too), and with ``--task segment`` for a head
-    option the head refuses: before any model is loaded."""
-    for flag, value in ((FLAGS["mean"], request.min_mask_iou), (FLAGS["p5"], request.min_mask_iou_p5)):
-        if not 0 <= value <= 1:
-            raise UsageError(f"{flag} {value} makes no sense", "give an IoU from 0 to 1, e.g. 0.9 (0 turns it off)")
-    if request.task == "segment":
-        check_options(request.task_options)
 
 
 @dataclass(frozen=True)
@@ -87,7 +74,7 @@ def judge(res: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
             if iou[which] < limit:
                 lines[FLAGS[which]] = (f"mask IoU {iou[which]:.3f} {which} < {limit:g} ({FLAGS[which]}); "
                                        + _where(iou, limit))
-    return {"passed": not lines, **({"gate_failures": lines} if lines else {})}
+    return Verdict.judged(lines).fields()
 
 
 def iou(a: np.ndarray, b: np.ndarray) -> float:
@@ -154,7 +141,7 @@ class SegmentGate:
     def for_model(cls, request: Any, source: Any) -> SegmentGate:
         """The gate for ``source`` (UsageError, one line, for an output it does not have or one that is no
         grid, or channels the grid lacks)."""
-        decoder = check_options(request.task_options)
+        decoder = head_config("segment", request.task_options)
         outputs = source.outputs
         names = ", ".join(f"{i}: {o.name} {list(o.shape)}" for i, o in enumerate(outputs))
         if decoder.output >= len(outputs):

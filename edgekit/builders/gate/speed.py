@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,9 +31,9 @@ from edgekit.bench.default_choice import (
     choose,
     undecided,
 )
+from edgekit.builders.gate.verdict import failed
 
 if TYPE_CHECKING:
-    from edgekit.builders.context import BuildContext
     from edgekit.builders.contract import BuiltModel
     from edgekit.target import Target
 
@@ -159,7 +159,7 @@ def slow_variant_lines(target: str, speeds: dict[str, Speed], default: str) -> l
     return lines
 
 
-def time_variants(ctx: BuildContext, target: Target, out_dir: Path, models: list[BuiltModel],
+def time_variants(ctx: Any, target: Target, out_dir: Path, models: list[BuiltModel],
                   default: str) -> tuple[list[BuiltModel], str]:
     """Each variant timed here with its runtime options: the ratios go into its manifest entry
     (``speed``), a variant clearly slower than fp32 is warned about by the ops left off the
@@ -171,7 +171,7 @@ def time_variants(ctx: BuildContext, target: Target, out_dir: Path, models: list
         ctx.log.info(f"[{target.name}] variants not timed ({TIMING_ENV}=0); default {default}")
         return models, default
     runs = {m.name: (out_dir / m.file, {**target.runtime_options, **(m.runtime_options or {})}) for m in models}
-    passing = [m.name for m in models if not _missed(m.verification)]
+    passing = [m.name for m in models if not failed(m.verification)]
     with ctx.log.step(f"[{target.name}] time each variant on this host (its XNNPACK is a proxy for the device's)"):
         speeds = measure(runs, budget, more=lambda rounds: undecided(default, passing, rounds))
     choice = choose(default, passing, _rounds(speeds))
@@ -207,5 +207,3 @@ def timing_budget() -> float:
     return value
 
 
-def _missed(verification: dict) -> bool:
-    return any(isinstance(r, dict) and r.get("passed") is False for r in verification.values())

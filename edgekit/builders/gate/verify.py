@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.builders.gate.verdict import Verdict
 from edgekit.errors import ModelError
 from edgekit.heads.tensors import dequantize
 from edgekit.imaging.image import InputSpec
@@ -284,10 +285,7 @@ def classify_gate(res: dict, min_ratio: float, min_agreement: float) -> dict:
         lines["--min-top1-agreement"] = (f"top-1 the same as the original's on {agreement:.4f} of the eval images < "
                                          f"{min_agreement:g}, the original being accurate ({original:.4f} >= "
                                          f"{ACCURATE_ORIGINAL}) (--min-top1-agreement)")
-    out: dict = {"passed": ratio is not None and ratio >= min_ratio and not lines}
-    if lines:
-        out["gate_failures"] = lines
-    return out
+    return Verdict.judged(lines, also=ratio is not None and ratio >= min_ratio).fields()
 
 
 WEAK_AGREEMENT = 0.9
@@ -302,7 +300,7 @@ def weak_ungated_warning(verification: dict) -> str | None:
     holdout = verification.get("holdout")
     if "eval" in verification or not isinstance(holdout, dict) or holdout.get("agreement") is None:
         return None
-    if "passed" in holdout:  # a gate judged the held-back images (a detector's fidelity): it speaks for itself
+    if Verdict.of(holdout).passed is not None:  # a gate judged the held-back images (a detector's fidelity)
         return None
     agreement = float(holdout["agreement"])
     if agreement >= WEAK_AGREEMENT:

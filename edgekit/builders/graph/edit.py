@@ -31,7 +31,7 @@ MIN_FP16_ELEMENTS = 2
 
 
 def load_schema():
-    from edgekit.builders.sources.model import import_tf
+    from edgekit.builders.tf import import_tf
 
     import_tf()  # TF's C++ log level set first
     from tensorflow.lite.python import schema_py_generated as schema

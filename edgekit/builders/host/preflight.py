@@ -9,12 +9,13 @@ from __future__ import annotations
 import resource
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edgekit.builders.host.resources import (
     GB,
     check_disk,
     check_memory,
+    chunk_size,
     estimate_memory,
     path_bytes,
     peak_rss,
@@ -23,8 +24,7 @@ from edgekit.builders.host.resources import (
 from edgekit.errors import UsageError
 
 if TYPE_CHECKING:
-    from edgekit.builders.contract import BuildRequest
-    from edgekit.builders.log import BuildLog
+    from edgekit.builders.request import BuildRequest
 
 
 def _files_under(folder: Path | None) -> int:
@@ -34,15 +34,13 @@ def _files_under(folder: Path | None) -> int:
     return sum(1 for p in Path(folder).rglob("*") if p.is_file())
 
 
-def check_resources(request: BuildRequest, log: BuildLog, hwc: tuple[int, int, int],
+def check_resources(request: BuildRequest, log: Any, hwc: tuple[int, int, int],
                     activation_bytes: int | None = None) -> None:
     """Before the model runs and any image is read: refuse a build whose estimated peak memory
     (or spooled images) will not fit this machine, with the flag that overrides; log the estimate
     either way. ``hwc`` is the model's static input; ``activation_bytes`` its graph's widest step
     for one image (:mod:`edgekit.builders.host.memory`; None: unknown). The source loaders call
     it (``load_source_model(..., precheck=)``) before ONNX Runtime or LiteRT first runs the model."""
-    from edgekit.builders.sources.spool import chunk_size
-
     h, w, c = hwc
     given = sum(_files_under(Path(s)) if Path(s).is_dir() else 100 for s in request.calib)
     n_calib = min(given, request.calib_count) if request.calib_count else given
@@ -69,7 +67,7 @@ def _size(n: int) -> str:
     return f"{n / GB:.1f} GB" if n >= GB else f"{n / (1 << 20):.1f} MB"
 
 
-def log_peak_memory(log: BuildLog, t_start: float, onnx2tf: bool = False) -> None:
+def log_peak_memory(log: Any, t_start: float, onnx2tf: bool = False) -> None:
     """The build's time and peak resident memory; with ``onnx2tf`` also its conversion process's.
 
     (Any child's figure counts the parent's pages at fork, so children are reported only when

@@ -35,6 +35,14 @@ WEIGHT_COPIES = 10
 REFERENCE_WIDEST_BYTES_PER_PIXEL = 194
 PER_IMAGE_BYTES = 1024  # what still grows with N: file lists, top-1 indices, spool offsets
 OVERRIDE_FLAG = "--no-memory-check"
+# images per chunk: the build streams its images (builders/sources/spool.py) this many at a time
+CHUNK_PIXELS = 8 * 224 * 224
+MAX_CHUNK = 32
+
+
+def chunk_size(height: int, width: int) -> int:
+    """Images per chunk for an input of ``height`` x ``width``: 1 for large inputs, at most MAX_CHUNK."""
+    return max(1, min(MAX_CHUNK, CHUNK_PIXELS // max(1, height * width)))
 
 
 def width_factor(height: int, width: int, activation_bytes: int | None) -> float:

@@ -7,18 +7,15 @@ graph rewritten for the accelerator (:mod:`edgekit.builders.graph.rewrite`). Bui
 
 from __future__ import annotations
 
-import logging
 import warnings
 from collections.abc import Iterable
 
 import numpy as np
 
 from edgekit.builders.graph.edit import FLOAT32, constant_data, float32_weights, load_schema, read, valid_indices, write
+from edgekit.builders.tf import NATIVE_LOG, converter_error
 from edgekit.errors import ModelError
 from edgekit.util.quiet import converter_level, native_stderr_to_log
-
-NATIVE_LOG = logging.getLogger("edgekit.builders.native")
-"""TensorFlow's converter and quantiser write to fd 2 from C++; their lines go here (DEBUG: -vv)."""
 
 
 def quantize_int8(blob: bytes, representative: Iterable[np.ndarray], io_dtype: str = "uint8",
@@ -36,7 +33,7 @@ def quantize_int8(blob: bytes, representative: Iterable[np.ndarray], io_dtype: s
     (:class:`RangeObserver`): wider where an op overwrote its input, which clips less on images
     unlike the calibration ones (a recovery attempt, builders/int8/recovery.py).
     """
-    from edgekit.builders.sources.model import import_tf
+    from edgekit.builders.tf import import_tf
 
     tf = import_tf()
     from tensorflow.lite.python.convert import mlir_quantize
@@ -89,7 +86,7 @@ def quantize_16x8(blob: bytes, representative: Iterable[np.ndarray]) -> bytes:
     (the ranges are not checked as :func:`quantize_int8`'s are; int16's steps leave room for that).
     """
     from edgekit.builders.log import progress
-    from edgekit.builders.sources.model import import_tf
+    from edgekit.builders.tf import import_tf
 
     tf = import_tf()
     from tensorflow.lite.python.optimize import calibrator
@@ -205,23 +202,3 @@ def float_ops_left(blob: bytes) -> list[str]:
                 if tensor.type == FLOAT32 and constant_data(model, tensor) is None:
                     left.add(name)
     return sorted(left)
-
-
-def converter_error(text: str) -> str:
-    """What a TFLite converter error says in plain words: the ops it could not map, else the first
-    ``'tf.Op' op ...`` diagnostic, else its first line (at most 300 characters).
-
-    The converter's text opens with MLIR source locations (``loc(callsite(fused[...]))``) that name
-    nothing a user recognises; the op list comes further down.
-    """
-    import re
-
-    ops = re.search(r"^(Custom|Flex) ops: (.+)$", text, re.MULTILINE)
-    if ops:
-        kind = "as custom ops" if ops.group(1) == "Custom" else "as TensorFlow (flex) ops"
-        return f"no TFLite builtin kernel for {ops.group(2).strip()[:200]} (the converter would need them {kind})"
-    op = re.search(r"'(tf\.\w+)' op ([^\n]+)", text)
-    if op:
-        return f"{op.group(1)} {op.group(2).strip()}"[:300]
-    lines = text.strip().splitlines()
-    return lines[0][:300] if lines else ""

@@ -4,6 +4,7 @@ outputs clamped where a detector needs it, then quantised by TensorFlow's post-t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,24 @@ from edgekit.builders.convert.to_tflite import convert, output_order
 if TYPE_CHECKING:
     from edgekit.builders.context import BuildContext
     from edgekit.target import Target
+
+
+@dataclass
+class FloatGraphs:
+    """The TFLite recipe's intermediate products, made once per build and shared by its targets: the
+    fp32 TFLite of a SavedModel; the float graph int8 is quantised from (rewritten, clamped) with its
+    rewrites, which a recovery attempt and the calibration check quantise again; that graph before its
+    rewrites (the Edge TPU share they bought, builders/tflite.py), None when nothing was rewritten."""
+
+    fp32: bytes | None = None
+    for_int8: bytes | None = None
+    rewrites: tuple = ()
+    unrewritten: bytes | None = None
+
+
+def float_graphs(ctx: BuildContext) -> FloatGraphs:
+    """This build's :class:`FloatGraphs` (made empty on first use)."""
+    return ctx.products.setdefault("tflite", FloatGraphs())
 
 
 def int8_model(ctx: BuildContext, target: Target, saved: Path | None, representative,
@@ -28,12 +47,13 @@ def int8_model(ctx: BuildContext, target: Target, saved: Path | None, representa
     from edgekit.builders.graph.rewrite import box_clamp, rewrite_checked, score_clamp
     from edgekit.builders.int8 import quantize
 
+    graphs = float_graphs(ctx)
     if saved is None:
         float_model = ctx.source.handle.blob
     else:
-        if ctx.float_tflite is None:
-            ctx.float_tflite = convert(saved, "fp32")
-        float_model = ctx.float_tflite
+        if graphs.fp32 is None:
+            graphs.fp32 = convert(saved, "fp32")
+        float_model = graphs.fp32
     xnnpack = target.runtime_options.get("delegate", "xnnpack") == "xnnpack"  # cpu, rpi: PRELU rewritten
     rewritten, done = rewrite_checked(float_model, representative, ctx.log, target.name, xnnpack=xnnpack)
     logits = lambda output: _outside_unit(ctx, rewritten, _position(ctx, rewritten, output, saved is not None),  # noqa: E731
@@ -44,8 +64,8 @@ def int8_model(ctx: BuildContext, target: Target, saved: Path | None, representa
             done = [*done, rewrite]
             ctx.log.info(f"[{target.name}] int8: {rewrite.op} into {rewrite.into} before quantising (one int8 "
                          "scale for values spanning hundreds leaves a coarse step where the detections are)")
-    ctx.int8_float = (rewritten, done)  # what a recovery attempt quantises again (builders/int8/recovery.py)
-    ctx.int8_unrewritten = float_model if done else None  # the Edge TPU share before them (builders/tflite.py)
+    graphs.for_int8, graphs.rewrites = rewritten, tuple(done)
+    graphs.unrewritten = float_model if done else None
     return quantize.quantize_int8(rewritten, representative, io_dtype), done
 
 

@@ -36,6 +36,8 @@ import numpy as np
 
 from edgekit.builders.gate.figures import Figure, figures, judged, missed
 from edgekit.builders.gate.landmarks import judged_px
+from edgekit.builders.gate.verdict import failed
+from edgekit.builders.int8.recipe import float_graphs
 
 if TYPE_CHECKING:
     from edgekit.builders.context import BuildContext
@@ -86,7 +88,8 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
     budget = max(3 * first_seconds, 30.0)
     started = time.monotonic()
     best, best_blob, kept = first, path.read_bytes(), 0
-    float_model, rewrites = ctx.int8_float
+    graphs = float_graphs(ctx)
+    float_model, rewrites = graphs.for_int8, graphs.rewrites
     io_dtype = first[0].input.dtype if first[0].input.dtype in ("uint8", "int8") else "uint8"
     for attempt in _attempts(ctx, target, float_model, first[0]):
         label = attempt.label
@@ -310,7 +313,7 @@ def _row(label: str, model: BuiltModel, cost: dict[str, Any] | None = None, task
          request: Any = None) -> dict[str, Any]:
     """One attempt's row: the figure attempts are compared by, every figure it missed (value, limit,
     flag: builders/gate/figures.py) and the figures of its task's gate, what it costs."""
-    passed = not any(isinstance(r, dict) and r.get("passed") is False for r in model.verification.values())
+    passed = not failed(model.verification)
     name, figure = judged(model.verification, task) or ("worst cosine", float("-inf"))
     return {"label": label, "figure_name": name, "figure": round(figure, 6), "passed": passed,
             "missed": [m.to_dict() for m in missed(model.verification, task or "", request)],

@@ -37,6 +37,8 @@ import numpy as np
 from edgekit.builders.gate.figures import judged
 from edgekit.builders.gate.landmarks import judged_px
 from edgekit.builders.gate.segment import judged_iou
+from edgekit.builders.gate.verdict import Verdict, failed
+from edgekit.builders.int8.recipe import float_graphs
 from edgekit.errors import ModelError
 
 if TYPE_CHECKING:
@@ -97,18 +99,18 @@ def gate_of(task: str, min_ratio: float, min_cosine: float, verification: dict,
         return _landmark_gate(verification)
     if task == "segment":  # builders/gate/segment.py: the judged data set's mean mask IoU, a floor
         found = judged_iou(verification)
-        return Gate("mask IoU mean", "--min-mask-iou", found[1], found[0], _missed(verification)) if found else None
+        return Gate("mask IoU mean", "--min-mask-iou", found[1], found[0], failed(verification)) if found else None
     found = judged(verification, task) if task == "detect" else None
     if found is not None and found[0] == "detection agreement":
-        return Gate(found[0], "--min-detect-agreement", min_agreement, found[1], _missed(verification))
+        return Gate(found[0], "--min-detect-agreement", min_agreement, found[1], failed(verification))
     figures = []
     for res in verification.values():
-        if isinstance(res, dict) and "passed" in res:
+        if isinstance(res, dict) and Verdict.of(res).passed is not None:
             value = res.get("cosine") if task == "raw" else res.get("ratio")
             figures.append(float(value) if value is not None else 0.0)  # a ratio of nothing: 0 (it failed)
     if not figures:
         return None
-    missed = _missed(verification)
+    missed = failed(verification)
     if task == "raw":
         return Gate("worst cosine", "--min-cosine", min_cosine, min(figures), missed)
     flag = "--min-map-ratio" if task == "detect" else "--min-accuracy-ratio"
@@ -122,7 +124,7 @@ def _landmark_gate(verification: dict) -> Gate | None:
     if judged is None:
         return None
     figure, limit, broken = judged
-    return Gate("landmark px mean", "--max-landmark-error", limit, figure, _missed(verification), False, broken)
+    return Gate("landmark px mean", "--max-landmark-error", limit, figure, failed(verification), False, broken)
 
 
 def skip_reason(gate: Gate | None, sample: tuple[np.ndarray, str] | None) -> str | None:
@@ -204,7 +206,7 @@ def check(ctx: BuildContext, target: Target, path: Path, model: BuiltModel, fini
                       f"sample ({len(idx)} images, {kind.replace('_', ' ')})") as step, _warnings_as_info(ctx.log):
         try:
             blob = quantize(ctx.calib_all.subset(idx).stream(ctx._nhwc, ctx.chunk))
-            second, _ = finish(blob, list(ctx.int8_float[1]) if ctx.int8_float else [], 0.0, report=False)
+            second, _ = finish(blob, list(float_graphs(ctx).rewrites), 0.0, report=False)
         except ModelError as exc:  # a second opinion that failed does not fail the build
             second = None
             reason = f"the second sample's int8 failed: {exc.message[:200]}"
@@ -221,7 +223,7 @@ def check(ctx: BuildContext, target: Target, path: Path, model: BuiltModel, fini
         record["recommendation"] = recommendation(used, pool, len(ctx.calib_all), ctx.calib_all.found,
                                                   request.holdout_fraction)
         record["recommended_images"] = 2 * used  # what recovery tries first when the model missed (recovery.py)
-        ctx.log.warn(f"[{target.name}] {unstable_line(record, gate, tried=_missed(model.verification))}")
+        ctx.log.warn(f"[{target.name}] {unstable_line(record, gate, tried=failed(model.verification))}")
     else:
         ctx.log.info(f"[{target.name}] int8 calibration check: {gate.name} {record['figures'][0]} with seed "
                      f"{request.seed}, {record['figures'][1]} with seed {request.seed + 1}'s sample: stable "
@@ -233,7 +235,7 @@ def _record(gate: Gate, other: Gate | None, second: dict, first: dict, seeds: tu
             images: tuple[int, int], kind: str) -> dict[str, Any]:
     """The manifest's ``calibration_stability`` of a check that ran."""
     figures = [round(gate.figure, 6), round(other.figure if other is not None else 0.0, 6)]
-    passed = [not _missed(first), not _missed(second)]
+    passed = [not failed(first), not failed(second)]
     spread = round(abs(figures[0] - figures[1]), 6)
     return {"checked": True, "figure_name": gate.name, "threshold": gate.threshold, "margin": round(gate.margin, 6),
             "seeds": list(seeds), "images": list(images), "sample": kind, "figures": figures, "passed": passed,
@@ -256,8 +258,6 @@ def unstable_line(record: dict, gate: Gate, tried: bool = False) -> str:
             f"{then}) and compare two --seed builds")
 
 
-def _missed(verification: dict) -> bool:
-    return any(isinstance(r, dict) and r.get("passed") is False for r in verification.values())
 
 
 def _with(model: BuiltModel, record: dict) -> BuiltModel:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.builders.sources.model import SourceModel, SourceOutput, import_tf, make_outputs, signature_keys
+from edgekit.builders.sources.model import SourceModel, SourceOutput, make_outputs, signature_keys
 from edgekit.builders.sources.onnx import INPUT_SIZE_HINT, Precheck
+from edgekit.builders.tf import import_tf
 from edgekit.errors import ModelError, first_line
 
 __all__ = ["SUPPORTED", "SourceModel", "SourceOutput", "load_source_model", "make_outputs", "signature_keys"]

@@ -8,7 +8,6 @@ SavedModel) and :mod:`edgekit.builders.sources.onnx` (ONNX).
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,19 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from edgekit.builders.tf import import_tf
 from edgekit.errors import ModelError
-
-
-def import_tf():
-    """TensorFlow, imported on first use (BackendUnavailable with the install hint when missing)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    try:
-        import tensorflow as tf
-    except ImportError as exc:
-        from edgekit.errors import BackendUnavailable
-
-        raise BackendUnavailable("building needs TensorFlow", "pip install 'edgekit-vision[build]'") from exc
-    return tf
 
 
 @dataclass(frozen=True)

@@ -15,17 +15,9 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+
 # Pixels (H x W, all images together) one chunk of float tensors may hold: 8 images of
 # 224x224. A chunk's activations in the original model grow with it (benchmarks/build_scaling.py).
-CHUNK_PIXELS = 8 * 224 * 224
-MAX_CHUNK = 32
-
-
-def chunk_size(height: int, width: int) -> int:
-    """Images per chunk for an input of ``height`` x ``width``: 1 for large inputs, at most MAX_CHUNK."""
-    return max(1, min(MAX_CHUNK, CHUNK_PIXELS // max(1, height * width)))
-
-
 class Spool:
     """Rows of one shape and dtype appended to an unlinked temporary file; read back by position."""
 

@@ -11,7 +11,6 @@ int8 as measured (models/detector.onnx, calib/detect, eval/detect, cpu): agreeme
 
 from __future__ import annotations
 
-import inspect
 from types import SimpleNamespace
 
 import numpy as np
@@ -20,7 +19,6 @@ import pytest
 from edgekit.builders.gate.fidelity import (
     FLAGS,
     FidelityGate,
-    check_thresholds,
     failures,
     figures,
     matched,
@@ -54,11 +52,11 @@ def test_per_tensor_int8_of_wide_logits_leaves_a_handful_of_scores_and_fails_the
     original, damaged = _logit_case(False), _logit_case(True)
     assert score_levels(original) >= 50 and score_levels(damaged) <= 10  # the field saw 5 from 0.0195
     fid = figures(original, damaged, 0.9, {"classificators": {"cosine": 0.915}}, "classificators")
-    lines = failures(fid, {"ratio": 1.16, "original": 0.5, "converted": 0.58}, FidelityGate(), 0.99)
+    lines = failures(fid, {"ratio": 1.16, "original": 0.5, "converted": 0.58}, FidelityGate.of(None), 0.99)
     assert set(lines) == {"--min-score-levels", "--min-score-cosine", "--max-map-gain", "--min-detect-agreement"}
     assert fid["detections"]["agreement"] == 0.5333  # at 0.9 most of the original's detections are gone
     # at 0.5 the detections still agree (0.9434): the score levels are what fail there
-    at_half = failures(figures(original, damaged, 0.5, None, None), {}, FidelityGate(), 0.99)
+    at_half = failures(figures(original, damaged, 0.5, None, None), {}, FidelityGate.of(None), 0.99)
     assert list(at_half) == ["--min-score-levels"]
     assert lines["--min-score-levels"].startswith(f"{score_levels(damaged)} distinct scores < 20 (the original has")
     assert lines["--min-score-cosine"] == "score output classificators cosine 0.915 < 0.95 (--min-score-cosine)"
@@ -72,8 +70,8 @@ def test_the_demo_detectors_int8_figures_pass_the_defaults():
     fid = {"detections": {"threshold": 0.25, "agreement": 0.9654, "matched": 404, "original": 417, "converted": 420},
            "score_levels": {"original": 948, "converted": 124},
            "score_cosine": {"output": "output0", "cosine": 0.999915}}
-    assert failures(fid, {"ratio": 0.9911, "original": 0.3838, "converted": 0.3804}, FidelityGate(), 0.99) == {}
-    lines = failures(fid, {"ratio": 0.95, "original": 0.4, "converted": 0.38}, FidelityGate(), 0.99)
+    assert failures(fid, {"ratio": 0.9911, "original": 0.3838, "converted": 0.3804}, FidelityGate.of(None), 0.99) == {}
+    lines = failures(fid, {"ratio": 0.95, "original": 0.4, "converted": 0.38}, FidelityGate.of(None), 0.99)
     assert lines == {"--min-map-ratio": "mAP@[.5:.95] 0.3800 vs original 0.4000: ratio 0.95 < 0.99 (--min-map-ratio)"}
     off = FidelityGate(min_agreement=0, min_levels=0, min_score_cosine=0, max_gain=float("inf"))
     broken = {"detections": dict(fid["detections"], agreement=0.1), "score_levels": {"original": 948, "converted": 2},
@@ -102,8 +100,9 @@ def test_agreement_on_a_handful_of_detections_is_reported_not_gated():
                                "converted": original},
                 "score_levels": {"original": 50, "converted": 50}, "score_cosine": {"output": "s", "cosine": 0.99}}
 
-    assert failures(fidelity(MIN_GATED_DETECTIONS - 6), {}, FidelityGate(), 0.99) == {}  # 2 of 4: one miss is noise
-    assert list(failures(fidelity(MIN_GATED_DETECTIONS), {}, FidelityGate(), 0.99)) == ["--min-detect-agreement"]
+    # 2 of 4: one miss is noise
+    assert failures(fidelity(MIN_GATED_DETECTIONS - 6), {}, FidelityGate.of(None), 0.99) == {}
+    assert list(failures(fidelity(MIN_GATED_DETECTIONS), {}, FidelityGate.of(None), 0.99)) == ["--min-detect-agreement"]
 
 
 def test_the_score_output_of_each_layout():
@@ -157,7 +156,7 @@ def test_the_reason_and_the_fix_name_the_failed_figures_flags():
 
 def test_thresholds_are_checked_when_the_request_is_made_and_agree_everywhere():
     from edgekit.builders.build import build
-    from edgekit.builders.contract import BuildRequest
+    from edgekit.builders.request import BuildRequest
     from edgekit.cli import build_parser
     from edgekit.errors import UsageError
 
@@ -166,16 +165,22 @@ def test_thresholds_are_checked_when_the_request_is_made_and_agree_everywhere():
         with pytest.raises(UsageError) as err:
             BuildRequest(model="m", targets="cpu", calib="c", **bad)
         assert err.value.message.startswith("--")
-    check_thresholds(None)
-    default, request = FidelityGate(), BuildRequest(model="m", targets="cpu", calib="c")
-    assert FidelityGate.of(request) == default
-    params = inspect.signature(build).parameters
-    args = build_parser().parse_args(["build", "--model", "m", "--target", "cpu", "--calib", "c"])
+    default, request = FidelityGate.of(None), BuildRequest(model="m", targets="cpu", calib="c")
+    assert FidelityGate.of(request) == default == FidelityGate(0.9, 20, 0.95, 0.05)
+    args = build_parser().parse_args(["build", "--model", "m", "--target", "cpu", "--calib", "c",
+                                      "--min-score-levels", "7", "--max-map-gain", "0.2"])
+    from edgekit.builders.request import given
+
+    # the flags come from the one declaration: an unset flag is left out (the request's default holds)
+    assert given(args) == {"min_score_levels": 7, "max_map_gain": 0.2}
+    assert FidelityGate.of(BuildRequest(model="m", targets="cpu", calib="c", **given(args))) == \
+        FidelityGate(0.9, 7, 0.95, 0.2)
     for field, flag in (("min_detect_agreement", "agreement"), ("min_score_levels", "score_levels"),
                         ("min_score_cosine", "score_cosine"), ("max_map_gain", "gain")):
-        assert params[field].default == getattr(request, field) == getattr(args, field)
         assert FLAGS[flag] == "--" + field.replace("_", "-")
-    assert params["min_top1_agreement"].default == request.min_top1_agreement == args.min_top1_agreement == 0.97
+    assert request.min_top1_agreement == 0.97
+    with pytest.raises(UsageError, match="unknown setting 'min_detect_agreemnt'.*did you mean 'min_detect_agreement'"):
+        build("m", "cpu", "c", min_detect_agreemnt=0.5)
 
 
 def _wide_logit_detector(root):

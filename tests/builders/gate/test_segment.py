@@ -20,12 +20,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit.builders.contract import BuildRequest, BuiltModel, TargetBuild
+from edgekit.builders.contract import BuiltModel, TargetBuild
 from edgekit.builders.gate.figures import figures, judged
 from edgekit.builders.gate.segment import Limits, SegmentGate, Tally, iou, judge, log_text, table_figure
 from edgekit.builders.int8.recovery import _figure, _hopeless, _row
 from edgekit.builders.int8.stability import gate_of, skip_reason
 from edgekit.builders.outcome import gate_fix
+from edgekit.builders.request import BuildRequest
 from edgekit.commands.build import format_table
 from edgekit.errors import UsageError
 from edgekit.heads.segment import SegmentDecoder

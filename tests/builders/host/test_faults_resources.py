@@ -118,9 +118,9 @@ def test_the_graph_widest_step_reaches_the_check_before_the_model_runs(tmp_path)
 
 def test_memory_check_override_still_builds_past_the_precheck(tmp_path):
     """--no-memory-check (memory_check=False) lets the precheck through: the model then runs."""
-    from edgekit.builders.contract import BuildRequest
     from edgekit.builders.host.preflight import check_resources
     from edgekit.builders.log import BuildLog
+    from edgekit.builders.request import BuildRequest
     from edgekit.errors import UsageError
 
     request = BuildRequest(model=wide_onnx(tmp_path / "w.onnx"), targets=["cpu"], calib=[CALIB])

@@ -13,8 +13,15 @@ import numpy as np
 import pytest
 
 from edgekit.builders.gate.verify import Comparison, compare
-from edgekit.builders.host.resources import GB, OVERRIDE_FLAG, available_memory, check_memory, estimate_memory
-from edgekit.builders.sources.spool import Spool, chunk_size
+from edgekit.builders.host.resources import (
+    GB,
+    OVERRIDE_FLAG,
+    available_memory,
+    check_memory,
+    chunk_size,
+    estimate_memory,
+)
+from edgekit.builders.sources.spool import Spool
 from edgekit.errors import UsageError
 from tests.conftest import CALIB, ROOT
 

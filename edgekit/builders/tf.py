@@ -1,0 +1,43 @@
+"""TensorFlow for the build side: imported on first use with its C++ log level set, the logger its
+native lines go to, and its converter's errors in plain words. The bottom room of builders/: every
+stage that touches TensorFlow takes it from here."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+NATIVE_LOG = logging.getLogger("edgekit.builders.native")
+"""TensorFlow's converter and quantiser write to fd 2 from C++; their lines go here (DEBUG: -vv)."""
+
+
+def import_tf():
+    """TensorFlow, imported on first use (BackendUnavailable with the install hint when missing)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        import tensorflow as tf
+    except ImportError as exc:
+        from edgekit.errors import BackendUnavailable
+
+        raise BackendUnavailable("building needs TensorFlow", "pip install 'edgekit-vision[build]'") from exc
+    return tf
+
+
+def converter_error(text: str) -> str:
+    """What a TFLite converter error says in plain words: the ops it could not map, else the first
+    ``'tf.Op' op ...`` diagnostic, else its first line (at most 300 characters).
+
+    The converter's text opens with MLIR source locations (``loc(callsite(fused[...]))``) that name
+    nothing a user recognises; the op list comes further down.
+    """
+    import re
+
+    ops = re.search(r"^(Custom|Flex) ops: (.+)$", text, re.MULTILINE)
+    if ops:
+        kind = "as custom ops" if ops.group(1) == "Custom" else "as TensorFlow (flex) ops"
+        return f"no TFLite builtin kernel for {ops.group(2).strip()[:200]} (the converter would need them {kind})"
+    op = re.search(r"'(tf\.\w+)' op ([^\n]+)", text)
+    if op:
+        return f"{op.group(1)} {op.group(2).strip()}"[:300]
+    lines = text.strip().splitlines()
+    return lines[0][:300] if lines else ""
