@@ -8,6 +8,10 @@ for initializers. Each such chain becomes one ``com.microsoft.Gelu`` node (the s
 ONNX Runtime's contrib op): onnx2tf converts it by op type to ``tf.nn.gelu``, TFLite's GELU
 builtin, which has int8 kernels. Only this copy changes: ONNX Runtime's reference and the
 Jetson bundle keep the model as exported.
+
+One-element constant operands of Add/Sub/Mul/Div (PaddlePaddle's ``[1]`` scales and biases) are
+given as 0-D (:func:`scalar_operands`): onnx2tf ran the ops after each such Add in NCHW between
+layout TRANSPOSEs, which cut the Edge TPU graph.
 """
 
 from __future__ import annotations
@@ -267,3 +271,58 @@ def maxpool_floors(blob: bytes, input_name: str, samples: np.ndarray) -> dict[st
     except Exception:
         return {}
     return {n: min(0.0, 2 * float(low)) for n, low in zip(wanted, lows) if np.isfinite(low)}
+
+
+_BROADCASTING = ("Add", "Sub", "Mul", "Div")
+
+
+def scalar_operands(model: Any) -> int:
+    """Give every one-element constant operand of an Add/Sub/Mul/Div as a 0-D initializer (in
+    place); returns how many operands changed.
+
+    onnx2tf (1.29) broadcasts a ``[1]`` constant to the rank of the other operand (``[1, 1, 1, 1]``)
+    and its ``Add`` then finds its NHWC result unlike the ONNX (NCHW) output shape and "rescues" it
+    by transposing both operands to NCHW; the ops after it follow in NCHW between TRANSPOSEs, and a
+    depthwise Conv after one comes out as a grouped CONV_2D. PaddlePaddle exports write every
+    learnable scale and bias so: PP-OCRv4's text detector got 53 TRANSPOSEs (the Edge TPU graph cut
+    at op 4 of 299) and failed onnx2tf's strict mode. A 0-D operand converts as a scalar. The same
+    values: a one-element operand broadcasts to the other operand's shape either way; a node whose
+    other operand's rank is not known to be at least the constant's keeps its operand.
+    """
+    from onnx import numpy_helper
+
+    graph, consts, ranks = model.graph, _constants(model.graph), _ranks(model)
+    made: dict[str, str] = {}
+    names = {n for node in graph.node for n in (*node.input, *node.output)} | {i.name for i in graph.initializer}
+    changed = 0
+    for node in graph.node:
+        if node.op_type not in _BROADCASTING or len(node.input) != 2:
+            continue
+        for i, name in enumerate(list(node.input)):
+            value, other = consts.get(name), node.input[1 - i]
+            if value is None or value.ndim == 0 or other in consts or ranks.get(other, -1) < value.ndim:
+                continue
+            if name not in made:
+                made[name] = next(f"{name}_scalar{k or ''}" for k in range(len(names) + 1)
+                                  if f"{name}_scalar{k or ''}" not in names)
+                graph.initializer.append(numpy_helper.from_array(value.reshape(()), made[name]))
+            node.input[i] = made[name]
+            changed += 1
+    return changed
+
+
+def _ranks(model: Any) -> dict[str, int]:
+    """The rank of each tensor of ``model`` that shape inference, an input or a constant gives."""
+    from onnx import shape_inference
+
+    try:
+        graph = shape_inference.infer_shapes(model).graph
+    except Exception:  # a model shape inference cannot take: only the declared tensors
+        graph = model.graph
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in (*graph.input, *graph.output, *graph.value_info)
+             if v.type.tensor_type.HasField("shape")}
+    ranks.update({i.name: len(i.dims) for i in graph.initializer})
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            ranks[node.output[0]] = len(node.attribute[0].t.dims)
+    return ranks

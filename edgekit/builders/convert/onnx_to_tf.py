@@ -201,15 +201,26 @@ def _keep_log(log_file: Path, dest: Path | None) -> Path | None:
 
 def _rewritten(source: SourceModel, log: BuildLog, samples: np.ndarray) -> bytes:
     """The prepared ONNX as onnx2tf gets it: erf-GELU chains fused, padded MaxPools given a finite
-    explicit Pad (:mod:`edgekit.builders.convert.onnx_rewrite`). ``samples``: NHWC calibration tensors."""
+    explicit Pad, one-element constant operands made scalars (:mod:`edgekit.builders.convert.onnx_rewrite`).
+    ``samples``: NHWC calibration tensors."""
     import onnx
 
-    from edgekit.builders.convert.onnx_rewrite import fuse_gelu, maxpool_floors, pad_maxpools, same_maxpools
+    from edgekit.builders.convert.onnx_rewrite import (
+        fuse_gelu,
+        maxpool_floors,
+        pad_maxpools,
+        same_maxpools,
+        scalar_operands,
+    )
 
     images = samples.transpose(0, 3, 1, 2) if source.layout == "NCHW" else samples
     floors = maxpool_floors(source.onnx or b"", source.input_name, np.ascontiguousarray(images, np.float32))
     model = onnx.load_from_string(source.onnx or b"")
-    fused, padded = fuse_gelu(model), pad_maxpools(model, floors)
+    fused, padded, scalars = fuse_gelu(model), pad_maxpools(model, floors), scalar_operands(model)
+    if scalars:
+        log.record(f"{scalars} one-element constant operand(s) of Add/Sub/Mul/Div given as scalars (onnx2tf runs the "
+                   "ops after an Add of a [1] constant in NCHW, between TRANSPOSEs the Edge TPU does not map)",
+                   prefix="onnx2tf job: ")
     if fused:
         log.record(f"{fused} Div-Erf-Add-Mul-Mul chain(s) fused into Gelu (TFLite has no Erf)", prefix="onnx2tf job: ")
     same = same_maxpools(model)
@@ -220,7 +231,7 @@ def _rewritten(source: SourceModel, log: BuildLog, samples: np.ndarray) -> bytes
         log.record(f"{padded} padded MaxPool(s) given an explicit finite Pad (0 after a ReLU, else twice the lowest "
                    "value on calibration images; onnx2tf pads with -3.4e38, which int8 calibration cannot take)",
                    prefix="onnx2tf job: ")
-    return model.SerializeToString() if fused or padded else source.onnx or b""
+    return model.SerializeToString() if fused or padded or scalars else source.onnx or b""
 
 
 def _result(job_dir: Path, proc: subprocess.CompletedProcess, source: SourceModel) -> dict:

@@ -14,6 +14,8 @@ at op 13 of 279). Two rewrites:
   the Edge TPU maps run before those it does not whenever the graph allows (a detector's head
   branches: each level's convolutions before the first level's layout TRANSPOSE/RESHAPE).
   TFLite runs operators in list order; any topological order computes the same outputs.
+
+Runs of elementwise ops between a TRANSPOSE and its inverse go in builders/graph/transposes.py.
 """
 
 from __future__ import annotations
@@ -73,6 +75,14 @@ def drop_transpose_pairs(model) -> int:
         removed += len(gone)
         sg.operators = [op for op in sg.operators if id(op) not in gone]
     return removed
+
+
+def first_unmapped(model, mapped) -> tuple[int, int]:
+    """The position of the main subgraph's first op ``mapped(opcode name)`` says the Edge TPU does
+    not map (the number of ops when none), and the number of ops: where the compiler would cut."""
+    _, fb = edit.load_schema()
+    names = [fb.opcode_to_name(model, op.opcodeIndex) for op in model.subgraphs[0].operators]
+    return next((i for i, name in enumerate(names) if not mapped(name)), len(names)), len(names)
 
 
 def defer_unmapped(model, mapped) -> tuple[int, int]:

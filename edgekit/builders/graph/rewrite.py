@@ -162,19 +162,27 @@ def rewrite_checked(blob: bytes, representative, log, target: str,
 def accelerator_rewrites(original: bytes, blob: bytes, images: list[np.ndarray]
                          ) -> tuple[bytes, list[Rewrite], list | None]:
     """Layout and output rewrites for int8 accelerators on ``blob`` (``original`` rewritten so
-    far): layout TRANSPOSE pairs dropped and Edge TPU-mapped ops ordered first
-    (builders/graph/layout.py), a YOLO output's pixel boxes normalised (builders/graph/yolo.py).
+    far): layout TRANSPOSEs dropped (builders/graph/layout.py, transposes.py), grouped convolutions
+    of one channel a group made depthwise (grouped.py), a YOLO output's pixel boxes normalised
+    (yolo.py) and Edge TPU-mapped ops ordered first (layout.py).
     Returns the graph, what was rewritten, and per output what turns the original's values into
     the rewritten graph's (None: the same values)."""
+    from edgekit.builders.graph import grouped, transposes, yolo
     from edgekit.builders.graph import layout as tflite_layout
-    from edgekit.builders.graph import yolo
     from edgekit.tflite.edgetpu_ops import SUPPORTED_OPS
 
     model = edit.read(blob)
     done, factors = [], None
-    dropped = tflite_layout.drop_transpose_pairs(model)
+    cut = tflite_layout.first_unmapped(model, lambda name: name in SUPPORTED_OPS)
+    dropped = tflite_layout.drop_transpose_pairs(model) + transposes.drop_layout_regions(model)
     if dropped:
-        done.append(Rewrite("TRANSPOSE", dropped, "none: CONCATENATION on the untransposed inputs"))
+        now = tflite_layout.first_unmapped(model, lambda name: name in SUPPORTED_OPS)
+        done.append(Rewrite("TRANSPOSE", dropped, "none: the ops between a layout TRANSPOSE and its inverse run on the "
+                                                  "untransposed tensors (Edge TPU-mapped ops before the first "
+                                                  f"unmapped one: {now[0]}/{now[1]}, was {cut[0]}/{cut[1]})"))
+    depthwise = grouped.depthwise_convolutions(model)
+    if depthwise:
+        done.append(Rewrite("CONV_2D", depthwise, "DEPTHWISE_CONV_2D (grouped, one input channel a group)"))
     found = yolo.yolo_output(model)
     if found is not None and images and yolo.pixel_boxes(float_outputs(original, images), found[1]):
         axis, _ = yolo.normalise_boxes(model) or found[1:]
