@@ -52,6 +52,7 @@ from edgekit.errors import (
 )
 from edgekit.imaging.image import InputSpec, Preprocessor
 from edgekit.target import merge_options
+from edgekit.toolchain.child import ToolchainJobError
 
 __all__ = ["BuildRequest", "TargetBuild", "build", "execute", "read_sidecars"]
 
@@ -140,7 +141,8 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
 
 
 #: what one target's conversion can fail with while the others may still build
-TARGET_FAILURES = (ModelError, TargetError, CompilerError, BackendUnavailable)
+# a vendor toolchain's child that crashed (edgekit/toolchain/child.py) fails its target, not the others
+TARGET_FAILURES = (ModelError, TargetError, CompilerError, BackendUnavailable, ToolchainJobError)
 
 
 def _build_each(ctx: BuildContext, targets: list[BuildTarget],

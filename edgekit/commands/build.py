@@ -143,6 +143,9 @@ def _row(r, model: dict, v: dict, cov: dict | None, task: str | None) -> tuple:
         off, real = et.get("offline", {}), et.get("compiler") or {}
         deleg = (f"TPU {real.get('tpu_ops', '?')}/{real.get('total_ops', '?')} compiled" if real else
                  f"TPU {off.get('tpu_ops', '?')}/{off.get('total_ops', '?')} predicted, {et.get('status')}")
+    elif (model.get("rknn") or {}).get("npu"):  # the toolkit's layer table (builders/rknn.py)
+        npu = model["rknn"]["npu"]
+        deleg = f"NPU {npu.get('npu_ops', '?')}/{npu.get('ops', '?')}"
     elif model.get("format") == "onnx" or model["file"].endswith(".onnx"):
         deleg = "TensorRT on device"
     else:

@@ -29,3 +29,23 @@ def test_no_function_over_60_lines():
                 if n > MAX_FUNCTION_LINES:
                     long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}(): {n}")
     assert long == []
+
+
+MAX_PARAMETERS = 12
+
+
+def test_no_public_function_takes_more_than_12_parameters():
+    """A long parameter list is a request that wants a type (the build's: builders/request.py)."""
+    import ast
+
+    long = []
+    for path in sorted((ROOT / "edgekit").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
+                a = node.args
+                names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)] + [
+                    x.arg for x in (a.vararg, a.kwarg) if x is not None]
+                count = len([n for n in names if n not in ("self", "cls")])
+                if count > MAX_PARAMETERS:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({count})")
+    assert long == []

@@ -38,6 +38,8 @@ import json
 import re
 from typing import Any
 
+from edgekit._version import __version__
+
 # Home Assistant's binary sensor device classes ("" = none): a typo would make discovery fail there, silently
 BINARY_DEVICE_CLASSES = (
     "", "battery", "battery_charging", "carbon_monoxide", "cold", "connectivity", "door", "garage_door", "gas",
@@ -71,23 +73,23 @@ def _sensor(name: str, key: str, topic: str, expire_after: int, **extra: object)
             "state_class": "measurement", "expire_after": expire_after, **extra}
 
 
-def announcements(topic: str, device: str, options: Any, cameras: list[tuple[str, str]], commands: bool,
-                  version: str = "") -> list[tuple[str, str]]:
+def announcements(topic: str, device: str, options: Any, cameras: list[tuple[str, str]],
+                  commands: bool) -> list[tuple[str, str]]:
     """Every discovery message of a device: one device per camera (``cameras``: ``(name, its topic
     prefix)``; the one unnamed camera's prefix is ``topic``), the commands with the device's own
     topics. ``options``: an :class:`~edgekit.serve.mqtt.options.MqttOptions`."""
     o, messages, availability = options, [], f"{topic}/availability"
     for camera, camera_topic in cameras:
         messages += discovery_messages(camera_topic, device, o.labels_of_interest, o.discovery_prefix, o.model,
-                                       version, o.count_labels, o.device_class, o.sensor_interval_s, o.snapshots,
+                                       o.count_labels, o.device_class, o.sensor_interval_s, o.snapshots,
                                        commands and not camera, camera=camera, availability_topic=availability)
     if commands and cameras and cameras[0][0]:  # named cameras: the commands are the device's, not a camera's
-        messages += _configs(topic, device, o.discovery_prefix, o.model, version, _command_entities(topic))
+        messages += _configs(topic, device, o.discovery_prefix, o.model, _command_entities(topic))
     return messages
 
 
 def discovery_messages(topic: str, device: str, labels_of_interest: tuple[str, ...] | list[str],
-                       prefix: str = "homeassistant", model: str = "", version: str = "",
+                       prefix: str = "homeassistant", model: str = "",
                        count_labels: tuple[str, ...] | list[str] = (), device_class: str = "occupancy",
                        sensor_interval_s: float = 10.0, snapshots: bool = False,
                        commands: bool = False, camera: str = "",
@@ -119,11 +121,10 @@ def discovery_messages(topic: str, device: str, labels_of_interest: tuple[str, .
                           **extra}))
     if commands:
         entities += _command_entities(topic)
-    return _configs(topic, f"{device} {camera}" if camera else device, prefix, model, version, entities,
-                    availability_topic)
+    return _configs(topic, f"{device} {camera}" if camera else device, prefix, model, entities, availability_topic)
 
 
-def _configs(topic: str, device: str, prefix: str, model: str, version: str,
+def _configs(topic: str, device: str, prefix: str, model: str,
              entities: list[tuple[str, str, dict[str, object]]], availability_topic: str = "") -> list[tuple[str, str]]:
     """The retained config message of each ``(component, object id, config)`` entity of ``device``."""
     node = slug(device)
@@ -132,7 +133,7 @@ def _configs(topic: str, device: str, prefix: str, model: str, version: str,
         "payload_available": "online",
         "payload_not_available": "offline",
         "device": {"identifiers": [f"edgekit_{node}"], "name": device, "manufacturer": "edgekit",
-                   "model": model or "edgekit serve", "sw_version": version},
+                   "model": model or "edgekit serve", "sw_version": __version__},
     }
     messages = []
     for component, object_id, extra in entities:

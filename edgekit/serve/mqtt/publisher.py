@@ -178,12 +178,11 @@ class MqttPublisher(MqttExtras):
     def _announce(self) -> None:
         """Home Assistant discovery configs (on every connect: a broker without persistence
         forgets retained messages when it restarts)."""
-        from edgekit._version import __version__
 
         o = self.options
         device = o.device or self.topic.rsplit("/", 1)[-1]
         cameras = [(channel.camera, channel.topic) for channel in self._channels.values()]
-        messages = announcements(self.topic, device, o, cameras, self.commands is not None, __version__)
+        messages = announcements(self.topic, device, o, cameras, self.commands is not None)
         for config_topic, payload in messages:
             self._send(config_topic, payload, 1, retain=True)
 
