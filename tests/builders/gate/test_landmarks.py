@@ -9,8 +9,6 @@ built for real, with a pixel limit under what its int8 reaches, so fp32 passes a
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 from dataclasses import dataclass, field
@@ -30,6 +28,7 @@ from edgekit.errors import UsageError
 from edgekit.heads.landmarks import LandmarkConfig, LandmarkDecoder
 from edgekit.imaging.image import InputSpec
 from tests.conftest import CALIB
+from tests.helpers.build_cli import build_cli, refused_before_loading
 
 POINTS = 8  # the test model's landmarks
 SIDE = 32  # its input, pixels
@@ -143,16 +142,6 @@ def test_options_the_model_cannot_meet_are_one_line(options, message):
         _gate(**options)
 
 
-def _cli(*argv) -> tuple[int, str, str]:
-    from edgekit.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["build", *map(str, argv)])
-    assert "Traceback" not in err.getvalue()
-    return code, out.getvalue(), err.getvalue()
-
-
 @pytest.mark.parametrize("extra,message", [
     (("-T", 'landmarks={"num_landmark": 468}'), "landmarks head: landmarks has no option 'num_landmark'"),
     (("-T", 'presence={"output": 0}'), "presence.output 0 is also the landmarks' output"),
@@ -162,15 +151,7 @@ def _cli(*argv) -> tuple[int, str, str]:
     (("--min-presence-agreement", "2"), "--min-presence-agreement 2.0 makes no sense"),
 ])
 def test_a_bad_option_is_one_line_and_exit_2_before_the_model_loads(tmp_path, monkeypatch, extra, message):
-    import edgekit.builders.build as build_module
-
-    def loaded(*args, **kwargs):
-        raise AssertionError("the model was loaded before the options were checked")
-
-    monkeypatch.setattr(build_module, "load_source_model", loaded)
-    code, _, err = _cli("--model", tmp_path / "m.tflite", "--target", "cpu", "--calib", CALIB, "--out", tmp_path / "o",
-                        "--task", "landmarks", *extra)
-    errors = [ln for ln in err.splitlines() if ln.startswith("edgekit build: error:")]
+    code, errors, err = refused_before_loading(monkeypatch, tmp_path, "landmarks", *extra)
     assert code == 2 and len(errors) == 1 and message in errors[0], err
 
 
@@ -243,7 +224,7 @@ def built(tmp_path_factory):
     recovery attempt; fp32 does not. (exit code, stdout, stderr, dist)."""
     tmp = tmp_path_factory.mktemp("landmarks")
     model = _landmark_model(tmp / "points.keras")
-    code, out, err = _cli("--model", model, "--target", "cpu", "--calib", CALIB, "--out", tmp / "dist",
+    code, out, err = build_cli("--model", model, "--target", "cpu", "--calib", CALIB, "--out", tmp / "dist",
                           "--calib-count", "40", "--variants", "fp32,int8", "--task", "landmarks",
                           "-T", f'landmarks={{"num_landmarks": {POINTS}}}', "-T", 'presence={"output": 1}',
                           "--max-landmark-error", "0.001", "--allow-partial")

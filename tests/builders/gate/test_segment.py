@@ -9,8 +9,6 @@ a few border pixels, so an IoU limit of 1 passes fp32 (``>=``) and fails int8 wi
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 import shutil
@@ -32,6 +30,7 @@ from edgekit.errors import UsageError
 from edgekit.heads.segment import SegmentDecoder
 from edgekit.imaging.image import InputSpec
 from tests.conftest import CALIB
+from tests.helpers.build_cli import build_cli, refused_before_loading
 
 SIDE = 16  # the test model's input and mask, pixels
 
@@ -141,16 +140,6 @@ def test_a_logit_read_as_a_probability_is_one_line_naming_the_activation():
     assert err.value.hint == "give -T activation=sigmoid (it gives logits)"
 
 
-def _cli(*argv) -> tuple[int, str, str]:
-    from edgekit.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["build", *map(str, argv)])
-    assert "Traceback" not in err.getvalue()
-    return code, out.getvalue(), err.getvalue()
-
-
 @pytest.mark.parametrize("extra,message", [
     (("-T", "activation=relu"), "segment activation must be one of"),
     (("-T", "treshold=0.4"), "task 'segment' has no option 'treshold'"),
@@ -158,15 +147,7 @@ def _cli(*argv) -> tuple[int, str, str]:
     (("--min-mask-iou-p5", "-0.1"), "--min-mask-iou-p5 -0.1 makes no sense"),
 ])
 def test_a_bad_option_is_one_line_and_exit_2_before_the_model_loads(tmp_path, monkeypatch, extra, message):
-    import edgekit.builders.build as build_module
-
-    def loaded(*args, **kwargs):
-        raise AssertionError("the model was loaded before the options were checked")
-
-    monkeypatch.setattr(build_module, "load_source_model", loaded)
-    code, _, err = _cli("--model", tmp_path / "m.tflite", "--target", "cpu", "--calib", CALIB, "--out", tmp_path / "o",
-                        "--task", "segment", *extra)
-    errors = [ln for ln in err.splitlines() if ln.startswith("edgekit build: error:")]
+    code, errors, err = refused_before_loading(monkeypatch, tmp_path, "segment", *extra)
     assert code == 2 and len(errors) == 1 and message in errors[0], err
 
 
@@ -262,7 +243,7 @@ def built(tmp_path_factory):
         shutil.copy(CALIB / name, people / name)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EDGEKIT_BUILD_TIMING_S", "0")
-        code, out, err = _cli("--model", model, "--target", "cpu", "--calib", CALIB, "--eval", people, "--out",
+        code, out, err = build_cli("--model", model, "--target", "cpu", "--calib", CALIB, "--eval", people, "--out",
                               tmp / "dist", "--calib-count", "40", "--variants", "fp32,int8", "--task", "segment",
                               "--min-mask-iou", "1", "--allow-partial", "--no-recover")
     return code, out, err, tmp / "dist"
