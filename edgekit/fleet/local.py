@@ -90,12 +90,21 @@ class VersionsDir:
         return name if self.has(name) else None
 
     def flip(self, version: str) -> None:
-        """Point ``current`` at ``version`` (relative, so the folder may move) in one rename."""
+        """Point ``current`` at ``version`` (relative, so the folder may move) in one rename; the
+        half-made links of daemons killed mid-flip (their PID in the name, no longer running) go first."""
+        self._sweep_dead_links()
         tmp = self.root / f".current.tmp-{os.getpid()}"
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         tmp.symlink_to(Path("versions") / version)
         os.replace(tmp, self.current)
+
+    def _sweep_dead_links(self) -> None:
+        for link in self.root.glob(".current.tmp-*"):
+            pid = link.name.rsplit("-", 1)[1]
+            if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+                with contextlib.suppress(OSError):
+                    link.unlink()
 
     def staging_dir(self, version: str) -> Path:
         folder = self.staging / version
@@ -137,3 +146,14 @@ class VersionsDir:
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry.name)
         return removed
+
+
+def _running(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user's counts: it may still be flipping)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
