@@ -18,13 +18,14 @@ def _dead_pid() -> int:
 
 def test_a_flip_points_current_and_sweeps_only_dead_daemons_links(tmp_path):
     local = VersionsDir(tmp_path)
-    for version in ("v1", "v2"):
+    v1, v2 = "a" * 64, "b" * 64  # version names are content hashes
+    for version in (v1, v2):
         (local.versions / version).mkdir(parents=True)
     dead = tmp_path / f".current.tmp-{_dead_pid()}"
     alive = tmp_path / f".current.tmp-{os.getppid()}"  # the test runner: running
     for link in (dead, alive):
-        link.symlink_to("versions/v1")
-    local.flip("v2")
-    assert local.current_version() == "v2"
+        link.symlink_to(f"versions/{v1}")
+    local.flip(v2)
+    assert local.current_version() == v2
     assert not dead.is_symlink() and alive.is_symlink()
     assert sorted(p.name for p in tmp_path.glob(".current.tmp-*")) == [alive.name]
