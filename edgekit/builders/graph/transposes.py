@@ -100,19 +100,20 @@ def grow(model, sg, seed, graph: _Graph) -> Region | None:
     """The layout region entered by the TRANSPOSE ``seed``, or None where it cannot go."""
     region = Region(_perm(model, sg, seed))
     inverse = [int(i) for i in np.argsort(region.perm)]
-    queue, waiting = [_enter(region, seed)], {}
+    queue, waiting, placed = [_enter(region, seed)], {}, {id(seed)}
     while queue:
         t = queue.pop()
         if t in graph.outputs or len(sg.tensors[t].shape) != len(region.perm) \
                 or sg.tensors[t].type != edit.FLOAT32:
             return None
         for op in graph.consumers.get(t, []):
-            if any(op is seen for seen in (*region.ops, *region.exits, *region.entries)):
+            if id(op) in placed:
                 continue
             if _perm(model, sg, op) == inverse:
                 if int(op.outputs[0]) in graph.outputs:
                     return None
                 region.exits.append(op)
+                placed.add(id(op))
                 continue
             entered = _inputs(model, sg, op, region, graph)
             if entered is None:  # another input may join the region later (one branch not walked yet)
@@ -120,6 +121,7 @@ def grow(model, sg, seed, graph: _Graph) -> Region | None:
                 continue
             waiting.pop(id(op), None)
             region.ops.append(op)
+            placed.update(id(p) for p in (op, *entered))
             queue += [_enter(region, p) for p in entered] + [int(o) for o in op.outputs]
             region.tensors.update(int(o) for o in op.outputs)
     return None if waiting else region
