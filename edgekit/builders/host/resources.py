@@ -8,6 +8,20 @@ size (the converter holds several copies of the weights). Figures from
 1.1 GB whatever the number of images, 640x640 at about 1.2 GB. A 4096x4096 input would need
 several GB for one image's activations: that is refused up front with the override flag
 instead of being OOM-killed without a word.
+
+That is the conversion. Three later phases can peak higher, each from what is known before the
+build (:func:`memory_phases`; measured with ``benchmarks/build_memory.py``, whose figures are
+the RSS of the whole process tree at once):
+
+* onnx2tf's child process (an ONNX source): a second Python with TensorFlow and the model,
+  while this process waits holding ONNX Runtime and the model;
+* the per-layer quantisation report (an int8 variant that missed its gate): TensorFlow's
+  QuantizationDebugger runs an instrumented model that keeps every tensor;
+* int8 recovery's per-layer probe (a target that may keep layers in float: cpu): every op output
+  of a few images, of the float and of the int8 model, as float64 and concatenated. This one
+  peaked at 2.3 GB on MediaPipe's palm detector and 3.8 GB on PP-OCRv4 det at 320x320, where
+  the conversion alone stayed under 1.1 GB. Its size is the graph's *activation total* (every op
+  output of one image, :mod:`edgekit.builders.host.memory`) times :data:`PROBE_COPIES`.
 """
 
 from __future__ import annotations
@@ -35,6 +49,32 @@ WEIGHT_COPIES = 10
 REFERENCE_WIDEST_BYTES_PER_PIXEL = 194
 PER_IMAGE_BYTES = 1024  # what still grows with N: file lists, top-1 indices, spool offsets
 OVERRIDE_FLAG = "--no-memory-check"
+# ---- the later phases (issue 38 item 9; benchmarks/build_memory.py, 2-core x86-64, TF 2.21) ----
+# TensorFlow and LiteRT loaded in the build process before a phase adds its own: 0.66-0.70 GB
+# measured on MediaPipe's float .tflite files and the demo models
+PHASE_BASE_BYTES = int(0.72 * GB)
+# an ONNX source's build also holds ONNX Runtime's session and the ONNX graph (0.86-0.90 GB
+# measured on PP-OCRv4 det before the probe)
+ONNX_RUNTIME_BYTES = int(0.2 * GB)
+# int8 recovery's probe: 4 images x (float + int8 model) x float64, lists and their concatenation,
+# about 24 activation totals; measured 20-24 (palm detection lite, selfie segmentation, PP-OCRv4
+# det at 160x160 and 320x320)
+PROBE_COPIES = 26
+# the quantisation report's instrumented model (float, int8 and NumericVerify outputs kept):
+# measured 1.8-3.4 activation totals
+REPORT_COPIES = 4
+# onnx2tf's process with the parent beside it: 0.74-1.01 GB measured (PP-OCR cls, det 160-320)
+ONNX_CHILD_BYTES = int(0.75 * GB)
+ONNX_CHILD_COPIES = 2
+# MobileNetV2's activation total per input pixel (Keras layers, batch norm and ReLU fused as
+# TensorFlow fuses them): the stand-in when a graph's total is unknown, scaled like the widest step
+REFERENCE_TOTAL_BYTES_PER_PIXEL = 708
+PHASE_NAMES = {
+    "convert": "conversion and calibration",  # always runs
+    "onnx2tf": "onnx2tf's process beside this one",
+    "report": "the int8 per-layer quantisation report",
+    "probe": "int8 recovery's per-layer probe",
+}
 # images per chunk: the build streams its images (builders/sources/spool.py) this many at a time
 CHUNK_PIXELS = 8 * 224 * 224
 MAX_CHUNK = 32
@@ -53,18 +93,42 @@ def width_factor(height: int, width: int, activation_bytes: int | None) -> float
 
 
 def estimate_memory(height: int, width: int, chunk: int, n_images: int, model_bytes: int,
-                    activation_bytes: int | None = None) -> int:
-    """Peak memory (bytes) a build of an ``height`` x ``width`` model is expected to need.
+                    activation_bytes: int | None = None, *, onnx: bool = False, int8: bool = False,
+                    probe: bool = False) -> int:
+    """Peak memory (bytes) a build of an ``height`` x ``width`` model is expected to need: the
+    largest of :func:`memory_phases` (see it for the arguments)."""
+    return max(memory_phases(height, width, chunk, n_images, model_bytes, activation_bytes,
+                             onnx=onnx, int8=int8, probe=probe).values())
 
-    MobileNetV2-like channel widths, or wider in proportion when the graph's widest step
-    (``activation_bytes`` for one image, from :mod:`edgekit.builders.host.memory`) says so;
+
+def memory_phases(height: int, width: int, chunk: int, n_images: int, model_bytes: int,
+                  activation_bytes: int | None = None, *, onnx: bool = False, int8: bool = False,
+                  probe: bool = False) -> dict[str, int]:
+    """Each phase's expected peak (bytes), by :data:`PHASE_NAMES` key; only the phases that run.
+
+    ``convert``: MobileNetV2-like channel widths, or wider in proportion when the graph's widest
+    step (``activation_bytes`` for one image, from :mod:`edgekit.builders.host.memory`) says so;
     never narrower (a graph whose shapes are unknown gives None). ``chunk`` images go through
-    the original model at once; ``n_images`` adds only bookkeeping.
+    the original model at once; ``n_images`` adds only bookkeeping. ``onnx``: the source is ONNX
+    (onnx2tf's child process, ONNX Runtime beside TensorFlow); ``int8``: a target quantises int8
+    with TensorFlow (the report may run); ``probe``: one may also keep layers in float (int8
+    recovery's probe may run). The later phases scale with the graph's activation total
+    (``activation_bytes.total``; else MobileNetV2's per pixel, scaled like the widest step).
     """
     pixels = height * width
-    per_pixel = (ACTIVATION_BYTES_PER_PIXEL * chunk + CALIBRATOR_BYTES_PER_PIXEL) * width_factor(
-        height, width, activation_bytes)
-    return int(BASE_BYTES + WEIGHT_COPIES * model_bytes + per_pixel * pixels + PER_IMAGE_BYTES * n_images)
+    wider = width_factor(height, width, activation_bytes)
+    per_pixel = (ACTIVATION_BYTES_PER_PIXEL * chunk + CALIBRATOR_BYTES_PER_PIXEL) * wider
+    phases = {"convert": int(BASE_BYTES + WEIGHT_COPIES * model_bytes + per_pixel * pixels
+                             + PER_IMAGE_BYTES * n_images)}
+    total = getattr(activation_bytes, "total", None) or int(REFERENCE_TOTAL_BYTES_PER_PIXEL * pixels * wider)
+    base = PHASE_BASE_BYTES + WEIGHT_COPIES * model_bytes + (ONNX_RUNTIME_BYTES if onnx else 0)
+    if onnx:
+        phases["onnx2tf"] = ONNX_CHILD_BYTES + WEIGHT_COPIES * model_bytes + ONNX_CHILD_COPIES * total
+    if int8:
+        phases["report"] = base + REPORT_COPIES * total
+    if probe:
+        phases["probe"] = base + PROBE_COPIES * total
+    return phases
 
 
 def _read_int(path: Path) -> int | None:
@@ -178,7 +242,14 @@ def parse_size(text: str) -> int:
 
 
 def build_peak() -> int:
-    """The build's peak so far: this process's, or its largest finished child's (onnx2tf) if larger."""
+    """The build's peak so far: its whole process tree's at once while the build's watch runs
+    (:mod:`edgekit.builders.host.tree`: this process and onnx2tf's beside it); else this
+    process's, or its largest finished child's if larger."""
+    from edgekit.builders.host.tree import current_watch
+
+    watch = current_watch()
+    if watch is not None:
+        return watch.peak().tree
     return max(peak_rss(), peak_rss(resource.RUSAGE_CHILDREN))
 
 
