@@ -68,7 +68,7 @@ class FrameResult:
     ``result`` is whatever the decoder returned (a :class:`~edgekit.heads.classify.Classification`
     for ``classify``); ``classification`` is the same object, for classifiers. ``source`` is the
     frame's (:attr:`edgekit.camera.Frame.source`: the image file, the video, the camera) and
-    :attr:`time` when it was captured (UTC).
+    :attr:`captured` when it was captured (UTC; ``serve``'s records keep their own epoch ``time``).
     """
 
     index: int
@@ -85,7 +85,7 @@ class FrameResult:
         return self.result
 
     @property
-    def time(self) -> str:
+    def captured(self) -> str:
         """When the frame was captured, ISO 8601 UTC to the millisecond (``2026-12-02T02:34:25.123Z``):
         the capture's monotonic clock reading moved onto the wall clock."""
         wall_ns = self.t_capture_ns + (time.time_ns() - time.perf_counter_ns())
@@ -98,7 +98,7 @@ class FrameResult:
         return {
             "frame": self.index,
             **({"source": self.source} if self.source is not None else {}),
-            "time": self.time,
+            "captured": self.captured,
             **self.result.to_dict(),
             "ms": {k: round(v, 4) for k, v in self.timings_ms.items()},
         }

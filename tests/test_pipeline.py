@@ -72,7 +72,7 @@ def test_a_result_names_the_frames_source():
     pipe = Pipeline(brightness_model(), ["dark", "bright"], warmup=0)
     named, unnamed = pipe.run([Frame(np.full((36, 64, 3), 10, np.uint8), 0, 0, "eval/x/000.jpg"),
                                Frame(np.full((36, 64, 3), 10, np.uint8), 0, 1)])
-    assert named.source == "eval/x/000.jpg" and list(named.to_dict())[:4] == ["frame", "source", "time", "top"]
+    assert named.source == "eval/x/000.jpg" and list(named.to_dict())[:4] == ["frame", "source", "captured", "top"]
     assert named.to_dict()["source"] == "eval/x/000.jpg"
     assert unnamed.source is None and "source" not in unnamed.to_dict()  # a frame made by hand names nothing
 
@@ -258,6 +258,6 @@ def test_a_result_says_when_its_frame_was_captured_on_the_wall_clock():
 
     captured = clock.perf_counter_ns() - 2_000_000_000  # two seconds ago, by the monotonic clock
     result = FrameResult(7, captured, None, {}, "v4l2:0")
-    when = dt.datetime.fromisoformat(result.time.replace("Z", "+00:00"))
+    when = dt.datetime.fromisoformat(result.captured.replace("Z", "+00:00"))
     ago = dt.datetime.now(dt.timezone.utc) - when
-    assert result.time.endswith("Z") and dt.timedelta(seconds=1.5) < ago < dt.timedelta(seconds=30)
+    assert result.captured.endswith("Z") and dt.timedelta(seconds=1.5) < ago < dt.timedelta(seconds=30)

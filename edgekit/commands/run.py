@@ -249,7 +249,7 @@ def _loop(pipeline, source, args, out: TextIO, log: TextIO, recording: Any = Non
         elif t >= next_print:
             top = str(result.result)
             # an image file by its name; a camera's frame by the camera and its capture time (UTC)
-            named = f"  {_file_name(image)}" if image else (f"  {result.source} {result.time[11:23]}"
+            named = f"  {_file_name(image)}" if image else (f"  {result.source} {result.captured[11:23]}"
                                                             if result.source else "")
             out.write(f"frame {result.index:6d}{named}  {top}   e2e {result.timings_ms['end_to_end']:.2f} ms\n")
             next_print = t + every

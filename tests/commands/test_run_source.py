@@ -42,4 +42,4 @@ def test_a_camera_frame_is_named_by_its_camera_and_capture_time(bundle, tmp_path
     assert cli(["run", str(bundle), "--camera", "synthetic:64x48", "--max-frames", "2", "--json"]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()[1:-1]]
     assert [r["source"] for r in records] == ["synthetic:64x48"] * 2
-    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", r["time"]) for r in records)
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", r["captured"]) for r in records)

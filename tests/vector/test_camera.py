@@ -69,7 +69,10 @@ def test_a_slow_consumer_gets_the_newest_frame_not_a_queue():
             time.sleep(0.2)  # a model taking 200 ms per frame: ~6 camera frames per step
         stats = cam.stats()
     gaps = [b.index - a.index for (a, _), (b, _) in zip(frames, frames[1:])]
-    assert min(gaps) >= 3, gaps
+    # a queue hands over every frame (each gap 1); the newest-frame mailbox skips what came meanwhile. The
+    # median, not the least: on a loaded machine one 200 ms step may see only one new frame (a clean-clone
+    # CI run beside four builds saw gaps [7, 6, 1, 18])
+    assert sorted(gaps)[len(gaps) // 2] >= 3, gaps
     assert stats["skipped"] >= 10
     ages_ms = [(t - f.t_capture_ns) / 1e6 for f, t in frames[1:]]
     assert max(ages_ms) < 300, ages_ms  # fresh: a queue would add ~170 ms per step (333 ms by the 3rd)
