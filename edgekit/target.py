@@ -126,10 +126,6 @@ class UnbuildableTarget:
 
 UNBUILDABLE: dict[str, UnbuildableTarget] = {t.name: t for t in (
     UnbuildableTarget(
-        "imx500", "Sony IMX500 (Raspberry Pi AI Camera): MCT int8 + imxconv-tf -> packerOut.zip, packaged on the Pi",
-        "the imx500 toolchain's Keras 2.15 does not load Keras 3 models: the conversion is not done yet",
-        "see docs/imx500.md; build --target rpi or cpu for the Pi meanwhile"),
-    UnbuildableTarget(
         "hailo", "Hailo-8/8L (Raspberry Pi AI HAT+): a HEF from Hailo's Dataflow Compiler",
         "Hailo's Dataflow Compiler is not on PyPI (hailo_dataflow_compiler, hailort: no versions)",
         "compile with Hailo's Dataflow Compiler from hailo.ai; build --target rpi or cpu meanwhile"),

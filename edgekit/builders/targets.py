@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
 
 #: edgekit's own builders
-BUILDERS = ("edgekit.builders.tflite:build", "edgekit.builders.onnx:build", "edgekit.builders.rknn:build")
+BUILDERS = ("edgekit.builders.tflite:build", "edgekit.builders.onnx:build", "edgekit.builders.rknn:build",
+            "edgekit.builders.imx500:build")
 #: the entry-point group through which an installed package offers a builder (pyproject:
 #: ``[project.entry-points."edgekit.builders"] mine = "mypkg.build:build"``)
 BUILDER_ENTRY_POINTS = "edgekit.builders"

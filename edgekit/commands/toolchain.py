@@ -2,7 +2,7 @@
 
     edgekit toolchain list                 # what is installed, and what could be
     edgekit toolchain install rk3588       # Rockchip RKNN-Toolkit2 (+ torch, numpy 1.26)
-    edgekit toolchain install imx500       # Sony MCT + imx500-converter (TensorFlow 2.15, Java)
+    edgekit toolchain install imx500       # Sony MCT + imx500-converter (PyTorch CPU, Java)
 
 The work is :mod:`edgekit.toolchain`; this module parses and prints.
 """

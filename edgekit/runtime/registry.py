@@ -55,6 +55,10 @@ BACKENDS: dict[str, Backend] = {
         "edgekit.runtime.rknn_sim:RknnSimRuntime", ("rknn",), {},
         "edgekit toolchain install rk3588", "RKNN-Toolkit2's simulator on the host (a simulation, not NPU speed)",
     ),
+    "imx500": Backend(
+        "edgekit.runtime.imx500:Imx500Runtime", ("imx500", "rpk"), {},
+        "on the Pi: sudo apt install imx500-all python3-picamera2", "Sony IMX500 in the Raspberry Pi AI Camera",
+    ),
 }
 
 

@@ -161,6 +161,9 @@ def _install_into(spec: ToolchainSpec, folder: Path, base: str, java: str, say: 
     say(f"pip install {' '.join(spec.requirements)} (log: {log_file})")
     _run_logged([str(python), "-m", "pip", "install", "--no-input", "--progress-bar", "off",
                  "--disable-pip-version-check", *spec.requirements], log_file, "pip install")
+    if spec.no_deps:
+        _run_logged([str(python), "-m", "pip", "install", "--no-input", "--progress-bar", "off",
+                     "--disable-pip-version-check", "--no-deps", *spec.no_deps], log_file, "pip install --no-deps")
     say(f"checking that the new interpreter imports {spec.probe}")
     _run_logged([str(python), "-c", f"import {spec.probe}"], log_file, f"import {spec.probe}")
     every = pip_versions(python)
@@ -169,7 +172,7 @@ def _install_into(spec: ToolchainSpec, folder: Path, base: str, java: str, say: 
         versions={d: every.get(d, "?") for d in spec.versions},
         size_mb=folder_size_mb(folder), install_s=round(time.monotonic() - started, 1),
         installed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), java=java,
-        extra={"requirements": list(spec.requirements), "all_versions": every},
+        extra={"requirements": [*spec.requirements, *spec.no_deps], "all_versions": every},
     )
     write_record(installed)
     say(f"{spec.name} installed: {installed.size_mb / 1000:.2f} GB in {installed.install_s:.0f} s")

@@ -86,7 +86,7 @@ def test_backend_table_rows_name_importable_adapters_and_formats():
     from edgekit.util.plugins import resolve
 
     assert list(BACKENDS) == ["litert", "onnxruntime", "onnxruntime-cuda", "onnxruntime-trt", "tensorrt", "rknn-lite",
-                             "rknn-sim"]
+                             "rknn-sim", "imx500"]
     for name, row in BACKENDS.items():
         assert row.formats and row.install_hint, name
         assert isinstance(resolve(row.adapter), type), name  # adapter modules import without their library

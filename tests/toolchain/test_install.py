@@ -25,7 +25,8 @@ def test_the_pins_are_the_ones_checked_together():
     assert "rknn-toolkit2==2.5.0" in RK3588.requirements and "torch==2.4.0" in RK3588.requirements
     assert "numpy==1.26.4" in RK3588.requirements
     assert "model-compression-toolkit==2.5.1" in IMX500.requirements and IMX500.needs_java == 17
-    assert any(r.startswith("imx500-converter[tf]==3.19") for r in IMX500.requirements)
+    assert any(r.startswith("imx500-converter[pt]==3.19") for r in IMX500.requirements)
+    assert "onnx2torch==1.5.15" in IMX500.no_deps and "torch==2.13.0" in IMX500.requirements
     assert set(TOOLCHAINS) == {"rk3588", "imx500"}
     with pytest.raises(UsageError, match="choose one of: rk3588, imx500"):
         get_spec("hailo")

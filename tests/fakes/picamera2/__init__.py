@@ -9,7 +9,9 @@ uses for that format: "RGB888" -> B,G,R; "BGR888" -> R,G,B; "XRGB8888" -> B,G,R,
 
 Knobs (module attributes, reset with ``reset()``): ``CAMERAS`` (attached cameras),
 ``PI5`` (lores may be RGB), ``HANG_AFTER`` (capture_array blocks after that many frames,
-like a camera whose cable came loose, until ``close()``).
+like a camera whose cable came loose, until ``close()``); ``IMX500_OUTPUTS`` and
+``IMX500_UPLOAD_FRAMES`` for the AI Camera (:mod:`picamera2.devices`: ``capture_metadata``
+carries the outputs flattened in Fortran order, as libcamera's ``CnnOutputTensor`` does).
 """
 
 from __future__ import annotations
@@ -32,17 +34,23 @@ def _default_scene() -> np.ndarray:
 
 def reset() -> None:
     """Restore the default knobs and clear the call log."""
-    global CAMERAS, PI5, HANG_AFTER, SCENE
+    global CAMERAS, PI5, HANG_AFTER, SCENE, IMX500_OUTPUTS, IMX500_UPLOAD_FRAMES
     CAMERAS = [{"Model": "imx708", "Num": 0}]
     PI5 = False
     HANG_AFTER = None
     SCENE = _default_scene()
+    IMX500_OUTPUTS = [np.linspace(0, 1, 10, dtype=np.float32)]
+    IMX500_UPLOAD_FRAMES = 2
     CALLS.clear()
     INSTANCES.clear()
+    NETWORKS.clear()
 
 
 CALLS: list[tuple] = []
 INSTANCES: list = []
+NETWORKS: list[str] = []  # .rpk files an IMX500 object has loaded (picamera2.devices)
+IMX500_OUTPUTS: list[np.ndarray] = []  # the tensors the network gives each frame (as the model lays them out)
+IMX500_UPLOAD_FRAMES = 2  # frames without outputs while the network uploads
 CAMERAS: list[dict] = []
 PI5 = False
 HANG_AFTER: int | None = None
@@ -123,11 +131,31 @@ class Picamera2:
     def camera_configuration(self) -> dict:
         return self.config
 
-    def start(self) -> None:
-        CALLS.append(("start",))
+    def create_preview_configuration(self, main=None, lores=None, controls=None, buffer_count=4, **_):
+        CALLS.append(("create_preview_configuration", {"controls": controls, "buffer_count": buffer_count}))
+        return {"main": {"format": "XBGR8888", "size": DEFAULT_SIZE, **(main or {})}, "lores": lores,
+                "controls": dict(controls or {}), "buffer_count": buffer_count}
+
+    def start(self, config: dict | None = None, show_preview=False) -> None:
+        CALLS.append(("start",) if config is None else ("start", config))
+        if config is not None:  # picamera2 configures first when given a configuration
+            self.configure(config)
         if self.config is None:
             raise RuntimeError("Camera has not been configured")
         self.started = True
+
+    def capture_metadata(self, wait=None) -> dict:
+        """The next frame's metadata; with an IMX500 network loaded (picamera2.devices.IMX500), its
+        output tensors once the upload's frames (``IMX500_UPLOAD_FRAMES``) have passed."""
+        if not self.started:
+            raise RuntimeError("Camera is not running")
+        self.frames += 1
+        metadata = {"SensorTimestamp": self.frames}
+        if NETWORKS and self.frames > IMX500_UPLOAD_FRAMES:
+            flat = [np.asarray(o, np.float32).ravel(order="F") for o in IMX500_OUTPUTS]
+            metadata["CnnOutputTensor"] = np.concatenate(flat).tolist()
+            metadata["CnnOutputTensorInfo"] = [tuple(np.shape(o)) for o in IMX500_OUTPUTS]
+        return metadata
 
     def stop(self) -> None:
         CALLS.append(("stop",))

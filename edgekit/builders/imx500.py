@@ -1,0 +1,227 @@
+"""IMX500 builder (Raspberry Pi AI Camera): Sony's PyTorch route to ``packerOut.zip``, gated on the host.
+
+Sony's stack cannot be imported into edgekit's process (it pins numpy 1.26, onnx 1.17 and its
+own quantiser packages), and its TensorFlow flavour needs Keras 2, which does not load
+edgekit's Keras 3 models. The build therefore takes the PyTorch flavour, every vendor step in
+the imx500 toolchain's interpreter (``edgekit toolchain install imx500``) as one child session
+(:class:`~edgekit.toolchain.session.ChildSession`, job script
+``edgekit/toolchain/jobs/imx500_build.py``):
+
+1. the fp32 ONNX of the source (:func:`edgekit.builders.onnx.to_onnx`, as the jetson target
+   makes it) with its input made NCHW (:mod:`edgekit.builders.convert.onnx_nchw`);
+2. edgekit's calibration tensors in that layout (the first ``calib_images`` the converter sees);
+3. in the child: onnx2torch, Model Compression Toolkit's post-training quantisation with the
+   IMX500's target platform capabilities, MCT's export of the quantised ONNX;
+4. the gate: every eval and held-back image through MCT's quantised model on the CPU (the
+   host simulation of the int8 network), compared with the original by
+   :meth:`BuildContext.verify`, as every target's variants are;
+5. ``imxconv-pt``: ``packerOut.zip`` and the memory report; a network that does not fit the
+   chip's memory is refused, naming its size.
+
+What the Pi still does (``imx500-package``, then picamera2) is recorded in the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from edgekit.builders.contract import BuilderOutput, BuiltModel, task_extra
+from edgekit.errors import EdgekitError, ModelError
+from edgekit.imaging.image import InputSpec, Preprocessor
+
+if TYPE_CHECKING:
+    from edgekit.builders.context import BuildContext
+    from edgekit.target import Target
+    from edgekit.toolchain.session import ChildSession
+
+VARIANTS = ("int8",)
+"""What this builder makes: the IMX500 runs int8 networks only."""
+CALIB_FILE = "imx500_calib.npz"
+PACKER = "packerOut.zip"
+REPORT = "imx500_memory_report.json"
+ON_DEVICE = (
+    "on the Pi: sudo apt install imx500-all imx500-tools python3-picamera2",
+    "imx500-package -i packerOut.zip -o . (in the bundle: writes network.rpk)",
+    "edgekit run BUNDLE (backend imx500: picamera2's IMX500 loads network.rpk; the outputs "
+    "come in each frame's metadata)",
+)
+NOT_PROVEN = (
+    "the sensor's outputs against the host simulation, imx500-package, the network's speed "
+    "and the sensor's own input scaling (no Pi and AI Camera here)"
+)
+
+
+def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
+    """Write ``packerOut.zip``, its memory report and quantised ONNX, gated on the host (the builder contract)."""
+    from edgekit.toolchain.store import find_toolchain
+
+    options = ctx.options_for(target)
+    toolchain = find_toolchain(str(options.get("toolchain", "imx500")))
+    opset = int(options.get("opset", 17))
+    with ctx.log.step(f"[{target.name}] convert to ONNX (opset {opset}), NCHW input") as step:
+        io, names = nchw_onnx(ctx, ctx.workdir / f"{ctx.name}_imx500.onnx", opset)
+    spec = _input_spec(ctx, io)
+    count = _write_calibration(ctx, spec, ctx.workdir / CALIB_FILE, int(options.get("calib_images", 64)))
+    workdir = ctx.workdir / f"imx500-{target.name}"
+    order = [io.outputs.index(n) for n in names]
+    job = {
+        "onnx": str(ctx.workdir / f"{ctx.name}_imx500.onnx"),
+        "calib": str(ctx.workdir / CALIB_FILE),
+        "export": str(out_dir / f"{ctx.name}_int8.onnx"),
+        "convert_dir": str(workdir / "converted"),
+    }
+    with ctx.log.step(
+        f"[{target.name}] Model Compression Toolkit: PyTorch post-training quantisation for the "
+        f"IMX500 on {count} calibration images, export"
+    ) as built:
+        session = _start(ctx, target, toolchain, workdir, job, float(options.get("start_timeout_s", 3600)))
+    try:
+        runner = QuantisedRunner(session, order)
+        verification = ctx.verify("int8", runner, spec)
+        with ctx.log.step(f"[{target.name}] imxconv-pt: packerOut.zip and the memory report") as conv:
+            converted, _ = session.request({"op": "convert"})
+    finally:
+        session.close()
+    shutil.copy2(workdir / "job.log", out_dir / "imx500.log")
+    memory = memory_gate(converted.get("report") or {}, target.name)
+    _collect(Path(job["convert_dir"]), out_dir, converted)
+    ctx.log.info(f"[{target.name}] memory: {memory['usage']} of {memory['available']} on the chip "
+                 f"({memory['utilisation']}), fits")
+    facts = {"toolchain": session.ready.get("versions", {}), "tpc": session.ready.get("tpc"),
+             "calibration_images": count, "quantized_onnx": Path(job["export"]).name, "memory": memory,
+             "memory_report": REPORT, "log": "imx500.log", "ptq_seconds": session.ready.get("ptq_s"),
+             "convert_seconds": converted.get("convert_s"), "on_device": list(ON_DEVICE), "not_proven": NOT_PROVEN}
+    seconds = round(step["seconds"] + built["seconds"] + conv["seconds"], 2)
+    model = _model(ctx, out_dir, spec, (io, names, order, runner.shapes), verification, facts, seconds)
+    return BuilderOutput((model,), "int8")
+
+
+def _model(ctx: BuildContext, out_dir: Path, spec: InputSpec, graph: tuple, verification: dict, facts: dict,
+           seconds: float) -> BuiltModel:
+    """The bundle's model entry: ``packerOut.zip`` with the outputs the gate saw (``graph``: the ONNX's
+    inputs and outputs, the source's output names in it, their order, the outputs' shapes)."""
+    io, names, order, shapes = graph
+    outs = tuple({"name": ctx.source.output_names[names.index(n)] if n in names else n, "tensor": n,
+                  "shape": shapes[i] if i < len(shapes) else [], "dtype": "float32"}
+                 for i, n in enumerate(io.outputs))
+    return BuiltModel(name="int8", file=PACKER, format="imx500", precision="int8", input=spec, outputs=outs,
+                      convert_seconds=seconds, bytes=(out_dir / PACKER).stat().st_size, verification=verification,
+                      extra={"imx500": facts, **task_extra(ctx.class_output, order)})
+
+
+def nchw_onnx(ctx: BuildContext, dest: Path, opset: int) -> tuple[Any, list[str]]:
+    """The source's fp32 ONNX with an NCHW input at ``dest``; (its inputs and outputs, the ONNX
+    output names of the source's outputs in the source's order)."""
+    from edgekit.builders.convert.onnx_nchw import to_nchw
+    from edgekit.builders.onnx import to_onnx
+
+    plain = ctx.workdir / f"{ctx.name}_imx500_source.onnx"
+    names = to_onnx(ctx, plain, opset)
+    io = to_nchw(plain, dest, ctx.source.input_hwc, ctx.source.layout)
+    missing = [n for n in names if n not in io.outputs]
+    if missing:
+        raise ModelError(
+            f"the ONNX of {ctx.source.path.name} lacks the outputs {missing}", "report it with build.log (--debug)"
+        )
+    return io, names
+
+
+def _input_spec(ctx: BuildContext, io: Any) -> InputSpec:
+    """The bundle's input: the build's preprocessing, as the NCHW float tensor the network takes."""
+    d = ctx.float_spec.to_dict()
+    d.update(shape=list(io.shape), layout="NCHW", dtype="float32", name=io.input, scale=None, zero_point=None)
+    return InputSpec.from_dict(d)
+
+
+def _write_calibration(ctx: BuildContext, spec: InputSpec, dest: Path, limit: int) -> int:
+    """The quantiser's calibration tensors (NCHW float32) in ``dest``; how many."""
+    images = ctx.converter_calib
+    count = max(1, min(limit, len(images)))
+    chunks = list(images.subset(np.arange(count)).batches(Preprocessor(spec), ctx.chunk))
+    np.savez_compressed(dest, calib=np.concatenate(chunks).astype(np.float32))
+    return count
+
+
+def _start(ctx: BuildContext, target: Target, toolchain: Any, workdir: Path, job: dict, timeout: float) -> ChildSession:
+    """The child session, quantised and exported; a failure keeps the child's log beside ``--out``."""
+    from edgekit.toolchain.session import ChildSession
+
+    try:
+        return ChildSession(toolchain, "imx500_build", job, workdir, timeout)
+    except EdgekitError as exc:
+        kept = ctx.request.out / f"{ctx.name}-{target.name}.imx500.failed.log"  # the work dir goes with the build
+        try:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(workdir / "job.log", kept)
+            exc.hint = f"the toolchain's log is kept in {kept}"
+        except OSError:
+            pass
+        raise
+
+
+class QuantisedRunner:
+    """A batch of NCHW tensors through MCT's quantised model in the child, one image at a time: the
+    outputs in the source's order (``order[j]``: the child's output holding the source's output ``j``)."""
+
+    def __init__(self, session: ChildSession, order: list[int]):
+        self.session, self.order = session, order
+        self.shapes: list[list[int]] = []
+
+    def __call__(self, batch: np.ndarray) -> list[np.ndarray]:
+        rows = []
+        for x in batch:
+            _, outs = self.session.request({"op": "infer"}, [x[None].astype(np.float32)])
+            rows.append([o[0] if o.ndim and o.shape[0] == 1 else o for o in map(np.asarray, outs)])
+        if not self.shapes and rows:
+            self.shapes = [[1, *o.shape] for o in rows[0]]
+        stacked = [np.stack([r[i] for r in rows]).astype(np.float32) for i in range(len(rows[0]))]
+        if not all(np.all(np.isfinite(o)) for o in stacked):
+            raise ModelError("MCT's quantised model gives NaN/Inf outputs", "see imx500.log in the build's work dir")
+        return [stacked[i] for i in self.order]
+
+
+_SIZE = re.compile(r"^\s*([\d.]+)\s*([KMG]?B)\s*$")
+_UNITS = {"B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3}
+
+
+def size_bytes(text: Any) -> int | None:
+    """``"3.89MB"`` (the converter's memory report) in bytes; None when it is not a size."""
+    match = _SIZE.match(str(text))
+    return round(float(match.group(1)) * _UNITS[match.group(2)]) if match else None
+
+
+def memory_gate(report: dict, target: str) -> dict[str, Any]:
+    """The memory report's figures; ModelError naming the size when the network does not fit the chip."""
+    usage, available = report.get("Memory Usage", "?"), report.get("Total Memory Available On Chip", "?")
+    figures = {
+        "fits": report.get("Fit In Chip"),
+        "usage": usage,
+        "available": available,
+        "usage_bytes": size_bytes(usage),
+        "available_bytes": size_bytes(available),
+        "utilisation": report.get("Memory Utilization", "?"),
+    }
+    if figures["fits"] is not True:
+        raise ModelError(
+            f"[{target}] the network does not fit the IMX500: it needs {usage} of the chip's "
+            f"{available} (memory report: Fit In Chip {report.get('Fit In Chip')!r})",
+            "use a smaller model or input size (the converter's memory report is in the log)",
+        )
+    return figures
+
+
+def _collect(converted: Path, out_dir: Path, answer: dict) -> None:
+    """``packerOut.zip`` and the memory report from the converter's folder into the bundle."""
+    shutil.copy2(converted / PACKER, out_dir / PACKER)
+    if answer.get("report_file"):
+        shutil.copy2(converted / answer["report_file"], out_dir / REPORT)
+    else:
+        (out_dir / REPORT).write_text(
+            json.dumps({"Memory Report": answer.get("report", {})}, indent=1) + "\n", encoding="utf-8"
+        )
