@@ -107,7 +107,9 @@ def execute(request: BuildRequest) -> list[TargetBuild]:
     with interruptible(log), _created_dirs_removed_on_failure(request.out):
         resolved = resolve_targets(request)  # each target read, checked, its builder and options: once
         declared_task, input_size = _declared(request, log)
-        source = load_source_model(request.model, input_size, precheck=partial(check_resources, request, log))
+        plans = [(t.target.builder, t.options) for t in resolved]  # what the memory estimate needs of them
+        source = load_source_model(request.model, input_size,
+                                   precheck=partial(check_resources, request, log, plans=plans))
         task, class_output = choose_task(request.task or declared_task, source, request.eval_dir)
         _log_task_choice(log, request, source, task, class_output)
         side_labels, side_pre = read_sidecars(request.model)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import resource
 import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,21 +38,23 @@ def _files_under(folder: Path | None) -> int:
 
 
 def check_resources(request: BuildRequest, log: Any, hwc: tuple[int, int, int],
-                    activation_bytes: int | None = None) -> None:
+                    activation_bytes: int | None = None, *,
+                    plans: Iterable[tuple[str, Mapping[str, Any]]] | None = None) -> None:
     """Before the model runs and any image is read: refuse a build whose estimated peak memory
     (or spooled images) will not fit this machine, with the flag that overrides; log the estimate
     either way. ``hwc`` is the model's static input; ``activation_bytes`` its graph's widest step
     for one image (:mod:`edgekit.builders.host.memory`; None: unknown). The source loaders call
     it (``load_source_model(..., precheck=)``) before ONNX Runtime or LiteRT first runs the model.
     It also starts the build's memory watch (:mod:`edgekit.builders.host.tree`), which
-    :func:`log_peak_memory` reads: from here on the whole process tree's peak is measured."""
+    :func:`log_peak_memory` reads: from here on the whole process tree's peak is measured. ``plans``:
+    each resolved target's builder and options (builders/targets.py resolves them once; None: read here)."""
     start_watch(owner=log)
     h, w, c = hwc
     given = sum(_files_under(Path(s)) if Path(s).is_dir() else 100 for s in request.calib)
     n_calib = min(given, request.calib_count) if request.calib_count else given
     n_eval = _files_under(request.eval_dir)
     chunk = chunk_size(h, w)
-    int8, probe = int8_plans(request)
+    int8, probe = int8_plans(request, plans)
     phases = memory_phases(h, w, chunk, n_calib + n_eval, path_bytes(request.model), activation_bytes,
                            onnx=Path(request.model).suffix.lower() == ".onnx", int8=int8, probe=probe)
     top = max(phases, key=phases.__getitem__)
@@ -75,27 +78,33 @@ def check_resources(request: BuildRequest, log: Any, hwc: tuple[int, int, int],
     check_disk(spool, not request.memory_check)
 
 
-def int8_plans(request: BuildRequest) -> tuple[bool, bool]:
+def int8_plans(request: BuildRequest, plans: Iterable[tuple[str, Mapping[str, Any]]] | None = None
+               ) -> tuple[bool, bool]:
     """``(int8, probe)`` for :func:`edgekit.builders.host.resources.memory_phases`: whether a
     target quantises int8 with the TFLite builder (its per-layer report may run), and whether one
     of them also may keep layers in float, recovery on (int8 recovery's probe may run: no
     ``compile``, as ``builders/int8/recovery.py`` decides). A target that cannot be read counts as
     both (the estimate errs high; the build refuses it with its own message)."""
-    from edgekit.target import load_target
-
-    int8 = probe = False
-    overrides = request.builder_overrides()
-    for name in request.targets:
+    if plans is None:
         try:
-            target = load_target(str(name))
-            options = target.build_options(overrides)
+            plans = _read_plans(request)
         except Exception:
             return True, bool(request.recover)
-        if not str(target.builder).startswith("edgekit.builders.tflite:") or "int8" not in options.get("variants", ()):
+    int8 = probe = False
+    for builder, options in plans:
+        if not str(builder).startswith("edgekit.builders.tflite:") or "int8" not in options.get("variants", ()):
             continue
         int8 = True
         probe = probe or (bool(request.recover) and not options.get("compile"))
     return int8, probe
+
+
+def _read_plans(request: BuildRequest) -> list[tuple[str, Mapping[str, Any]]]:
+    """Each target's builder and options read from its file (for a caller that has not resolved them)."""
+    from edgekit.target import load_target
+
+    overrides = request.builder_overrides()
+    return [(t.builder, t.build_options(overrides)) for t in map(load_target, map(str, request.targets))]
 
 
 def _size(n: int) -> str:
