@@ -13,7 +13,8 @@ build's step that was running at the tree's peak (the last line it had logged).
     python benchmarks/build_memory.py --estimate-only      # the estimates alone (stops each build there)
     python benchmarks/build_memory.py --model M.onnx --calib calib/frames -- --input-size 64x64
 
-The suite needs the MediaPipe and RapidOCR files under /tmp/realmodels (cases whose model is
+The suite needs the MediaPipe and RapidOCR files under ``$EDGEKIT_REAL_MODELS`` (the unpacked wheels of
+mediapipe 0.10.14 and rapidocr-onnxruntime 1.4.4, found by file name, as the tests do; cases whose model is
 missing are skipped). Figures, not pass/fail (goal: estimate >= tree peak, within 1.5x).
 """
 
@@ -33,8 +34,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GB = 1 << 30
-MP = Path("/tmp/realmodels/mp/mediapipe/modules")
-OCR = Path("/tmp/realmodels/ocr/rapidocr_onnxruntime/models")
+
+
+def _real(name: str) -> Path:
+    """A published model file found by name under ``$EDGEKIT_REAL_MODELS`` (a path that does not exist
+    when the variable is unset or the file is not there: that case is skipped)."""
+    root = os.environ.get("EDGEKIT_REAL_MODELS")
+    found = next(iter(sorted(Path(root).rglob(name))), None) if root and Path(root).is_dir() else None
+    return found or Path("missing") / name
+
+
 PAGE = os.sysconf("SC_PAGE_SIZE")
 OCR_NORM = ["--mean", "127.5", "--std", "127.5"]
 
@@ -42,20 +51,20 @@ OCR_NORM = ["--mean", "127.5", "--std", "127.5"]
 CASES: dict[str, tuple[Path, str, list[str]]] = {
     "demo": (ROOT / "models/demo.keras", "calib/fashion", ["--eval", "eval/fashion"]),
     "detector": (ROOT / "models/detector.keras", "calib/detect", ["--task", "detect", "--eval", "eval/detect"]),
-    "mp_face": (MP / "face_detection/face_detection_short_range.tflite", "calib/frames",
+    "mp_face": (_real("face_detection_short_range.tflite"), "calib/frames",
                 ["-T", "preset=mediapipe_face_short", "--task", "detect"]),
-    "mp_landmark": (MP / "face_landmark/face_landmark.tflite", "calib/frames", ["--task", "raw"]),
-    "mp_palm": (MP / "palm_detection/palm_detection_lite.tflite", "calib/frames", ["--task", "raw"]),
-    "mp_selfie": (MP / "selfie_segmentation/selfie_segmentation.tflite", "calib/frames", ["--task", "segment"]),
-    "ocr_cls": (OCR / "ch_ppocr_mobile_v2.0_cls_infer.onnx", "calib/frames",
+    "mp_landmark": (_real("face_landmark.tflite"), "calib/frames", ["--task", "raw"]),
+    "mp_palm": (_real("palm_detection_lite.tflite"), "calib/frames", ["--task", "raw"]),
+    "mp_selfie": (_real("selfie_segmentation.tflite"), "calib/frames", ["--task", "segment"]),
+    "ocr_cls": (_real("ch_ppocr_mobile_v2.0_cls_infer.onnx"), "calib/frames",
                 ["--input-size", "48x192", *OCR_NORM, "--task", "raw"]),
-    "ocr_det160": (OCR / "ch_PP-OCRv4_det_infer.onnx", "calib/frames",
+    "ocr_det160": (_real("ch_PP-OCRv4_det_infer.onnx"), "calib/frames",
                    ["--input-size", "160x160", *OCR_NORM, "--task", "raw"]),
-    "ocr_det320": (OCR / "ch_PP-OCRv4_det_infer.onnx", "calib/frames",
+    "ocr_det320": (_real("ch_PP-OCRv4_det_infer.onnx"), "calib/frames",
                    ["--input-size", "320x320", *OCR_NORM, "--task", "raw"]),
     # 214 images: the converter calibrates on 150 (--calib-steps), so the first int8 takes longer and
     # recovery's time budget (3x it) runs more attempts
-    "ocr_det320_214": (OCR / "ch_PP-OCRv4_det_infer.onnx", "calib/frames",
+    "ocr_det320_214": (_real("ch_PP-OCRv4_det_infer.onnx"), "calib/frames",
                        ["--calib", "calib/detect", "--input-size", "320x320", *OCR_NORM, "--task", "raw"]),
 }
 # the same builds with a gate no int8 model meets, so int8 recovery (and its per-layer probe) runs:
