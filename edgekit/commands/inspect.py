@@ -84,10 +84,12 @@ def main(args: argparse.Namespace) -> int:
         text = format_litert(result)
     elif target.adapter.startswith("edgekit.runtime.rknn_lite:") and "rknn" in built:
         result, text = {"mode": "rknn-build-record", "model": str(path)}, format_rknn(path, built)
+    elif target.adapter.startswith("edgekit.runtime.imx500:") and "imx500" in built:
+        result, text = {"mode": "imx500-build-record", "model": str(path)}, format_imx500(path, built)
     else:
         raise UsageError(
-            f"inspect reads TFLite targets and rk3588 bundles; {target.name} runs through {target.adapter}",
-            "use --target edgetpu, rpi or cpu, or give an rk3588 bundle edgekit build wrote",
+            f"inspect reads TFLite targets and rk3588 or imx500 bundles; {target.name} runs through {target.adapter}",
+            "use --target edgetpu, rpi or cpu, or give an rk3588 or imx500 bundle edgekit build wrote",
         )
     result = {"target": target.name, **result, **built}
     text += "".join(f"\n{line}" for line in _build_lines(built))
@@ -113,8 +115,9 @@ def _resolve_model(path: Path, name: str | None) -> tuple[Path, str | None, dict
         model = bundle.model_path(name)
         entry = next((m for m in bundle.models if m.file == model.name), None)
         extra = entry.extra if entry is not None else {}
-        built = {k: extra[k] for k in ("rewrites", "speed", "rknn") if isinstance(extra.get(k), (list, dict))}
-        if "rknn" in built and entry is not None:  # the gate ran in the simulator at build: inspect says what it found
+        built = {k: extra[k] for k in ("rewrites", "speed", "rknn", "imx500")
+                 if isinstance(extra.get(k), (list, dict))}
+        if ("rknn" in built or "imx500" in built) and entry is not None:  # gated on the host at build: say what
             built["gate"] = _gate_record(bundle.manifest.get("verification"), entry.name)
         before = ((bundle.manifest.get("edgetpu") or {}).get("offline") or {}).get("before_rewrites")
         if built.get("rewrites") and isinstance(before, dict):
@@ -148,18 +151,39 @@ def format_rknn(path: Path, built: dict[str, Any]) -> str:
         cpu = ", ".join(f"{c.get('name')}" for c in npu.get("cpu_ops") or []) or "none"
         lines.append(f"ops on the NPU (the toolkit's layer table): {npu.get('npu_ops')}/{npu.get('ops')}; "
                      f"on the CPU: {cpu}")
-    figures = ", ".join(f"{k} {gate[k]:.{6 if k == 'cosine' else 4}f}" if isinstance(gate[k], float)
-                        else f"{k} {gate[k]}"
-                        for k in ("original", "converted", "ratio", "agreement", "cosine") if gate.get(k) is not None)
-    verdict = {True: "PASS", False: "FAIL"}.get(gate.get("passed"), "not gated")
-    lines.append(f"gate at build, in the toolkit's simulator ({gate.get('metric')} on {gate.get('n', '?')} "
-                 f"{gate.get('dataset')} images): {figures or 'no figures'}: {verdict}")
+    lines.append(_gate_line(gate, "in the toolkit's simulator"))
     for w in gate.get("worst_layers", [])[:3]:
         lines.append(f"  accuracy_analysis: {w.get('op')} {w.get('layer')} cosine {w.get('cosine')}")
     lines += [f"still to do on the board: {step}" for step in rk.get("on_device") or []]
     if rk.get("not_proven"):
         lines.append(f"not proven here: {rk['not_proven']}")
     return "\n".join(lines)
+
+
+def format_imx500(path: Path, built: dict[str, Any]) -> str:
+    """An imx500 bundle's build record: the chip's memory, the host-simulated gate, what the Pi still does."""
+    imx, gate = built["imx500"], built.get("gate") or {}
+    mem = imx.get("memory") or {}
+    tools = ", ".join(f"{k} {v}" for k, v in (imx.get("toolchain") or {}).items())
+    lines = [f"{path.name}: int8 for the IMX500 ({imx.get('tpc')}; {tools}), "
+             f"{imx.get('calibration_images')} calibration images",
+             f"memory report: {mem.get('usage')} of {mem.get('available')} ({mem.get('utilisation')}), "
+             f"{'fits the chip' if mem.get('fits') else 'does NOT fit the chip'}",
+             _gate_line(gate, "MCT's quantised model on the host")]
+    lines += [f"still to do on the Pi: {step}" for step in imx.get("on_device") or []]
+    if imx.get("not_proven"):
+        lines.append(f"not proven here: {imx['not_proven']}")
+    return "\n".join(lines)
+
+
+def _gate_line(gate: dict[str, Any], where: str) -> str:
+    """The build's gate in one line: its figures on the set it judged, and its verdict."""
+    figures = ", ".join(f"{k} {gate[k]:.{6 if k == 'cosine' else 4}f}" if isinstance(gate[k], float)
+                        else f"{k} {gate[k]}"
+                        for k in ("original", "converted", "ratio", "agreement", "cosine") if gate.get(k) is not None)
+    verdict = {True: "PASS", False: "FAIL"}.get(gate.get("passed"), "not gated")
+    return (f"gate at build, {where} ({gate.get('metric')} on {gate.get('n', '?')} {gate.get('dataset')} "
+            f"images): {figures or 'no figures'}: {verdict}")
 
 
 def _check_bundle_names(bundle: Any) -> None:

@@ -82,6 +82,18 @@ def test_the_recipe_quantises_gates_on_the_host_and_converts(toolchains, data, n
     assert any("imx500-package -i packerOut.zip" in step for step in facts["on_device"])
 
 
+def test_inspect_shows_the_chip_memory_the_gate_and_the_pi_steps(toolchains, data, capsys):  # noqa: F811
+    from edgekit.cli import main
+
+    (result,) = imx_build(mean_model(data / "tiny.onnx", False), data)
+    capsys.readouterr()
+    assert main(["inspect", str(result.bundle)]) == 0
+    out = capsys.readouterr().out
+    assert "memory report: 234.16KB of 8.00MB" in out and "fits the chip" in out
+    assert "gate at build, MCT's quantised model on the host" in out and "ratio 1.0" in out and ": PASS" in out
+    assert "still to do on the Pi: imx500-package -i packerOut.zip" in out and "not proven here" in out
+
+
 def test_a_gate_miss_is_rejected(toolchains, data, monkeypatch):  # noqa: F811
     monkeypatch.setenv("FAKE_MCT_SWAP", "1")
     with pytest.raises(VerificationFailed):

@@ -71,15 +71,19 @@ def test_the_report_judges_the_saturated_conv_within_its_clamp(clamped):
 
 def test_recovery_keeps_in_float_what_int8_lost_not_what_the_clamp_cut(clamped):
     from edgekit.builders.int8.quantize import quantize_int8
-    from edgekit.builders.int8.recovery import _tensors, ranked_layers
+    from edgekit.builders.int8.recovery import _tensors, ranked_layers, streamed_ranking
 
     graph, ranges, conv = clamped
     data = images()
     xs = [x[None] for x in data[:4]]
-    reference, got = _tensors(graph, xs), _tensors(quantize_int8(graph, data), xs)
+    quantized = quantize_int8(graph, data)
+    reference, got = _tensors(graph, xs), _tensors(quantized, xs)
     assert ranked_layers(reference, got, {})[0] == conv  # the clamp's cut, ranked first before
     ranked = ranked_layers(reference, got, ranges)
     assert conv in ranked and ranked.index(conv) >= len(ranked) // 2
+    # what the build runs: the same ranking, an image at a time (only one image's tensors held)
+    assert streamed_ranking(graph, quantized, xs, ranges) == ranked
+    assert streamed_ranking(graph, quantized, xs, {})[0] == conv
 
 
 def test_a_one_sided_or_non_constant_minimum_is_no_clamp():
