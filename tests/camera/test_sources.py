@@ -551,8 +551,12 @@ def test_grabber_keeps_only_the_newest_frame(clip):
     assert cap.released.wait(2)  # the grabber released the capture on its own thread
     steps = np.diff(indices)
     assert np.all(steps >= 1) and np.median(steps) >= 3
-    assert stats["skipped"] == int(np.sum(steps - 1))
+    # every frame between two handed over was skipped; frames the camera made after the last one
+    # handed over may be counted too (the grabber runs on until stats() is read: a clean-clone run
+    # beside another suite counted 67 against 66)
+    between = int(np.sum(steps - 1))
     assert stats["captured"] >= indices[-1] + 1
+    assert between <= stats["skipped"] <= between + stats["captured"] - 1 - indices[-1]
     # newest, not queued: age stays around one camera period and does not grow (generous bounds:
     # a queue would age each frame ~20 ms more than the last, ~0.14 s at the median, ~0.25 s at the end)
     assert np.median(ages) < 0.05 and max(ages[-5:]) < 0.1

@@ -56,10 +56,11 @@ PHASE_BASE_BYTES = int(0.72 * GB)
 # an ONNX source's build also holds ONNX Runtime's session and the ONNX graph (0.86-0.90 GB
 # measured on PP-OCRv4 det before the probe)
 ONNX_RUNTIME_BYTES = int(0.2 * GB)
-# int8 recovery's probe: 4 images x (float + int8 model) x float64, lists and their concatenation,
-# about 24 activation totals; measured 20-24 (palm detection lite, selfie segmentation, PP-OCRv4
-# det at 160x160 and 320x320)
-PROBE_COPIES = 26
+# int8 recovery (its per-layer probe and its attempts): the probe streams an image at a time (two
+# interpreters keeping every tensor, one image's outputs of each in float64), so about 6 activation
+# totals; measured 4.2 on palm detection lite (1.03 GB) and under base on PP-OCRv4 det at 160x160
+# (0.96 GB). Holding four images whole, it took 20-24 (2.30 and 1.68 GB).
+PROBE_COPIES = 6
 # the quantisation report's instrumented model (float, int8 and NumericVerify outputs kept):
 # measured 1.8-3.4 activation totals
 REPORT_COPIES = 4

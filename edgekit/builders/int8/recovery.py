@@ -38,6 +38,7 @@ from edgekit.builders.gate.figures import Figure, figures, judged, missed
 from edgekit.builders.gate.landmarks import judged_px
 from edgekit.builders.gate.verdict import failed
 from edgekit.builders.int8.recipe import float_graphs
+from edgekit.errors import ModelError
 
 if TYPE_CHECKING:
     from edgekit.builders.context import BuildContext
@@ -98,9 +99,13 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
             break
         if _over_cap(ctx, target, label):  # an attempt converts again: it peaks as high as the first did
             continue
-        with ctx.log.step(f"[{target.name}] int8 recovery: {label}") as step:
-            blob = attempt.quantise(float_model, attempt.images.stream(ctx._nhwc, ctx.chunk), io_dtype)
-        candidate = finish(blob, rewrites, step["seconds"], report=False)
+        try:
+            with ctx.log.step(f"[{target.name}] int8 recovery: {label}") as step:
+                blob = attempt.quantise(float_model, attempt.images.stream(ctx._nhwc, ctx.chunk), io_dtype)
+            candidate = finish(blob, rewrites, step["seconds"], report=False)
+        except ModelError as exc:  # one attempt TensorFlow cannot make (16x8 of DEPTH_TO_SPACE): the next
+            ctx.log.info(f"[{target.name}] int8 recovery: {label}: not possible ({exc.message[:200]})")
+            continue
         rows.append(_row(label, candidate[0], _cost(ctx, target, path, candidate[0]), ctx.task, ctx.request))
         ctx.log.info(f"[{target.name}] int8 recovery: {label}: {rows[-1]['figure_name']} {rows[-1]['figure']}, "
                      + ("passed" if rows[-1]["passed"] else _missed_text(rows[-1])))

@@ -40,7 +40,8 @@ from tests.conftest import CALIB, DEMO_MODEL
 
 MB = 1 << 20
 # MediaPipe's palm detection lite as the graph walk reads it (192x192, 1.9 MB file): widest step
-# 3.4 MB, activation total 68.4 MB; its cpu build peaked at 2.30 GB in recovery's probe
+# 3.4 MB, activation total 68.4 MB; its cpu build peaked at 1.03 GB in int8 recovery (2.30 GB while
+# recovery's probe held four images whole)
 PALM = dict(height=192, width=192, chunk=10, n_images=64, model_bytes=1_985_440)
 PALM_GRAPH = Activations(3_538_944, 71_717_760)
 
@@ -53,7 +54,7 @@ def test_the_phases_are_pinned_on_known_inputs():
     assert "onnx2tf" not in phases
     estimate = estimate_memory(**PALM, activation_bytes=PALM_GRAPH, int8=True, probe=True)
     assert estimate == phases["probe"] == max(phases.values())
-    assert 2.3 * GB <= estimate <= 1.5 * 2.3 * GB  # never below the measured peak, within 1.5x
+    assert 1.03 * GB <= estimate <= 1.5 * 1.03 * GB  # never below the measured peak, within 1.5x
 
 
 def test_without_int8_the_estimate_is_the_conversion_alone():

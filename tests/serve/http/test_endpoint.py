@@ -36,7 +36,7 @@ def raw_get(address: tuple[str, int], path: str = "/metrics", timeout: float = 1
 
 
 @pytest.mark.slow  # asserts on wall-clock time
-def test_200_concurrent_metrics_clients_are_all_answered_within_2_s(tmp_path):
+def test_200_concurrent_metrics_clients_are_all_answered_within_5_s(tmp_path):
     daemon = Daemon(make_config(tmp_path), runtime_factory=real_runtime, labels=LABELS)
     with running(daemon):
         wait_until(lambda: daemon.stats()["frames"]["processed"] >= 5)
@@ -52,7 +52,9 @@ def test_200_concurrent_metrics_clients_are_all_answered_within_2_s(tmp_path):
     statuses = [s for s, _ in results]
     slowest = max(t for _, t in results)
     assert statuses == [200] * 200
-    assert slowest < 2.0, f"slowest answer {slowest:.2f} s"
+    # slack for a loaded 2-core machine: two suites side by side saw 2.43 and 2.96 s; a server that
+    # served the 200 one after another behind a slow one would take minutes
+    assert slowest < 5.0, f"slowest answer {slowest:.2f} s"
 
 
 @pytest.mark.slow  # asserts on wall-clock time
