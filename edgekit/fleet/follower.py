@@ -32,13 +32,14 @@ from edgekit.errors import EXIT_RUNTIME, BundleError, EdgekitError, UsageError
 from edgekit.fleet.channel import MAX_POINTER_BYTES, Pointer, PointerError, channel_object, parse_pointer
 from edgekit.fleet.keys import read_trusted
 from edgekit.fleet.local import VersionsDir, default_root
-from edgekit.fleet.pull import Fetcher, NoSpace, Refused
+from edgekit.fleet.pull import Fetcher, Missing, NoSpace, Refused
 from edgekit.fleet.signature import verify_bundle
 from edgekit.fleet.store import Reader, StoreError, parse_location
 
 log = logging.getLogger("edgekit.serve")
 
 MAX_BACKOFF_S = 300.0
+MISSING_POLLS = 3  # polls a channel's version may be missing before it is refused (a mirror catching up)
 
 
 class StoreUnavailable(EdgekitError):
@@ -71,6 +72,7 @@ class ChannelFollower:
         self._candidate: dict[str, Any] | None = None  # the version flipped to, its swap's outcome pending
         self._good = ""  # the version served before the candidate: kept on disk for a rollback
         self._refused: dict[str, tuple[str, str]] = {}  # pointer digest -> (version, reason)
+        self._missing: dict[str, int] = {}  # pointer digest -> polls that found its version missing
         self._said: set[str] = set()
         self._failures = 0
         self.state = "starting"
@@ -215,6 +217,14 @@ class ChannelFollower:
         self.state = "downloading"
         try:
             self._fetcher.fetch(self.vdir, pointer.version, self._supervisor.identity.get("target", ""))
+        except Missing as exc:
+            seen = self._missing[pointer.digest] = self._missing.get(pointer.digest, 0) + 1
+            if seen < MISSING_POLLS:  # a mirror that copied the pointer first gets a few polls to catch up
+                self.state = "waiting for the version"
+                log.info("channel %s: %s; polling again (%d of %d)", self.channel, exc, seen, MISSING_POLLS)
+                return
+            self._refuse(pointer, str(exc))
+            return
         except Refused as exc:
             self._refuse(pointer, str(exc))
             return

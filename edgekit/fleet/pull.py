@@ -42,6 +42,11 @@ class Refused(Exception):
     """The version cannot be used here; the message says why (one line)."""
 
 
+class Missing(Refused):
+    """The channel names a version the store does not hold: refused only once it stays missing (a
+    mirror or a CDN may copy the channel's pointer before the version it names)."""
+
+
 class NoSpace(Exception):
     """The disk cannot hold the version now."""
 
@@ -97,7 +102,7 @@ class Fetcher:
         try:
             manifest = self.reader.get(self.key(version, MANIFEST), MAX_MANIFEST_BYTES).body
         except NotFound as exc:
-            raise Refused(f"version {version[:12]} is not in the store (the channel points at a missing version)"
+            raise Missing(f"version {version[:12]} is not in the store (the channel points at a missing version)"
                           ) from exc
         if hashlib.sha256(manifest).hexdigest() != version:
             raise Refused(f"its {MANIFEST} in the store does not hash to the version's name (tampered or corrupt)")

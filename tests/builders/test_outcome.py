@@ -148,7 +148,8 @@ def test_the_last_line_lists_exactly_what_was_written_rejected_and_failed(mixed)
 def test_a_partial_bundle_holds_the_variants_that_passed_and_names_the_one_that_did_not(mixed):
     dist = mixed[3]
     bundle = load_bundle(dist / "demo-cpu")  # no --allow-rejected needed: every model in it passed
-    assert [m.name for m in bundle.models] == ["fp32", "fp16"] and bundle.manifest["default_model"] == "fp32"
+    # the default is the fastest passing variant as the build timed them (fp16 won on a quiet clean-clone run)
+    assert [m.name for m in bundle.models] == ["fp32", "fp16"] and bundle.manifest["default_model"] in ("fp32", "fp16")
     assert sorted(bundle.manifest["files"]) == ["build.log", "demo_fp16.tflite", "demo_fp32.tflite", "labels.txt"]
     v = bundle.manifest["verification"]
     assert v["passed"] is True and v["reason"] is None and list(v["models"]) == ["fp32", "fp16"]

@@ -236,3 +236,22 @@ def test_a_version_that_fails_on_probation_is_rolled_back_and_current_follows(fl
         stats = daemon.stats()
     assert serving(daemon) == v1 and stats["fleet"]["refused"] == {v2[:12]: stats["fleet"]["refused"][v2[:12]]}
     assert "device disconnected" in stats["fleet"]["refused"][v2[:12]]
+
+
+def test_a_pointer_that_arrives_before_its_version_is_waited_for_not_refused(fleet, bundles):
+    """A mirror or a CDN may copy the channel's pointer before the version it names: the follower
+    polls again (MISSING_POLLS) before it refuses a missing version."""
+    v1 = fleet.push(bundles["v1"])
+    daemon = Daemon(config(fleet, poll_interval_s=2.0))
+    with running(daemon):
+        wait_until(lambda: serving(daemon) == v1, timeout=60)
+        v2 = fleet.push(bundles["v2"], channel=None)
+        client, key = fleet.server.client(), f"{fleet.prefix}/{version_dir(v2)}/edgekit.json"
+        manifest = client.get_object(Bucket=sw.BUCKET, Key=key)["Body"].read()
+        client.delete_object(Bucket=sw.BUCKET, Key=key)
+        client.put_object(Bucket=sw.BUCKET, Key=f"{fleet.prefix}/{channel_object('stable')}",
+                          Body=make_pointer("stable", v2, {}, ""))  # the pointer first
+        wait_until(lambda: daemon.stats()["fleet"]["state"] == "waiting for the version", timeout=60)
+        client.put_object(Bucket=sw.BUCKET, Key=key, Body=manifest)  # then the version, as a sync does
+        wait_until(lambda: serving(daemon) == v2, timeout=60)
+        assert daemon.stats()["swaps"]["refused"] == 0

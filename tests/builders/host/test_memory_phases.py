@@ -218,9 +218,14 @@ def test_the_precheck_names_the_phase_that_peaks_and_the_build_reports_its_child
     _child(300, 0.5).wait()
     log_peak_memory(log, time.perf_counter() - 2)
     assert current_watch() is None
-    assert "this process and its children together (this process" in log.lines[-1]
-    peak = float(log.lines[-1].split("peak RSS ")[1].split(" GB")[0])
-    assert peak >= 0.29 + resources.current_rss() / GB - 0.05
+    # the tree's peak is this process and its children at one instant; in a test runner whose own RSS
+    # swings by more than the child's 300 MB (a clean-clone CI worker at 2 GB), that instant may have
+    # no child, and the line names the largest child alone instead
+    line = log.lines[-1]
+    assert "this process and its children together" in line
+    assert "(this process" in line or "the largest child alone 0.3" in line, line
+    peak = float(line.split("peak RSS ")[1].split(" GB")[0])
+    assert peak >= 0.29
 
 
 def test_the_tree_watch_adds_a_childs_peak_to_this_process(monkeypatch):
@@ -232,8 +237,10 @@ def test_the_tree_watch_adds_a_childs_peak_to_this_process(monkeypatch):
     child.wait()
     peak = stop_watch()
     assert peak is not None and watch is not None
-    assert peak.children >= 190 * MB and peak.largest_child >= 190 * MB
-    assert peak.tree == peak.own + peak.children >= resources.peak_rss() * 0.5 + 190 * MB
+    # the child was seen whole; whether it is in the tree's peak instant depends on how much this
+    # process's own RSS swings meanwhile (a 2 GB CI worker's swung by more than the child: children 0)
+    assert peak.largest_child >= 190 * MB
+    assert peak.tree == peak.own + peak.children >= max(peak.own, 190 * MB)
     assert stop_watch() is None
 
 
