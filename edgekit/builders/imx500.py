@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgekit.builders.contract import BuilderOutput, BuiltModel, task_extra
-from edgekit.errors import EdgekitError, ModelError
+from edgekit.errors import ModelError
 from edgekit.imaging.image import InputSpec, Preprocessor
 
 if TYPE_CHECKING:
@@ -148,21 +148,13 @@ def _write_calibration(ctx: BuildContext, spec: InputSpec, dest: Path, limit: in
     return count
 
 
-def _start(ctx: BuildContext, target: Target, toolchain: Any, workdir: Path, job: dict, timeout: float) -> ChildSession:
-    """The child session, quantised and exported; a failure keeps the child's log beside ``--out``."""
-    from edgekit.toolchain.session import ChildSession
+def _start(ctx: BuildContext, target: Target, toolchain: Any, workdir: Path, job: dict,
+           timeout: float) -> ChildSession:
+    """The child session; a failure keeps the toolchain's log beside ``--out``."""
+    from edgekit.toolchain.session import open_session
 
-    try:
-        return ChildSession(toolchain, "imx500_build", job, workdir, timeout)
-    except EdgekitError as exc:
-        kept = ctx.request.out / f"{ctx.name}-{target.name}.imx500.failed.log"  # the work dir goes with the build
-        try:
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(workdir / "job.log", kept)
-            exc.hint = f"the toolchain's log is kept in {kept}"
-        except OSError:
-            pass
-        raise
+    keep = ctx.request.out / f"{ctx.name}-{target.name}.imx500.failed.log"
+    return open_session(toolchain, "imx500_build", job, workdir, timeout, keep)
 
 
 class QuantisedRunner:

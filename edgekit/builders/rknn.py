@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgekit.builders.contract import BuilderOutput, BuiltModel, task_extra
-from edgekit.errors import EdgekitError, ModelError
+from edgekit.errors import ModelError
 from edgekit.imaging.image import InputSpec, Preprocessor
 
 if TYPE_CHECKING:
@@ -149,20 +149,11 @@ def _write_calibration(ctx: BuildContext, target: Target, spec: InputSpec, dest:
 
 def _start(ctx: BuildContext, target: Target, toolchain: Any, workdir: Path, job: dict,
            timeout: float) -> ChildSession:
-    """The child session, built and exported; a failure keeps the toolkit's log beside ``--out``."""
-    from edgekit.toolchain.session import ChildSession
+    """The child session; a failure keeps the toolchain's log beside ``--out``."""
+    from edgekit.toolchain.session import open_session
 
-    try:
-        return ChildSession(toolchain, "rknn_sim", job, workdir, timeout)
-    except EdgekitError as exc:
-        kept = ctx.request.out / f"{ctx.name}-{target.name}.rknn.failed.log"  # the work dir goes with the build
-        try:
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(workdir / "job.log", kept)
-            exc.hint = f"the toolkit's log is kept in {kept}"
-        except OSError:
-            pass
-        raise
+    keep = ctx.request.out / f"{ctx.name}-{target.name}.rknn.failed.log"
+    return open_session(toolchain, "rknn_sim", job, workdir, timeout, keep, whose="the toolkit's")
 
 
 class SimRunner:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.errors import ModelError
+from edgekit.errors import EdgekitError, ModelError
 from edgekit.toolchain.child import LOG, ToolchainJobError, child_argv, child_env, last_line
 from edgekit.toolchain.jobs import jobwire
 from edgekit.toolchain.store import Installed
@@ -107,3 +107,21 @@ class ChildSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def open_session(toolchain: Any, script: str, job: dict, workdir: Path, timeout: float,
+                 keep_log_at: Path, whose: str = "the toolchain's") -> ChildSession:
+    """A :class:`ChildSession` of ``script``; when it fails to start, its log is copied to
+    ``keep_log_at`` (the work dir goes with the build) and the error's fix line says where."""
+    import shutil
+
+    try:
+        return ChildSession(toolchain, script, job, workdir, timeout)
+    except EdgekitError as exc:
+        try:
+            keep_log_at.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(workdir / "job.log", keep_log_at)
+            exc.hint = f"{whose} log is kept in {keep_log_at}"
+        except OSError:
+            pass
+        raise
