@@ -8,7 +8,9 @@ a busy machine give four readable lines, not thirty. The kinds:
   cores measures);
 - a bundle built for an accelerator (the Edge TPU, a Jetson's GPU) that ran without it: its
   latency is the host CPU's, not the device's;
-- noise within runs (coefficient of variation), drift between repeats, invalid runs.
+- noise within runs (coefficient of variation), drift between repeats, invalid runs;
+- a bundle whose default variant measured here more than :data:`~edgekit.bench.default_choice.PROMISE`
+  slower than another of its variants (the build promises better; ``--set-default`` re-decides).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from edgekit.bench.default_choice import PROMISE, fastest, verdict
 from edgekit.bench.report import BenchReport, VariantResult, short_runtime
 
 REPEAT_SPREAD_BOUND = 0.05
@@ -62,6 +65,28 @@ def _repeat_spread(v: VariantResult) -> float:
     return statistics.stdev(p50s) / statistics.mean(p50s)
 
 
+def default_past_promise(report: BenchReport) -> list[str]:
+    """``"dist/demo-cpu: default fp32, but int8 1.24x faster than fp32 (...)"`` for each bundle whose default
+    variant, by the rule the build decides with (each repeat's fastest run, the median of the per-repeat
+    ratios), ran more than :data:`PROMISE` slower here than the fastest of its other variants. A bundle
+    holds only variants that passed its gate, so any of them may be its default."""
+    bundles: dict[str, list[VariantResult]] = {}
+    for v in report.variants:
+        if v.variant is not None and v.valid:
+            bundles.setdefault(v.path, []).append(v)
+    out = []
+    for path, variants in bundles.items():
+        default = next((v.variant for v in variants if v.default), None)
+        rounds = {v.variant: [list(r.samples_ms["inference"]) for r in v.runs] for v in variants}
+        if default is None or len(rounds) != len(variants) or len(rounds) < 2:
+            continue  # no default among them, or one variant measured with several backends
+        best = fastest(list(rounds), rounds)
+        found = verdict(default, best, rounds, PROMISE) if best != default else None
+        if found is not None and found.faster:
+            out.append(f"{path}: default {default}, but {found.text()}")
+    return out
+
+
 def _fold(what: str, items: list[str], advice: str) -> list[str]:
     return [f"{what}: {', '.join(items)}: {advice}"] if items else []
 
@@ -92,4 +117,7 @@ def noise_warnings(report: BenchReport) -> list[str]:
                "the machine's speed drifted; compare ratios, not absolute times"),
         *_fold("run(s) invalid", invalid,
                "--max-duration reached before --min-count frames over --min-duration seconds"),
+        *_fold(f"default more than {PROMISE:g}x slower than another variant of its bundle",
+               default_past_promise(report),
+               "the build host timed them otherwise; edgekit bench BUNDLE --set-default re-decides on this machine"),
     ]

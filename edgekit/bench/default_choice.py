@@ -4,7 +4,9 @@ The build (edgekit/builders/gate/speed.py) and ``edgekit bench --set-default`` t
 rounds, each round running each variant in turn. On a loaded machine a round's median moves with
 whatever else ran during that variant's slot: PaddleOCR's classifier, built on a loaded 2-core host,
 kept fp32 as its default while ``edgekit bench`` measured int8 1.27x faster, because the build moved
-the default only when every round's median agreed past 1.15x (issue 37).
+the default only when every round's median agreed past 1.15x (issue 37). The margin a candidate must
+clear (:data:`DEFAULT_MARGIN`) now sits below what the bundle promises (:data:`PROMISE`), so that the
+noise between the build's timing and a later bench cannot leave the default past the promise.
 
 Two things make the decision hold there. Within a round, a variant's cost is the **fastest** of its
 runs (the floor): load only ever adds time, so a run that went unhindered is the one that measured
@@ -23,9 +25,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DEFAULT_MARGIN = 1.15
-"""A passing variant faster than the configured default past this ratio becomes the default: the
-default is then never more than 1.15x slower than the fastest variant that passed (issue 37)."""
+PROMISE = 1.15
+"""What a bundle promises: its default is never more than this much slower than the fastest variant
+that passed, as ``edgekit bench --variants all`` measures it later (issue 37)."""
+DEFAULT_MARGIN = 1.05
+"""A passing variant faster than the configured default past this ratio becomes the default. It sits
+under :data:`PROMISE` by the noise between two measurements on a shared host: on a 2-core machine
+running other work, the build measured PaddleOCR's classifier's int8 1.11x faster than fp32 (so a
+1.15x switch kept fp32) while five ``bench --variants all`` runs put fp32 1.00x-1.65x behind. A
+configured default that is more than 5 % slower gives way; one within 5 % keeps its accuracy."""
 MAX_ROUNDS = 9
 """The most rounds a decision may take: three times the three a build runs when they agree."""
 STATISTIC = "median over rounds of the ratio of each round's fastest run"
@@ -68,7 +76,7 @@ class Verdict:
         return 0 < self.rounds_past < len(self.ratios)
 
     def text(self) -> str:
-        """``int8 1.27x faster than fp32 (median of 5 rounds' fastest runs; 4 of 5 past 1.15x)``."""
+        """``int8 1.27x faster than fp32 (median of 5 rounds' fastest runs; 4 of 5 past 1.05x)``."""
         word = "faster than" if self.ratio > 1 else "as fast as" if self.ratio == 1 else "slower than"
         shown = self.ratio if self.ratio >= 1 else 1 / self.ratio
         return (f"{self.candidate} {shown:.2f}x {word} {self.configured} (median of {len(self.ratios)} rounds' "

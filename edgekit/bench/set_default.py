@@ -3,7 +3,7 @@
 The build decides the default on the build host (edgekit/builders/gate/speed.py), whose XNNPACK is only a
 proxy for the device's. Here every variant of the bundle was just timed on the device itself, in
 interleaved repeats; the same robust rule decides (:mod:`edgekit.bench.default_choice`: each repeat's
-fastest run, the median of the per-repeat ratios, a candidate past 1.15x), and when it names another
+fastest run, the median of the per-repeat ratios, a candidate past 1.05x), and when it names another
 variant than the bundle's default, ``edgekit.json`` is rewritten whole or not at all (a temporary file
 and a rename) with:
 

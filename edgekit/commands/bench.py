@@ -119,7 +119,7 @@ def _json_flag(args: argparse.Namespace) -> None:
         raise UsageError("no model to benchmark", "give bundle directories (BUNDLE or BUNDLE:VARIANT) or model files")
 
 
-SET_DEFAULT_HELP = ("time every variant of one BUNDLE and write the fastest that passed (past 1.15x, by each "
+SET_DEFAULT_HELP = ("time every variant of one BUNDLE and write the fastest that passed (past 1.05x, by each "
                     "repeat's fastest run) as its default in edgekit.json, with this machine")
 MAX_FRAMES = 1000  # held in memory: 1000 VGA frames are ~0.9 GB (1e8 was an endless allocation)
 # What matplotlib's savefig writes (its error for anything else came after the whole benchmark)

@@ -183,3 +183,26 @@ def test_fourteen_variants_get_fourteen_colours_and_the_legend_sits_outside_the_
     renderer = canvas.get_renderer()
     legend, data = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
     assert legend.x0 >= data.x1  # right of the axes, covering nothing
+
+
+def _bundle_variants(default_ms: float, other_ms: float, path: str = "dist/m-cpu") -> list[VariantResult]:
+    fp32 = _variant("m-cpu:fp32", "m", default_ms, spread=0.0)
+    int8 = _variant("m-cpu:int8", "m", other_ms, spread=0.0)
+    for v in (fp32, int8):
+        v.path = path
+    fp32.default = True
+    return [fp32, int8]
+
+
+@pytest.mark.parametrize(("default_ms", "warned"), [(1.3, True), (1.1501, True), (1.15, False), (1.1, False),
+                                                    (0.9, False)])
+def test_a_default_past_the_builds_promise_is_named_with_the_command_that_re_decides(default_ms, warned):
+    """The build promises a default within 1.15x of its fastest passing variant (edgekit/bench/default_choice.py);
+    bench --variants all says when this machine measures otherwise, by the same rule, and never when it does not."""
+    warnings = [w for w in _report(_bundle_variants(default_ms, 1.0)).warnings if w.startswith("default more")]
+    assert len(warnings) == warned
+    if warned:
+        assert "dist/m-cpu: default fp32, but int8 " in warnings[0] and "faster than fp32" in warnings[0]
+        assert "edgekit bench BUNDLE --set-default" in warnings[0]
+    two = _bundle_variants(1.3, 1.0, "a") + _bundle_variants(1.0, 1.0, "b")  # two bundles: each judged alone
+    assert [w.count(": default") for w in _report(two).warnings if w.startswith("default more")] == [1]
