@@ -168,6 +168,9 @@ class Pipeline:
         self.preprocess = Preprocessor(runtime.input_spec)
         self.decode = decoder or _decoder(task, labels, runtime, top_k, task_options)
         self._maps_boxes = bool(getattr(self.decode, "maps_boxes", False))
+        # a runtime whose outputs ride on the frame (the IMX500 ran the network in the sensor on that
+        # very frame) is handed the frame's metadata: infer(tensor, metadata=frame.metadata)
+        self._frame_metadata = bool(getattr(runtime, "reads_frame_metadata", False))
         self.then = then
         self.metrics = metrics if metrics is not None else PipelineMetrics(warmup=warmup, window=window)
         self.metrics.init_ms = getattr(runtime, "init_ms", None)
@@ -197,7 +200,10 @@ class Pipeline:
             return self._corrupt(frame, problem)
         self._corrupt_in_a_row = 0
         t_pre = clock.lap()
-        outputs = self.runtime.infer(tensor)
+        if self._frame_metadata:
+            outputs = self.runtime.infer(tensor, metadata=getattr(frame, "metadata", None))
+        else:
+            outputs = self.runtime.infer(tensor)
         t_infer = clock.lap()
         decoded = self.decode_outputs(outputs, frame.array.shape)
         t_post = clock.lap()

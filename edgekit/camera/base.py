@@ -13,7 +13,7 @@ import contextlib
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -44,12 +44,15 @@ class Frame:
     where it came from, for results that name their image: an image's path as the folder was
     given (``eval/x/000.jpg``), a video file's path, else the camera's name with a stream's
     password redacted (``v4l2:0``, ``rtsp://***@cam/stream``); None for frames made by hand.
+    ``metadata`` is the camera's own record of this very frame where a backend reads it (the
+    ``imx500`` source: the request's metadata, which carries the sensor's network outputs), else None.
     """
 
     array: np.ndarray
     t_capture_ns: int
     index: int
     source: str | None = None
+    metadata: Mapping[str, Any] | None = None
 
 
 @runtime_checkable
@@ -192,7 +195,8 @@ class SourceBase:
 class LatestFrameSource(SourceBase):
     """Runs ``read()`` on a grabber thread and hands the consumer only the newest frame.
 
-    ``read`` returns ``(ok, array)`` like ``cv2.VideoCapture.read``; a False, a None or
+    ``read`` returns ``(ok, array)`` like ``cv2.VideoCapture.read`` (or ``(ok, array, metadata)``:
+    the frame's :attr:`Frame.metadata`); a False, a None or
     empty array, or an exception counts as a read error and the thread keeps trying (with a
     short back-off so a dead device does not spin a core). ``release`` is called on the
     grabber thread when it ends, so a device is never released while a read is in progress.
@@ -208,7 +212,7 @@ class LatestFrameSource(SourceBase):
 
     def __init__(
         self,
-        read: Callable[[], tuple[bool, np.ndarray | None]],
+        read: Callable[[], tuple[Any, ...]],
         *,
         name: str = "live",
         release: Callable[[], None] | None = None,
@@ -240,8 +244,10 @@ class LatestFrameSource(SourceBase):
         index = 0
         try:
             while not self._stop.is_set():
+                metadata = None
                 try:
-                    ok, array = self._read()
+                    ok, array, *rest = self._read()
+                    metadata = rest[0] if rest else None
                 except Exception as exc:  # a driver hiccup must not kill the grabber: count it
                     ok, array, self._last_error = False, None, exc
                 t_ns = time.perf_counter_ns()
@@ -257,7 +263,7 @@ class LatestFrameSource(SourceBase):
                 # A frame never taken is simply replaced; the consumer counts it as skipped
                 # from the index gap when it takes the next one (or, delivered, as it is replaced).
                 with self._handover:
-                    dropped = self._mailbox.put(Frame(array, t_ns, index, self.name))
+                    dropped = self._mailbox.put(Frame(array, t_ns, index, self.name, metadata))
                 if self._direct:
                     self._counters.add(delivered=1 - int(dropped), skipped=int(dropped))
                 index += 1
