@@ -3,6 +3,7 @@ checks that the network is loaded before the camera, and ``get_outputs`` reshape
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from edgekit.errors import BackendUnavailable, DeviceError, ModelError
+from edgekit.imaging.geometry import box_map
 from edgekit.imaging.image import InputSpec
 from edgekit.runtime import BACKENDS, check_options, open_runtime
 from edgekit.runtime.imx500 import Imx500Runtime, find_rpk
@@ -111,3 +113,58 @@ def test_the_backends_table_row_opens_a_bare_rpk_and_checks_options(fake_picamer
         check_options(Imx500Runtime, {"frame_rate": -1}, ValueError)
     with open_runtime(bundle / "network.rpk") as rt:
         assert isinstance(rt, Imx500Runtime)
+
+
+def test_infer_reads_the_given_frames_outputs_and_refuses_a_frame_without_them(fake_picamera2, bundle, caplog):
+    fake_picamera2.IMX500_OUTPUTS = lambda n: [np.full(10, n, np.float32)]
+    with Imx500Runtime(bundle / "packerOut.zip", input_spec=SPEC) as rt:
+        cam = fake_picamera2.INSTANCES[0]
+        cam.frames = 41
+        metadata = cam.capture_metadata()  # frame 42
+        cam.frames = 99  # later frames exist: the outputs must still be frame 42's
+        out = rt.infer(np.zeros(SPEC.shape, np.float32), metadata=metadata)
+        np.testing.assert_array_equal(out[0], np.full((1, 10), 42, np.float32))
+        assert cam.frames == 99  # no frame of its own was captured
+        with pytest.raises(DeviceError, match="carries no network outputs"):
+            rt.infer(np.zeros(SPEC.shape, np.float32), metadata={"SensorTimestamp": 7})
+        rt.attach("imx500")
+        with pytest.raises(DeviceError, match="imx500 reads this camera"):
+            rt.infer(np.zeros(SPEC.shape, np.float32))
+        rt.detach()
+        for _ in range(3):  # another camera's frames: the sensor's newest outputs, said once
+            rt.infer(np.zeros(SPEC.shape, np.float32))
+    said = [r for r in caplog.records if "not from the frames this run reads" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.WARNING
+
+
+def test_the_sensors_inference_window_becomes_the_inputs_crop_so_boxes_land_on_the_frame(fake_picamera2, bundle):
+    """A square network with preserve_aspect_ratio: the sensor scales a centred 3040x3040 window of its
+    4056x3040 pixels; the 640x480 main stream shows the whole sensor (ScalerCrop), so the window is
+    (80, 0, 479, 480) there (picamera2's convert_inference_coords, by hand: 508 * 2028 / 4056 = 254
+    raw pixels, 254 * 640 / 2028 = 80; 1520 * 640 / 2028 = 479)."""
+    square = InputSpec(shape=(1, 320, 320, 3), layout="NHWC", colour="rgb", resize="letterbox")
+    fake_picamera2.IMX500_PRESERVE_AR, fake_picamera2.IMX500_INPUT_SIZE = True, (320, 320)
+    with Imx500Runtime(bundle / "packerOut.zip", input_spec=square) as rt:
+        assert ("set_auto_aspect_ratio",) in fake_picamera2.CALLS
+        assert rt.window == (80, 0, 479, 480)
+        assert rt.input_spec.crop == "480:479" and rt.input_spec.resize == "stretch"  # what the sensor does
+        assert rt.input_spec.shape == square.shape
+        mapping = box_map(rt.input_spec, (480, 640, 3))  # what every head maps its boxes through
+        box = mapping(np.array([[0, 0, 320, 320], [80, 160, 240, 320]], np.float32))
+        x, y, w, h = rt.window
+        want = [[x, y, x + w, y + h], [x + 80 * w / 320, 160 * h / 320, x + 240 * w / 320, y + h]]
+        np.testing.assert_allclose(box, want, atol=1.0)
+    fake_picamera2.reset()
+    with Imx500Runtime(bundle / "packerOut.zip", input_spec=square) as rt:  # the whole sensor: no crop
+        assert rt.window == (0, 0, 640, 480) and rt.input_spec.crop is None
+
+
+def test_without_convert_inference_coords_the_bundles_geometry_stays_and_it_says_so(
+    fake_picamera2, bundle, monkeypatch, caplog
+):
+    import picamera2.devices
+
+    monkeypatch.delattr(picamera2.devices.IMX500, "convert_inference_coords")
+    with Imx500Runtime(bundle / "packerOut.zip", input_spec=SPEC) as rt:
+        assert rt.window is None and rt.input_spec == SPEC
+    assert any("is unknown" in r.getMessage() for r in caplog.records)

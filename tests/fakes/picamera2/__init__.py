@@ -8,10 +8,15 @@ uses for that format: "RGB888" -> B,G,R; "BGR888" -> R,G,B; "XRGB8888" -> B,G,R,
 "XBGR8888" -> R,G,B,255; "YUV420" -> I420 planes with rows padded to a 64-byte stride.
 
 Knobs (module attributes, reset with ``reset()``): ``CAMERAS`` (attached cameras),
-``PI5`` (lores may be RGB), ``HANG_AFTER`` (capture_array blocks after that many frames,
-like a camera whose cable came loose, until ``close()``); ``IMX500_OUTPUTS`` and
-``IMX500_UPLOAD_FRAMES`` for the AI Camera (:mod:`picamera2.devices`: ``capture_metadata``
-carries the outputs flattened in Fortran order, as libcamera's ``CnnOutputTensor`` does).
+``PI5`` (lores may be RGB), ``HANG_AFTER`` (capture_array and capture_request block after that
+many frames, like a camera whose cable came loose, until ``close()``); ``IMX500_OUTPUTS`` (a list,
+or ``frame number -> list``) and ``IMX500_UPLOAD_FRAMES`` for the AI Camera
+(:mod:`picamera2.devices`: each frame's metadata carries the outputs flattened in Fortran order, as
+libcamera's ``CnnOutputTensor`` does, and its ``ScalerCrop``, ``SCALER_CROP``); ``STAMP`` writes
+each frame's number (mod 256) into its top-left pixel, so a test can tell which frame it holds.
+
+``capture_request`` hands a :class:`CompletedRequest` (``make_array``, ``get_metadata``,
+``release``) the caller must release, as picamera2 does; ``HELD`` lists those not released yet.
 """
 
 from __future__ import annotations
@@ -34,16 +39,21 @@ def _default_scene() -> np.ndarray:
 
 def reset() -> None:
     """Restore the default knobs and clear the call log."""
-    global CAMERAS, PI5, HANG_AFTER, SCENE, IMX500_OUTPUTS, IMX500_UPLOAD_FRAMES
+    global CAMERAS, PI5, HANG_AFTER, SCENE, IMX500_OUTPUTS, IMX500_UPLOAD_FRAMES, SCALER_CROP, STAMP
+    global IMX500_INPUT_SIZE, IMX500_PRESERVE_AR
     CAMERAS = [{"Model": "imx708", "Num": 0}]
     PI5 = False
     HANG_AFTER = None
     SCENE = _default_scene()
     IMX500_OUTPUTS = [np.linspace(0, 1, 10, dtype=np.float32)]
     IMX500_UPLOAD_FRAMES = 2
+    SCALER_CROP = (0, 0, 4056, 3040)  # libcamera's ScalerCrop: the sensor window the ISP output shows
+    STAMP = False
+    IMX500_INPUT_SIZE, IMX500_PRESERVE_AR = (28, 28), False  # the network's input (w, h); its intrinsics' flag
     CALLS.clear()
     INSTANCES.clear()
     NETWORKS.clear()
+    HELD.clear()
 
 
 CALLS: list[tuple] = []
@@ -52,6 +62,11 @@ NETWORKS: list[str] = []  # .rpk files an IMX500 object has loaded (picamera2.de
 IMX500_OUTPUTS: list[np.ndarray] = []  # the tensors the network gives each frame (as the model lays them out)
 IMX500_UPLOAD_FRAMES = 2  # frames without outputs while the network uploads
 CAMERAS: list[dict] = []
+HELD: list = []  # completed requests handed out and not released
+SCALER_CROP = (0, 0, 4056, 3040)
+STAMP = False
+IMX500_INPUT_SIZE = (28, 28)
+IMX500_PRESERVE_AR = False
 PI5 = False
 HANG_AFTER: int | None = None
 SCENE: np.ndarray = _default_scene()
@@ -134,6 +149,7 @@ class Picamera2:
     def create_preview_configuration(self, main=None, lores=None, controls=None, buffer_count=4, **_):
         CALLS.append(("create_preview_configuration", {"controls": controls, "buffer_count": buffer_count}))
         return {"main": {"format": "XBGR8888", "size": DEFAULT_SIZE, **(main or {})}, "lores": lores,
+                "raw": {"format": "SRGGB10_CSI2P", "size": (2028, 1520)},  # the IMX500's binned mode
                 "controls": dict(controls or {}), "buffer_count": buffer_count}
 
     def start(self, config: dict | None = None, show_preview=False) -> None:
@@ -150,12 +166,29 @@ class Picamera2:
         if not self.started:
             raise RuntimeError("Camera is not running")
         self.frames += 1
-        metadata = {"SensorTimestamp": self.frames}
+        return self._metadata()
+
+    def _metadata(self) -> dict:
+        """Frame ``self.frames``'s metadata: its number, ScalerCrop and, past the upload, the outputs."""
+        metadata = {"SensorTimestamp": self.frames, "ScalerCrop": tuple(SCALER_CROP)}
         if NETWORKS and self.frames > IMX500_UPLOAD_FRAMES:
-            flat = [np.asarray(o, np.float32).ravel(order="F") for o in IMX500_OUTPUTS]
+            tensors = IMX500_OUTPUTS(self.frames) if callable(IMX500_OUTPUTS) else IMX500_OUTPUTS
+            flat = [np.asarray(o, np.float32).ravel(order="F") for o in tensors]
             metadata["CnnOutputTensor"] = np.concatenate(flat).tolist()
-            metadata["CnnOutputTensorInfo"] = [tuple(np.shape(o)) for o in IMX500_OUTPUTS]
+            metadata["CnnOutputTensorInfo"] = [tuple(np.shape(o)) for o in tensors]
         return metadata
+
+    def capture_request(self, wait=None, signal_function=None, flush=None):
+        """The next completed request (the caller releases it); ``wait=False``: a job for :meth:`wait`."""
+        if not self.started:
+            raise RuntimeError("Camera is not running")
+        if not any(c[0] == "capture_request" for c in CALLS):
+            CALLS.append(("capture_request", wait))  # the grabber asks continuously: log once
+        job = _Job("main", request=True)
+        return job if wait is False else self.wait(job)
+
+    def cancel_all_and_flush(self) -> None:
+        CALLS.append(("cancel_all_and_flush",))
 
     def stop(self) -> None:
         CALLS.append(("stop",))
@@ -186,13 +219,45 @@ class Picamera2:
             if not self._released.wait(timeout):  # a dead camera: the request never completes
                 raise FutureTimeoutError()
             raise RuntimeError("Camera closed")
+        if not self.started:
+            raise RuntimeError("Camera is not running")
         time.sleep(1.0 / float(self.config["controls"].get("FrameRate", 100.0)))
         self.frames += 1
         stream = self.config[job.name]
         w, h = stream["size"]
-        return pack(cv2.resize(SCENE, (w, h), interpolation=cv2.INTER_AREA), stream["format"])
+        array = pack(cv2.resize(SCENE, (w, h), interpolation=cv2.INTER_AREA), stream["format"])
+        if STAMP:
+            array[0, 0, :3] = self.frames % 256
+        return CompletedRequest(self.frames, {job.name: array}, self._metadata()) if job.request else array
 
 
 class _Job:
-    def __init__(self, name: str):
+    def __init__(self, name: str, request: bool = False):
         self.name = name
+        self.request = request
+
+
+class CompletedRequest:
+    """A completed request: one frame's buffers and metadata, held until :meth:`release`."""
+
+    def __init__(self, frame: int, arrays: dict, metadata: dict):
+        self.frame, self._arrays, self._metadata = frame, arrays, metadata
+        self.released = False
+        HELD.append(self)
+
+    def make_array(self, name: str) -> np.ndarray:
+        if self.released:
+            raise RuntimeError("request already released")
+        return self._arrays[name].copy()  # picamera2 copies out of the camera's buffer
+
+    def get_metadata(self) -> dict:
+        if self.released:
+            raise RuntimeError("request already released")
+        return dict(self._metadata)
+
+    def release(self) -> None:
+        if self.released:
+            raise RuntimeError("CompletedRequest: lock now has negative ref_count")  # picamera2's words
+        self.released = True
+        HELD.remove(self)
+        CALLS.append(("release", self.frame))
