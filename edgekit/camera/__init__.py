@@ -57,17 +57,19 @@ def camera_uri_forms() -> list[str]:
 URI_FORMS = " | ".join(camera_uri_forms())
 
 
-def open_camera(uri: str | int, **options: Any) -> FrameSource:
+def open_camera(uri: str | int, runtime: Any = None, /, **options: Any) -> FrameSource:
     """Open a frame source from a URI.
 
     :data:`SCHEMES` lists the URI forms (:func:`camera_uri_forms`) and each scheme's
     options: ``v4l2:N``, ``v4l2:/dev/videoN`` or ``N`` (a USB camera), ``rtsp://...`` and
     ``http(s)://...`` (network streams), ``file:PATH`` or a path with a video suffix,
-    ``folder:DIR`` or an existing directory, ``picamera2[:N]``, ``synthetic[:WxH[@FPS]]``
+    ``folder:DIR`` or an existing directory, ``picamera2[:N]``, ``imx500``, ``synthetic[:WxH[@FPS]]``
     and ``vector:SERIAL``. Options may be Python values or strings (from a command line or
     TOML: ``fps="15"``, ``size="640x480"``, ``loop="yes"``); they are converted to the
     declared type and range-checked. ``timeout_s`` means "no new frame for this long" for
-    every live source.
+    every live source. ``runtime`` is the open runtime of the model the frames are for: a source
+    that reads its device (``imx500``: the AI Camera the imx500 backend opened) needs it, the
+    others ignore it.
 
     Returns:
         A source: an iterator of :class:`Frame` with ``close()``, ``stats()`` and context
@@ -85,7 +87,7 @@ def open_camera(uri: str | int, **options: Any) -> FrameSource:
     scheme, target = locate_scheme(text)
     checked = check_options(scheme, options, redact_uri(text))
     opener = resolve(scheme.opener, scheme.install_hint)
-    return opener(target, **checked)
+    return opener(target, runtime, **checked) if scheme.shares_runtime else opener(target, **checked)
 
 
 def locate_scheme(text: str) -> tuple[Scheme, str]:

@@ -173,6 +173,13 @@ def _reader(cam: Any, stream: str, convert: Callable, poll_s: float) -> tuple[Ca
     return read, release
 
 
-def open_picamera(camera_num: str, **options: Any) -> Picamera2Source:
-    """Open ``picamera2`` or ``picamera2:N`` (``camera_num`` is ``""`` or ``"N"``)."""
+def open_picamera(camera_num: str, runtime: Any = None, /, **options: Any) -> Picamera2Source:
+    """Open ``picamera2`` or ``picamera2:N`` (``camera_num`` is ``""`` or ``"N"``).
+
+    With the imx500 backend as ``runtime`` (it holds the AI Camera's ``Picamera2``: picamera2 opens a
+    camera once), CameraError naming the ``imx500`` camera, which reads that one.
+    """
+    if callable(getattr(runtime, "has_outputs", None)):
+        raise CameraError("picamera2: the imx500 backend holds the AI Camera (picamera2 opens a camera once)",
+                          "read it with --camera imx500: its frames come with the sensor's outputs for them")
     return Picamera2Source(int(camera_num or 0), **options)

@@ -59,7 +59,9 @@ class Scheme:
     must match the regular expression ``accepts``. ``words`` are the URI schemes the row
     claims (default: its name); ``bare`` lets the word stand alone (``synthetic``);
     ``claims`` recognises a URI with no scheme at all (``0``, ``clip.mp4``, a directory).
-    ``forms`` are the URI forms shown in help and errors.
+    ``forms`` are the URI forms shown in help and errors. ``shares_runtime``: the opener is also
+    given the model's open runtime, positionally after ``target`` (``imx500`` reads the camera the
+    imx500 backend opened).
     """
 
     name: str
@@ -73,6 +75,7 @@ class Scheme:
     bare: bool = False
     whole_uri: bool = False
     claims: Callable[[str], bool] | None = None
+    shares_runtime: bool = False
 
     @property
     def path(self) -> str:
@@ -186,6 +189,13 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
          Option("format", "str", "RGB888"), Option("lores_format", "str", "YUV420"), _FPS,
          Option("buffer_count", "int", 4, ge=1), *_TIMEOUTS),
         summary="a Raspberry Pi camera", install_hint=PICAMERA2_INSTALL_HINT, accepts=r"\d*", bare=True,
+        shares_runtime=True,  # only to say "use imx500" when the imx500 backend holds the camera
+    ),
+    Scheme(
+        "imx500", "edgekit.camera.imx500:open_imx500", ("imx500",), _TIMEOUTS,
+        summary="the Raspberry Pi AI Camera's frames, each with the outputs the sensor's network gave it "
+                "(with an imx500 bundle: its backend opens the camera)",
+        install_hint=PICAMERA2_INSTALL_HINT, accepts="", bare=True, shares_runtime=True,
     ),
     Scheme(
         "synthetic", "edgekit.camera.synthetic:open_synthetic", ("synthetic[:WxH[@FPS]]",),

@@ -130,7 +130,7 @@ def _run(args: argparse.Namespace, recording: Any) -> int:
             _print_header(model, info, args, out if args.json else log)
         from edgekit.camera import open_camera
 
-        source = open_camera(args.camera, **camera_options(args))
+        source = open_camera(args.camera, model.runtime, **camera_options(args))  # imx500 reads the backend's camera
         motion = MotionFilter.from_args(args)
         # bounded: a week-long run must not grow; totals and fps stay exact (edgekit.metrics)
         pipeline = Pipeline(model.runtime, model.labels, top_k=args.top_k, warmup=args.warmup, window=RUN_WINDOW,
