@@ -85,6 +85,8 @@ class Imx500Runtime:
         Option("timeout_s", "float", 300.0, "seconds the first outputs may take (network upload)", gt=0, le=3600),
     )
     _DEFAULT = defaults(OPTIONS)
+    SAY_WAITING_AFTER_S = 3.0
+    """Frames without outputs for this long (the upload) are said, once per wait."""
     reads_frame_metadata = True
     """The pipeline passes each frame's ``metadata`` to :meth:`infer` (the outputs ride on the frame)."""
 
@@ -147,13 +149,20 @@ class Imx500Runtime:
         return rate
 
     def _wait_outputs(self, timeout_s: float) -> tuple[dict, list[np.ndarray]]:
-        """The next frame with outputs: its metadata and outputs; DeviceError when ``timeout_s`` passes without."""
-        deadline = time.monotonic() + timeout_s
+        """The next frame with outputs: its metadata and outputs; DeviceError when ``timeout_s`` passes without.
+        A wait longer than :attr:`SAY_WAITING_AFTER_S` is said once (an upload without picamera2's
+        progress bar, which needs the debugfs files, would otherwise be minutes of silence)."""
+        start = time.monotonic()
+        deadline, said = start + timeout_s, False
         while True:
             metadata = self._cam.capture_metadata()
             outputs = self.network_outputs(metadata)
             if outputs is not None:
                 return metadata, outputs
+            if not said and time.monotonic() - start >= self.SAY_WAITING_AFTER_S:
+                said = True
+                log.warning("IMX500: no network outputs yet: %s is still uploading to the sensor (the first "
+                            "time takes minutes); waiting up to %.0f s", self.rpk.name, timeout_s)
             if time.monotonic() > deadline:
                 raise DeviceError(
                     f"IMX500: no network outputs in {timeout_s:.0f} s of frames from {self.rpk.name}",

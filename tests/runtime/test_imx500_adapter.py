@@ -66,15 +66,22 @@ def test_it_loads_the_network_before_the_camera_and_reads_the_outputs_from_the_m
     assert fake_picamera2.INSTANCES[0].closed
 
 
-def test_frames_before_the_upload_ends_are_waited_for_then_a_timeout_is_one_line(fake_picamera2, bundle):
+def test_frames_before_the_upload_ends_are_waited_for_then_a_timeout_is_one_line(
+    fake_picamera2, bundle, monkeypatch, caplog
+):
     fake_picamera2.IMX500_UPLOAD_FRAMES = 5
     with Imx500Runtime(bundle / "network.rpk", frame_rate=15) as rt:
         assert fake_picamera2.INSTANCES[0].frames == 6
         assert rt.infer(np.zeros((1, 3, 8, 8), np.float32))[0].shape == (1, 10)  # a bare .rpk: any shape
+    assert not [r for r in caplog.records if "still uploading" in r.getMessage()]  # a short wait: nothing said
     fake_picamera2.reset()
     fake_picamera2.IMX500_UPLOAD_FRAMES = 10**9
+    monkeypatch.setattr(Imx500Runtime, "SAY_WAITING_AFTER_S", 0.0)
     with pytest.raises(DeviceError, match="no network outputs"):
-        Imx500Runtime(bundle / "network.rpk", timeout_s=0.01)
+        Imx500Runtime(bundle / "network.rpk", timeout_s=0.05)
+    said = [r for r in caplog.records if "network.rpk is still uploading to the sensor" in r.getMessage()]
+    assert len(said) == 1  # once, not once a frame
+    assert fake_picamera2.INSTANCES[0].closed  # the camera is free for the next try
 
 
 def test_without_a_packaged_network_it_names_the_packaging_command(fake_picamera2, tmp_path):
