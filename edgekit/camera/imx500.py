@@ -87,7 +87,6 @@ class _RequestReader:
             except Exception:  # not completed: picamera2 drops the queued job (cancel_all_and_flush)
                 with contextlib.suppress(Exception):
                     self._cam.cancel_all_and_flush()
-        self._runtime.detach()
 
 
 class Imx500Source(LatestFrameSource):
@@ -95,7 +94,8 @@ class Imx500Source(LatestFrameSource):
 
     Args:
         runtime: the open ``imx500`` backend (:class:`edgekit.runtime.imx500.Imx500Runtime`): its
-            ``camera`` (the started ``Picamera2``), ``has_outputs(metadata)``, ``attach``/``detach``.
+            ``camera`` (the started ``Picamera2``), ``has_outputs(metadata)``, ``shared_with``,
+            ``attach``/``detach``.
         timeout_s: no frame with outputs for this long: the camera (or the network) stopped.
         open_timeout_s: the same for the first frame.
     """
@@ -122,17 +122,27 @@ class Imx500Source(LatestFrameSource):
         fmt = main["format"]
         if fmt not in PICAMERA2_TO_BGR:
             raise CameraError(f"{label}: the main stream is {fmt}", f"configure one of {', '.join(PICAMERA2_TO_BGR)}")
+        if runtime.shared_with is not None:  # two readers would each take the other's requests
+            raise CameraError(f"{label}: {runtime.shared_with} already reads this camera", "close it first")
         self._reader = _RequestReader(cam, runtime, PICAMERA2_TO_BGR[fmt], poll_s=min(float(timeout_s), 0.5))
-        runtime.attach(label)  # before the grabber's first read: infer() must wait for our frames from now on
+        self._runtime = runtime
+        runtime.attach(self)  # before the grabber's first read: infer() must wait for our frames from now on
         try:
-            super().__init__(self._reader, name=label, release=self._reader.release, timeout_s=timeout_s,
+            super().__init__(self._reader, name=label, release=self._release, timeout_s=timeout_s,
                              open_timeout_s=open_timeout_s)
         except BaseException:
-            runtime.detach()
+            runtime.detach(self)
             raise
         self._info.update({"stream": "main", "format": fmt, "size": tuple(main["size"]),
                            "nominal_fps": getattr(runtime, "frame_rate", None),
                            "network": getattr(getattr(runtime, "rpk", None), "name", None)})
+
+    def _release(self) -> None:
+        """The grabber's end: the pending request back, the camera left to the backend."""
+        try:
+            self._reader.release()
+        finally:
+            self._runtime.detach(self)
 
     def stats(self) -> dict[str, Any]:
         """:meth:`LatestFrameSource.stats` and ``without_outputs``: frames the network had no outputs for

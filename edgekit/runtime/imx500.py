@@ -100,7 +100,7 @@ class Imx500Runtime:
         self.model_path = Path(model_path)
         self.rpk = find_rpk(self.model_path)
         self.input_spec, self.timeout_s = input_spec, float(timeout_s)
-        self.shared_with: str | None = None  # the camera source reading this camera (attach)
+        self._source: Any = None  # the camera source reading this camera (attach)
         self._warned = False
         try:
             from picamera2 import Picamera2
@@ -202,14 +202,20 @@ class Imx500Runtime:
         """The started ``Picamera2`` (None once closed): the ``imx500`` camera source reads it."""
         return self._cam
 
-    def attach(self, name: str) -> None:
-        """A camera source (``name``) reads this camera from now on: :meth:`infer` then needs its frames'
-        metadata, never capturing a frame of its own (it would take the source's)."""
-        self.shared_with = name
+    @property
+    def shared_with(self) -> str | None:
+        """The name of the camera source reading this camera (None when none does)."""
+        return None if self._source is None else str(getattr(self._source, "name", self._source))
 
-    def detach(self) -> None:
-        """The camera source has closed."""
-        self.shared_with = None
+    def attach(self, source: Any) -> None:
+        """``source`` reads this camera from now on: :meth:`infer` then needs its frames' metadata,
+        never capturing a frame of its own (it would take one of the source's)."""
+        self._source = source
+
+    def detach(self, source: Any) -> None:
+        """``source`` has closed (a late call from a source already replaced changes nothing)."""
+        if self._source is source:
+            self._source = None
 
     def has_outputs(self, metadata: Mapping[str, Any]) -> bool:
         """Whether a frame's metadata carries the network's outputs (it does not while the network

@@ -74,6 +74,8 @@ def test_one_request_gives_the_frame_its_metadata_and_the_backend_the_outputs_of
         with open_camera("imx500", rt) as cam:
             frames = [next(cam) for _ in range(4)]
             stats = cam.stats()
+            with pytest.raises(CameraError, match="imx500 already reads this camera"):
+                open_camera("imx500", rt)  # a second reader would take the first one's requests
         assert fake.INSTANCES[0].started  # closing the source leaves the camera to the backend
         for frame in frames:
             n = frame.metadata["SensorTimestamp"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -134,10 +135,13 @@ def test_infer_reads_the_given_frames_outputs_and_refuses_a_frame_without_them(f
         assert cam.frames == 99  # no frame of its own was captured
         with pytest.raises(DeviceError, match="carries no network outputs"):
             rt.infer(np.zeros(SPEC.shape, np.float32), metadata={"SensorTimestamp": 7})
-        rt.attach("imx500")
+        source = SimpleNamespace(name="imx500")
+        rt.attach(source)
         with pytest.raises(DeviceError, match="imx500 reads this camera"):
             rt.infer(np.zeros(SPEC.shape, np.float32))
-        rt.detach()
+        rt.detach(SimpleNamespace(name="imx500"))  # another source's late detach: still attached
+        assert rt.shared_with == "imx500"
+        rt.detach(source)
         for _ in range(3):  # another camera's frames: the sensor's newest outputs, said once
             rt.infer(np.zeros(SPEC.shape, np.float32))
     said = [r for r in caplog.records if "not from the frames this run reads" in r.getMessage()]
