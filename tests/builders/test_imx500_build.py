@@ -82,6 +82,35 @@ def test_the_recipe_quantises_gates_on_the_host_and_converts(toolchains, data, n
     assert any("imx500-package -i packerOut.zip" in step for step in facts["on_device"])
 
 
+def forwards(bundle: Path) -> list[int]:
+    """The batch size of every forward call of the fake quantised module, in order."""
+    text = (bundle / "imx500.log").read_text()
+    return [int(line.split("FAKE IMX FORWARD ", 1)[1]) for line in text.splitlines() if "FAKE IMX FORWARD " in line]
+
+
+def gate_figures(manifest: dict) -> list:
+    ver = manifest["verification"]["models"]["int8"]
+    return [ver[d][k] for d in ("eval", "holdout") if d in ver for k in ("n", "agreement", "cosine")] + [
+        ver["eval"]["ratio"]]
+
+
+@pytest.mark.parametrize("batch", ["", "1", "skew"], ids=["refused", "batched", "skewed"])
+def test_the_gate_batches_only_where_a_batch_answers_as_single_images_do(toolchains, data, monkeypatch, batch):  # noqa: F811
+    (single,) = imx_build(mean_model(data / "tiny.onnx"), data)
+    expected = gate_figures(single.manifest)
+    monkeypatch.setenv("FAKE_MCT_BATCH", batch)
+    (result,) = imx_build(mean_model(data / "tiny.onnx"), data)
+    assert result.passed and gate_figures(result.manifest) == expected  # the same figures, batched or not
+    sizes, note = forwards(result.bundle), result.manifest["models"][0]["imx500"]["gate_run"]
+    assert note in (result.bundle / "build.log").read_text()
+    if batch == "1":  # the first batch twice (4 of its images alone), then every chunk whole
+        assert max(sizes) > 4 and sizes.count(1) == 4 and note.endswith("equal one-at-a-time ones on 4 images)")
+    else:
+        assert sizes[0] > 1 and set(sizes[1:]) == {1} and note.startswith("one image a request")
+        why = "the module refused a batch" if batch == "" else "a batch's outputs differ from one-at-a-time ones"
+        assert why in note
+
+
 def test_inspect_shows_the_chip_memory_the_gate_and_the_pi_steps(toolchains, data, capsys):  # noqa: F811
     from edgekit.cli import main
 
@@ -121,3 +150,24 @@ def test_memory_report_sizes_and_the_gate():
     assert fits["usage_bytes"] == round(3.89 * 1024**2)
     with pytest.raises(ModelError, match="needs \\? of the chip's \\?"):
         memory_gate({}, "x")
+
+
+def test_a_batch_agrees_when_equal_or_one_quantisation_step_off_on_a_few_values():
+    from edgekit.builders.imx500 import batch_agrees
+
+    rng = np.random.default_rng(1)
+    alone = [np.round(rng.random((4, 8, 500)) * 128) / 128]  # a sigmoid output on MCT's 1/128 grid
+    assert batch_agrees(alone, [alone[0].copy()]) == (True, "equal one-at-a-time ones")
+    edge = alone[0].copy()
+    edge[0, 0, :2] += 1 / 128  # two values on a rounding edge: the demo detector's 2 of 64,000
+    assert batch_agrees(alone, [edge]) == (True, "equal one-at-a-time ones but 2 of 16000 values one quantisation "
+                                                 "step away")
+    many = alone[0].copy()
+    many[1:] += 1 / 128  # every value of three images a step off: not rounding, another model
+    assert batch_agrees(alone, [many]) == (False, "differ from one-at-a-time ones by a quantisation step in "
+                                                  "12000 of 16000 values")
+    mixed = alone[0][::-1].copy()  # images swapped across the batch
+    ok, how = batch_agrees(alone, [mixed])
+    assert not ok and how == "differ from one-at-a-time ones by up to 1"
+    floats = [rng.random((4, 11)).astype(np.float32)]  # a float output: no grid, float rounding only
+    assert batch_agrees(floats, [floats[0] + 1e-7])[0] and not batch_agrees(floats, [floats[0] + 1e-3])[0]

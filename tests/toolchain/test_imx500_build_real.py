@@ -32,3 +32,56 @@ def test_the_demo_classifier_builds_for_imx500_passes_its_gate_and_fits_the_chip
     assert (result.bundle / "packerOut.zip").stat().st_size > 50_000
     report = json.loads((result.bundle / "imx500_memory_report.json").read_text())
     assert report["Memory Report"]["Fit In Chip"] is True
+
+
+TRACE_CHECK = """
+import sys
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+import imx500_build as job
+
+job.stand_in_torchvision()
+from onnx2torch import convert
+
+model = convert(onnx.load(sys.argv[1])).eval()
+replaced = job.traceable(model)
+torch.fx.symbolic_trace(model)  # MCT reads a model this way: onnx2torch's own Resize and Split fail here
+x = np.random.default_rng(0).random((3, 4, 5, 6), dtype=np.float32)  # a batch of 3: the gate's requests
+want = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+with torch.no_grad():
+    got = model(torch.from_numpy(x)).numpy()
+print(replaced, got.shape, float(np.abs(got - want).max()))
+"""
+
+
+def test_resize_and_split_are_made_traceable_without_changing_the_outputs(tmp_path):
+    """The demo detector's UpSampling2D (Resize, tf_half_pixel_for_nn) and its head's equal Split."""
+    import subprocess
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    from edgekit.toolchain.child import JOBS_DIR, child_env
+    from edgekit.toolchain.store import find_toolchain
+
+    nodes = [helper.make_node("Resize", ["x", "roi", "scales"], ["up"], mode="nearest", nearest_mode="floor",
+                              coordinate_transformation_mode="tf_half_pixel_for_nn"),
+             helper.make_node("Split", ["up"], ["a", "b"], axis=1),
+             helper.make_node("Concat", ["b", "a"], ["y"], axis=1)]
+    graph = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4, 5, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4, 10, 12])],
+                              [helper.make_tensor("roi", TensorProto.FLOAT, [0], []),
+                               helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 2, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "t.onnx"))
+    (tmp_path / "check.py").write_text(TRACE_CHECK)
+    python = find_toolchain("imx500").interpreter
+    env = {**child_env(), "PYTHONPATH": str(JOBS_DIR)}
+    out = subprocess.run([str(python), "-s", str(tmp_path / "check.py"), str(tmp_path / "t.onnx")], env=env,
+                         capture_output=True, text=True, check=False, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    line = out.stdout.strip().splitlines()[-1]
+    assert line.startswith("2 (3, 4, 10, 12) ") and float(line.rsplit(" ", 1)[1]) == 0.0, line

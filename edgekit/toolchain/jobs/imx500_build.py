@@ -5,7 +5,8 @@ Run as ``python -s imx500_build.py job.json --session`` in a job folder (see :mo
 The job says:
 
 * ``onnx``: edgekit's fp32 ONNX with an NCHW input of batch 1 (what the jetson target writes,
-  its input made channels-first); onnx2torch makes it a torch module;
+  its input made channels-first); onnx2torch makes it a torch module, whose Resize and equal
+  Split modules are made ones MCT's torch.fx reader can trace (:func:`traceable`);
 * ``calib``: a ``.npz`` whose ``calib`` holds edgekit's preprocessed calibration tensors (NCHW);
   the representative data set of Model Compression Toolkit's PyTorch post-training quantisation
   for the IMX500's target platform capabilities (``imx500``, ``v1``), one tensor a batch (the
@@ -16,8 +17,10 @@ The job says:
 After the quantisation and the export the child answers ``{"op": "ready"}`` (with ``ptq_s`` and
 the stack's versions), then one answer per request until ``{"op": "close"}``:
 
-* ``{"op": "infer"}`` with one NCHW float32 tensor: MCT's quantised model on the CPU (the host
-  simulation of the int8 network: fake-quantised weights and activations), its outputs back;
+* ``{"op": "infer"}`` with one NCHW float32 tensor of one image or a batch (MCT's module keeps
+  the batch axis its reshapes were given, though the exported ONNX fixes batch 1): MCT's
+  quantised model on the CPU (the host simulation of the int8 network: fake-quantised weights
+  and activations), its outputs back;
 * ``{"op": "convert"}``: ``imxconv-pt -i EXPORT -o CONVERT_DIR`` (Java; its output to the log),
   the memory report (``*_MemoryReport.json``) in the answer's ``report``.
 
@@ -86,6 +89,78 @@ def stand_in_torchvision() -> None:
     tv.transforms.transforms._setup_size = refuse("torchvision.transforms")
 
 
+def traceable(model) -> int:
+    """Make onnx2torch's modules that MCT cannot trace ones it can; how many were replaced.
+
+    MCT reads a model by tracing it with torch.fx, where a tensor's rank and shape are not
+    numbers. onnx2torch's ``OnnxResize`` branches on its input's rank (``Proxy(sub)D input is
+    not implemented``) and its equal ``Split`` divides the traced axis length (which leaves MCT
+    an ``int`` activation it cannot collect statistics on). A Resize whose scales are a constant
+    becomes ``nn.Upsample`` (:func:`_upsample`); an equal Split becomes ``torch.chunk`` into as
+    many parts (ONNX requires an equal split to divide the axis, where the two agree). Anything
+    else is left as it is (MCT then names it).
+    """
+    from onnx2torch.node_converters.resize import OnnxResize
+    from onnx2torch.node_converters.split import OnnxSplit, OnnxSplit13
+
+    replaced = 0
+    for node in list(model.graph.nodes):
+        module = model.get_submodule(node.target) if node.op == "call_module" else None
+        if isinstance(module, OnnxResize) and len(node.args) == 3 and not node.kwargs:
+            layer = _upsample(module, _constant(model, node.args[2]))
+            if layer is not None:
+                model.add_submodule(node.target, layer)
+                node.args = node.args[:1]
+                replaced += 1
+        elif isinstance(module, (OnnxSplit, OnnxSplit13)) and getattr(module, "split", None) is None \
+                and len(node.args) == 1 and not node.kwargs:
+            _chunk(model, node, module)
+            replaced += 1
+    if replaced:
+        model.graph.eliminate_dead_code()
+        model.recompile()
+    return replaced
+
+
+def _upsample(module, scales: np.ndarray | None):
+    """``nn.Upsample`` for an onnx2torch Resize of constant ``scales``, or None where it would differ.
+
+    Nearest at integer factors, where every ONNX coordinate mode picks ``floor(dst / factor)``
+    as torch does (tf2onnx writes Keras' UpSampling2D as ``tf_half_pixel_for_nn``); linear in
+    2-D with onnx2torch's own ``align_corners``.
+    """
+    import torch
+
+    if scales is None or scales.size < 3 or list(scales[:2]) != [1, 1]:
+        return None
+    factors = tuple(float(f) for f in scales[2:])
+    if module.onnx_mode == "nearest" and all(f.is_integer() and f >= 1 for f in factors):
+        return torch.nn.Upsample(scale_factor=factors, mode="nearest")
+    if module.onnx_mode == "linear" and len(factors) == 2:
+        return torch.nn.Upsample(scale_factor=factors, mode="bilinear", align_corners=module.align_corners)
+    return None
+
+
+def _chunk(model, node, module) -> None:
+    """Replace the call of an equal-split module by ``torch.chunk`` (the same parts, no traced shapes)."""
+    import torch
+
+    with model.graph.inserting_before(node):
+        chunk = model.graph.call_function(torch.chunk, (node.args[0], module.num_splits), {"dim": module.axis})
+    node.replace_all_uses_with(chunk)
+    model.graph.erase_node(node)
+
+
+def _constant(model, arg) -> np.ndarray | None:
+    """The value of a graph argument that is a constant of the module (a ``get_attr``); else None."""
+    if getattr(arg, "op", None) != "get_attr":
+        return None
+    value = model
+    for part in arg.target.split("."):
+        value = getattr(value, part)
+    return value.detach().cpu().numpy()
+
+
 def quantise(job: dict, calib: np.ndarray, progress: dict):
     """MCT's PyTorch PTQ of the job's ONNX for the IMX500; the quantised module (CPU, eval mode)."""
     import model_compression_toolkit as mct
@@ -95,6 +170,7 @@ def quantise(job: dict, calib: np.ndarray, progress: dict):
 
     progress["stage"] = "onnx2torch"
     model = convert(onnx.load(job["onnx"])).eval()
+    progress["replaced"] = traceable(model)
 
     def representative():
         for x in calib:
