@@ -148,15 +148,20 @@ SETTINGS: tuple[Setting, ...] = (
        "this share are on the original's side of the presence threshold (0 turns it off)", ge=0, le=1,
        hint="use a share like 0.97 (0 turns this check off)"),
     _s("min_mask_iou", "float", 0.9, "segment: fail when the mean over images of the mask IoU with the original's "
-       "(at the head's threshold; both empty: 1) is below this", ge=0, le=1,
+       "(at the head's threshold; both empty or near-empty: 1) is below this", ge=0, le=1,
        hint="give an IoU from 0 to 1, e.g. 0.9 (0 turns it off)"),
     _s("min_mask_iou_p5", "float", 0.7, "segment: the same for the 5th percentile over images", ge=0, le=1,
        hint="give an IoU from 0 to 1, e.g. 0.9 (0 turns it off)"),
+    _s("mask_near_empty", "float", 0.005, "segment: a class whose masks both cover under this share of the "
+       "grid counts as agreeing (IoU 1), as both empty does; counted in the log and table (0: empty only)",
+       ge=0, le=0.5, metavar="SHARE", hint="give a share of the mask from 0 to 0.5, e.g. 0.005 (0: empty only)"),
     # how the build behaves
     _s("allow_partial", "bool", False, "exit 0 when a target's bundle was written without a variant that missed "
        "the gate (kept in <bundle>.rejected); without it such a build exits 3"),
     _s("recover", "bool", True, "build int8 once: no retries (worst layers in float on cpu/rpi, all calibration "
        "images) when it misses the gate", "--no-recover"),
+    _s("recover_16x8", "bool", False, "int8 recovery: try int16 activations (16x8) on XNNPACK targets (cpu, rpi) "
+       "too; skipped by default, as no XNNPACK kernel runs it (18-73x slower than fp32 measured)"),
     _s("memory_check", "bool", True, "build even when the estimated memory or temporary disk exceeds what is "
        "available", "--no-memory-check"),
     _s("max_memory", "int", None, "cap the build's memory (4G, 512M): refused up front when the estimate is over "

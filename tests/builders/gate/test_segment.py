@@ -1,5 +1,6 @@
 """``edgekit build --task segment``: the head's options checked before any model loads, each variant
-judged by its masks' IoU with the original's (mean and 5th percentile over images, both empty: 1),
+judged by its masks' IoU with the original's (mean and 5th percentile over images, both empty or both
+under 0.5 % of the grid: 1, counted),
 where the masks part named in one line (builders/gate/segment.py).
 
 The unit tests feed the gate masks and figures by hand (a known IoU, the boundary of each limit); one
@@ -20,7 +21,17 @@ import pytest
 
 from edgekit.builders.contract import BuiltModel, TargetBuild
 from edgekit.builders.gate.figures import figures, judged
-from edgekit.builders.gate.segment import Limits, SegmentGate, Tally, iou, judge, log_text, table_figure
+from edgekit.builders.gate.segment import (
+    NEAR_EMPTY,
+    Limits,
+    SegmentGate,
+    Tally,
+    iou,
+    judge,
+    log_text,
+    near_empty_classes,
+    table_figure,
+)
 from edgekit.builders.int8.recovery import _figure, _hopeless, _row
 from edgekit.builders.int8.stability import gate_of, skip_reason
 from edgekit.builders.outcome import gate_fix
@@ -76,6 +87,55 @@ def test_iou_is_the_mean_over_the_classes_either_mask_holds_and_both_empty_is_on
     assert iou(two_a, two_b) == pytest.approx(1 / 6)
 
 
+def _grid(cells: int, start: int = 0) -> np.ndarray:
+    """One class's mask on a 100 x 100 grid (10 000 cells) with ``cells`` set from cell ``start`` on."""
+    mask = np.zeros(100 * 100, bool)
+    mask[start:start + cells] = True
+    return mask.reshape(1, 100, 100)
+
+
+def test_masks_both_under_the_near_empty_share_agree_and_one_side_over_it_is_judged_strictly():
+    share = NEAR_EMPTY
+    assert share == 0.005  # 50 cells of 10 000
+    empty, speck, large = _grid(0), _grid(30), _grid(4000)
+    assert iou(empty, empty, share) == 1.0 and near_empty_classes(empty, empty, share) == 0  # both empty: as before
+    assert iou(empty, speck) == 0.0  # strictly the speck is a whole object missed (selfie's beach photo)
+    assert iou(empty, speck, share) == 1.0 and iou(speck, empty, share) == 1.0
+    assert near_empty_classes(empty, speck, share) == 1
+    assert iou(_grid(49), _grid(49, start=60), share) == 1.0  # two disjoint specks: both say "nothing there"
+    assert iou(empty, _grid(50), share) == 0.0  # 0.5 % is not under 0.5 %: judged strictly
+    assert iou(empty, large, share) == 0.0 and iou(large, empty, share) == 0.0  # a real miss still scores 0
+    assert iou(speck, large, share) == pytest.approx(30 / 4000) and near_empty_classes(speck, large, share) == 0
+    assert iou(_grid(2000), _grid(2000, start=1000), share) == pytest.approx(1000 / 3000)  # a known IoU, untouched
+    two_a, two_b = np.concatenate([_grid(2000), empty]), np.concatenate([_grid(2000, start=1000), speck])
+    assert iou(two_a, two_b, share) == pytest.approx((1 / 3 + 1) / 2)  # per class: the speck's class agrees
+    assert iou(two_a, two_b, 0.0) == pytest.approx(1 / 6)  # 0 turns the rule off
+
+
+def test_the_tally_counts_the_images_the_near_empty_rule_judged_and_keeps_the_strict_figures():
+    decoder = SegmentDecoder(None, (), (), threshold=0.5)
+    ref = np.zeros((4, 100, 100, 1), np.float32)
+    conv = ref.copy()
+    conv[0, 0, :30] = 0.9  # image 0: empty original, a 0.3 % speck in the variant
+    ref[1, :40], conv[1, :40] = 0.9, 0.9  # image 1: the same 40 % in both: IoU 1
+    conv[2, :40] = 0.9  # image 2: empty original, a 40 % variant: a miss, 0
+    ref[3, 0, :20], conv[3, 0, 50:70] = 0.9, 0.9  # image 3: two disjoint 0.2 % specks
+    tally = Tally(decoder, ["beach.jpg", "b.jpg", "c.jpg", "d.jpg"])
+    tally.add([ref], [conv])
+    m = tally.result()["mask_iou"]
+    assert (m["mean"], m["min"], m["near_empty"], m["near_empty_share"]) == (0.75, 0.0, 2, 0.005)
+    assert m["strict"] == {"mean": 0.25, "p5": 0.0} and m["worst"][0]["image"] == "c.jpg"
+    res = {"mask_iou": m}
+    assert table_figure(res) == f"IoU 0.750 mean, {m['p5']:.3f} p5, 2 near-empty"
+    assert ("on 4 images (2 with both masks near-empty, under 0.50% of the grid, counted as agreeing; strictly "
+            "0.2500 mean, 0.0000 p5)") in log_text(res)
+    strict = Tally(decoder, limits=Limits(near_empty=0.0))  # --mask-near-empty 0: the rule off, nothing counted
+    strict.add([ref], [conv])
+    m0 = strict.result()["mask_iou"]
+    assert (m0["mean"], m0["near_empty"], "strict" in m0) == (0.25, 0, False)
+    assert table_figure({"mask_iou": m0}).endswith(" p5") and "near-empty" not in log_text({"mask_iou": m0})
+
+
 def test_the_tally_decodes_both_models_with_the_head_and_counts_per_image():
     decoder = SegmentDecoder(None, (), (), threshold=0.5)
     ref = np.zeros((3, 4, 4, 1), np.float32)
@@ -118,7 +178,7 @@ def _gate(**options) -> SegmentGate:
 
 def test_a_bundle_records_the_head_options_with_each_files_own_output_index():
     gate = _gate(activation="sigmoid")
-    assert gate.limits.to_dict() == {"min_mean_iou": 0.9, "min_p5_iou": 0.7}
+    assert gate.limits.to_dict() == {"min_mean_iou": 0.9, "min_p5_iou": 0.7, "near_empty_share": 0.005}
     assert gate.task_options([{"name": "mask"}, {"name": "score"}]) == {"activation": "sigmoid"}
     assert gate.task_options([{"name": "score"}, {"name": "mask"}]) == {"activation": "sigmoid", "output": 1}
 
@@ -255,7 +315,7 @@ def test_fp32_keeps_every_mask_and_the_manifest_records_the_iou(built):
     manifest = json.loads((dist / "masks-cpu" / "edgekit.json").read_text())
     v = manifest["verification"]
     assert manifest["task"] == "segment" and v["metric"] == "mask_iou" and v["gated"]
-    assert v["mask_gate"] == {"min_mean_iou": 1.0, "min_p5_iou": 0.7}
+    assert v["mask_gate"] == {"min_mean_iou": 1.0, "min_p5_iou": 0.7, "near_empty_share": 0.005}
     assert v["mask_iou"]["mean"] == 1.0 and v["mask_iou"]["images"] == 12 and v["dataset"]["eval_images"] == 12
     fp32 = v["models"]["fp32"]
     assert fp32["eval"]["passed"] and "passed" not in fp32["holdout"]  # the eval set is judged, the rest reported
