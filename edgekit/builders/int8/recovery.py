@@ -11,9 +11,11 @@ graph (rewrites included) and verified like the first:
    the row's label saying so;
 3. on targets that may run float ops (cpu, rpi: not the Edge TPU, which needs full integer),
    the layers whose int8 output differs most from the float graph's kept in float (TensorFlow's
-   ``denylisted_nodes``), 3 then 10 of them;
+   ``denylisted_nodes``), 3 then 10 of them; a model output one of them produces stays float
+   (builders/int8/float_outputs.py: no int8 rounding after a float op);
 4. on the same targets, int16 activations with int8 weights ("16x8", float I/O): 256 times
-   finer activation steps, slower than int8 on a CPU (XNNPACK has no 16x8 kernels);
+   finer activation steps, but no XNNPACK kernel runs them, so on cpu and rpi only when
+   ``--recover-16x8`` asks (:func:`sixteen_by_eight`, one log line when skipped);
 5. calibration on every drawn calibration image (the first saw ``--calib-steps`` of them).
 
 The first attempt that passes is kept; when none does, the best of them (its figure: top-1 or
@@ -37,6 +39,7 @@ import numpy as np
 from edgekit.builders.gate.figures import Figure, figures, judged, missed
 from edgekit.builders.gate.landmarks import judged_px
 from edgekit.builders.gate.verdict import failed
+from edgekit.builders.int8.float_outputs import outputs_kept_float
 from edgekit.builders.int8.recipe import float_graphs
 from edgekit.errors import ModelError
 
@@ -102,6 +105,8 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
         try:
             with ctx.log.step(f"[{target.name}] int8 recovery: {label}") as step:
                 blob = attempt.quantise(float_model, attempt.images.stream(ctx._nhwc, ctx.chunk), io_dtype)
+                if attempt.denied:  # an output whose producer stays float stays float (builders/int8/float_outputs.py)
+                    blob, label = outputs_kept_float(blob, ctx, target, label)
             candidate = finish(blob, rewrites, step["seconds"], report=False)
         except ModelError as exc:  # one attempt TensorFlow cannot make (16x8 of DEPTH_TO_SPACE): the next
             ctx.log.info(f"[{target.name}] int8 recovery: {label}: not possible ({exc.message[:200]})")
@@ -145,10 +150,23 @@ def _attempts(ctx: BuildContext, target: Target, float_model: bytes, first: Buil
             if len(worst) > before or count == FLOAT_LAYERS[0]:
                 yield Attempt(f"{min(count, len(worst))} worst layers in float", ctx.converter_calib, worst[:count])
             before = count
-        yield Attempt(SIXTEEN_BY_EIGHT_LABEL, ctx.converter_calib, quantiser="16x8")
+        if sixteen_by_eight(ctx, target):
+            yield Attempt(SIXTEEN_BY_EIGHT_LABEL, ctx.converter_calib, quantiser="16x8")
     tried = len(recommended[1]) if recommended is not None else None
     if ctx.converter_calib is not None and tried != len(ctx.calib) > len(ctx.converter_calib):
         yield Attempt(f"calibration on all {len(ctx.calib)} images", ctx.calib)
+
+
+def sixteen_by_eight(ctx: BuildContext, target: Target) -> bool:
+    """Whether recovery tries 16x8 on ``target``: not on XNNPACK's (cpu, rpi) unless ``--recover-16x8``
+    asks: no XNNPACK kernel runs int16 activations, so it is never a sensible default, only build minutes
+    (measured: MediaPipe's selfie segmenter 82.8 ms against fp32's 4.64, its palm detector 1514 ms
+    against 20.8, its pose landmarks 695 ms against int8's 9.9)."""
+    if target.runtime_options.get("delegate", "xnnpack") != "xnnpack" or ctx.request.recover_16x8:
+        return True
+    ctx.log.info(f"[{target.name}] int8 recovery: 16x8 (int16 activations) not tried: XNNPACK has no kernel for "
+                 "it, so it runs 18-73x slower than fp32 there (--recover-16x8 tries it anyway)")
+    return False
 
 
 def recommended_attempt(ctx: BuildContext, first: BuiltModel) -> tuple[str, Any] | None:

@@ -58,15 +58,35 @@ def test_no_recover_builds_int8_once(tmp_path):
     assert "recovery" not in evidence.manifest["verification"]["models"]["int8"]
 
 
-def test_cpu_recovery_tries_int16_activations(tmp_path):
-    """Asked for a cosine no attempt reaches, recovery runs every attempt the cpu allows: the 16x8
-    row is there and its model was verified like every other attempt."""
+def test_an_output_whose_producer_stays_float_stays_float(tmp_path):
+    """The demo's 9 layers all in float: its uint8 output held the cosine at 0.999997 (measured with the
+    output left int8), the float one reaches 0.9999999; the bundle's model has a float32 output."""
     from edgekit.builders.build import build
+
+    [r] = build(DEMO_MODEL, ["cpu"], [CALIB], out=tmp_path / "dist", quiet=True, task="raw", min_cosine=0.9999999,
+                calib_count=60, variants=["int8"])
+    assert r.passed, r.error
+    rows = r.manifest["verification"]["models"]["int8"]["recovery"]
+    [kept] = [row for row in rows if row["kept"]]
+    assert kept["label"] == "9 worst layers in float, float output" and kept["figure"] >= 0.9999999
+    entry = load_bundle(r.bundle).model("int8")
+    assert [o["dtype"] for o in entry.outputs] == ["float32"] and entry.input.dtype == "uint8"
+    assert "output(s) 'scores' kept float, as their producer is" in (r.bundle / "build.log").read_text()
+
+
+def test_cpu_recovery_tries_int16_activations(tmp_path, monkeypatch):
+    """Asked for a cosine no attempt reaches, recovery runs every attempt the cpu allows: with
+    ``recover_16x8`` (XNNPACK has no 16x8 kernel, so the cpu skips it unless asked) the 16x8 row is
+    there and its model was verified like every other attempt. Only 3 layers go float (all 9 and a
+    float output reach the cosine)."""
+    from edgekit.builders.build import build
+    from edgekit.builders.int8 import recovery
     from edgekit.errors import VerificationFailed
 
+    monkeypatch.setattr(recovery, "FLOAT_LAYERS", (3,))
     with pytest.raises(VerificationFailed) as failed:
         build(DEMO_MODEL, ["cpu"], [CALIB], out=tmp_path / "dist", quiet=True, task="raw", min_cosine=0.9999999,
-              calib_count=60, variants=["int8"])
+              calib_count=60, variants=["int8"], recover_16x8=True)
     [r] = failed.value.results
     rows = {row["label"]: row for row in r.manifest["verification"]["models"]["int8"]["recovery"]}
     sixteen = rows["int16 activations, int8 weights (16x8; float I/O)"]
