@@ -3,7 +3,8 @@
 :mod:`edgekit.serve.config.load` checks each value by itself (types, ranges, choices). This
 module checks what the values point at, without opening anything: the model path exists
 and a bundle's manifest reads; the HTTP host resolves; the camera URI and options match a
-row of :data:`edgekit.camera.SCHEMES`; the MQTT password and TLS files are regular files that
+row of :data:`edgekit.camera.SCHEMES`, and an ``imx500`` camera pairs only with its own imx500
+model (:mod:`edgekit.serve.config.sensor`); the MQTT password and TLS files are regular files that
 read (the TLS ones load into an SSL context, the certificate matching its key); the results
 file's directory can exist. A configuration ``--print-config`` approves then starts, and a
 malformed camera URI (``synthetic:320x240@-5``) is a start-up error, not a camera fault
@@ -19,6 +20,7 @@ from typing import Any
 
 from edgekit.errors import EdgekitError, ModelError, UsageError
 from edgekit.serve.config.load import ServeConfig, parse_address
+from edgekit.serve.config.sensor import check_pairing
 
 
 def preflight(config: ServeConfig, model: bool = True, camera: bool = True) -> None:
@@ -51,6 +53,7 @@ def _checks(config: ServeConfig, model: bool, camera: bool) -> list:
         checks.append(lambda: check_model(config.model.path, where))
     if camera:  # every camera, each named in its message
         checks += [lambda c=c: check_camera(c.uri, c.options, where, c.name) for c in config.camera_list]
+        checks.append(lambda: check_pairing(config, where, model))  # the AI Camera serves its own network only
     if config.http.listen:
         checks.append(lambda: check_listen(config.http.listen, where))
     if config.mqtt.host and config.mqtt.password_file:
