@@ -274,10 +274,11 @@ class _Feed:
         self.closed = True
 
 
-def open_source(uri: str, options: dict[str, Any]):
-    """Open a camera with :func:`edgekit.camera.open_camera`."""
+def open_source(uri: str, options: dict[str, Any], runtime: Any = None):
+    """Open a camera with :func:`edgekit.camera.open_camera`; ``runtime``: the model's open runtime,
+    for a source that reads its device (``imx500``)."""
     try:
         from edgekit.camera import open_camera
     except ImportError as exc:  # camera sources not shipped in this build
         raise CameraError(f"cannot open camera {uri}: edgekit.camera has no open_camera", str(exc)) from exc
-    return open_camera(uri, **options)
+    return open_camera(uri, runtime, **options)

@@ -42,12 +42,14 @@ from edgekit.serve.cameras import CameraFeed, CameraSet
 from edgekit.serve.capture import check_reduced_decode, open_source
 from edgekit.serve.config.load import ServeConfig, parse_address
 from edgekit.serve.config.preflight import preflight
+from edgekit.serve.config.sensor import check_opened, is_sensor_camera
 from edgekit.serve.http.status import DETECT_STAGES, LATENCY_STAGES, DaemonStatus
 from edgekit.serve.mqtt.control import Controls
 from edgekit.serve.mqtt.from_config import count_labels, mqtt_from_config
 from edgekit.serve.mqtt.publisher import MqttPublisher
 from edgekit.serve.object_feed import ObjectFeed
 from edgekit.serve.record import ResultRecord, record_from
+from edgekit.serve.sensor import SensorCamera
 from edgekit.serve.sink import JsonLinesSink
 from edgekit.serve.stats import RATE_WINDOW_S, Counters, RateMeter
 from edgekit.serve.supervisor import ModelSupervisor, model_options
@@ -114,7 +116,8 @@ class Daemon(DaemonStatus):
         self._frame_metrics = PipelineMetrics(warmup=0, window=LATENCY_WINDOW)
         self._model = ModelSupervisor(config, runtime_factory, labels, self._frame_metrics, self._counters, clock)
         # one capture per camera, one model for all: the loop gives each camera its turn
-        self._cameras = CameraSet(config.camera_list, camera_factory or open_source, self._counters, self._stop, clock)
+        self._cameras = CameraSet(config.camera_list, camera_factory or self._camera_factory(), self._counters,
+                                  self._stop, clock)
         self._process_rate = RateMeter(clock=clock)
         # What start() checks before opening anything: only the parts this daemon opens itself.
         self._preflight = {"model": runtime_factory is None, "camera": camera_factory is None}
@@ -129,6 +132,13 @@ class Daemon(DaemonStatus):
         self._closed = False
         self._last_result: ResultRecord | None = None  # /stats: what the model saw last
 
+    def _camera_factory(self) -> Callable[[str, dict], Any]:
+        """The default camera factory: :func:`open_source`, or for the AI Camera (``imx500``) a source on
+        the model's backend, which owns the camera (:class:`~edgekit.serve.sensor.SensorCamera`)."""
+        if any(is_sensor_camera(c.uri) for c in self.config.camera_list):
+            return SensorCamera(self._model)
+        return open_source
+
     # ------------------------------------------------------------------ life cycle
     def start(self) -> Daemon:
         """Open the model and outputs and start capturing. Raises EdgekitError on a bad model."""
@@ -137,6 +147,7 @@ class Daemon(DaemonStatus):
             self._fleet.prepare()
         preflight(cfg, **self._preflight)
         self._model.open()
+        check_opened(cfg, self._model.runtime)  # a fleet's bundle, or a caller's runtime, is known only now
         for camera in cfg.camera_list:
             check_reduced_decode(camera.options, self._model.pipeline.preprocess.spec.crop)
         if cfg.events.enabled and (getattr(self._model, "_task", None) or ("classify",))[0] == "detect":
@@ -302,8 +313,11 @@ class Daemon(DaemonStatus):
     def _process(self, frame: Any, feed: CameraFeed) -> bool:
         """Run one frame of ``feed``'s camera through the pipeline and publish it; True when a
         result was produced."""
+        pipeline = self._model.pipeline
+        if pipeline is None:  # closed since the loop looked (the AI Camera's backend, when its camera went)
+            return False
         try:
-            result = self._model.pipeline.step(frame)
+            result = pipeline.step(frame)
         except Exception as exc:  # any backend failure: count, keep serving, reopen if it persists
             if self._swap is not None and self._swap.frame_failed(exc):
                 return self._process(frame, feed)  # rolled back: the previous model runs this frame

@@ -5,6 +5,10 @@ An Edge TPU pulled out, a GPU reset, a driver that wedged: a runtime that fails
 exponential backoff between attempts, while the daemon keeps serving health and stats.
 Every reopened runtime gets a new :class:`~edgekit.pipeline.Pipeline` recording into the
 same bounded metrics sink, so /stats percentiles span the reopen.
+
+A runtime may own the camera (the imx500 backend opens the AI Camera's one ``Picamera2``): its
+camera's loss closes it (:meth:`ModelSupervisor.camera_lost`) and the usual reopen opens it again.
+Opening and closing are serialised, so a new runtime is created only after the old one is closed.
 """
 
 from __future__ import annotations
@@ -80,6 +84,8 @@ class ModelSupervisor:
         self._counters = counters
         self._clock = clock
         self._lock = threading.Lock()
+        # open and close one at a time: the imx500 backend's Picamera2 is closed before the next opens
+        self._opening = threading.Lock()
         self.pipeline: Pipeline | None = None
         self.runtime_info: dict[str, Any] = {}
         self.identity: dict[str, Any] = {}  # bundle, path, variant, sha256, target of what runs
@@ -98,11 +104,35 @@ class ModelSupervisor:
 
     def open(self) -> None:
         """Open the runtime and build its Pipeline; raises what the factory raises."""
-        runtime = self._factory()
-        loaded = self._loaded(runtime, self.labels or [], self.identity, getattr(self, "_task", None))
+        with self._opening:
+            runtime = self._factory()
+            try:
+                loaded = self._loaded(runtime, self.labels or [], self.identity, getattr(self, "_task", None))
+            except BaseException:
+                _close_runtime(runtime)  # the camera the imx500 backend opened is free for the next try
+                raise
+            with self._lock:
+                self.pipeline, self.runtime_info = loaded.pipeline, loaded.info
+                self._failing, self.error = 0, ""
+
+    @property
+    def runtime(self) -> Any:
+        """The open runtime (None while the model is closed)."""
         with self._lock:
-            self.pipeline, self.runtime_info = loaded.pipeline, loaded.info
-            self._failing, self.error = 0, ""
+            return None if self.pipeline is None else self.pipeline.runtime
+
+    def camera_lost(self, runtime: Any, why: str) -> None:
+        """The camera ``runtime`` owns stopped delivering (the imx500 backend's ``Picamera2``): close the
+        runtime, camera and all, so :meth:`retry` opens both afresh; nothing when it is no longer the
+        running one (a reopen came first)."""
+        with self._opening:
+            with self._lock:
+                if self.pipeline is None or self.pipeline.runtime is not runtime:
+                    return
+                pipeline, self.pipeline = self.pipeline, None
+                self.error = f"{why}: reopening the model, which opens the camera"
+            log.warning("%s; reopening the model (its backend opens the camera)", why)
+            _close_runtime(pipeline.runtime)
 
     def _loaded(self, runtime: Any, labels: list[str], identity: dict[str, Any],
                 task: tuple[str, dict] | None = None) -> Loaded:
@@ -122,7 +152,11 @@ class ModelSupervisor:
     def open_candidate(self, path: str) -> Loaded:
         """Open a new bundle at ``path`` with the configured options, beside the running model."""
         from edgekit.model import open_model
+        from edgekit.serve.config.sensor import is_sensor_camera
 
+        if any(is_sensor_camera(c.uri) for c in self.config.camera_list):  # before anything opens
+            raise UsageError("an imx500 network cannot be opened beside the running one (one sensor, one Picamera2)",
+                             "replace the bundle and restart the service (systemctl restart edgekit)")
         m = self.config.model
         opened = open_model(path, variant=m.name or None, labels=m.labels or None, **model_options(self.config))
         try:
@@ -184,13 +218,11 @@ class ModelSupervisor:
 
     def close(self) -> None:
         """Close the runtime (errors are only logged)."""
-        with self._lock:
-            pipeline, self.pipeline = self.pipeline, None
-        if pipeline is not None:
-            try:
-                pipeline.runtime.close()
-            except Exception as exc:
-                log.warning("closing the runtime failed: %s", exc)
+        with self._opening:
+            with self._lock:
+                pipeline, self.pipeline = self.pipeline, None
+            if pipeline is not None:
+                _close_runtime(pipeline.runtime)
 
     def _second_stage(self, task: str) -> Any:
         """The cascade's second stage (``[[stage]]``), opened on first use; None without one."""
@@ -237,3 +269,11 @@ class ModelSupervisor:
         self._task = (opened.task, opened.task_options)
         self.identity = model_identity(path, opened.variant, opened.target)
         return opened.runtime
+
+
+def _close_runtime(runtime: Any) -> None:
+    """Close ``runtime``; a failure is only logged (a model being given up must not stop the daemon)."""
+    try:
+        runtime.close()
+    except Exception as exc:
+        log.warning("closing the runtime failed: %s", exc)
