@@ -65,6 +65,7 @@ def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
     options = ctx.options_for(target)
     toolchain = find_toolchain(str(options.get("toolchain", "imx500")))
     opset = int(options.get("opset", 17))
+    gate_model = gate_model_option(options.get("gate_model", "module"))  # refused before minutes of PTQ
     with ctx.log.step(f"[{target.name}] convert to ONNX (opset {opset}), NCHW input") as step:
         io, names = nchw_onnx(ctx, ctx.workdir / f"{ctx.name}_imx500.onnx", opset)
     spec = _input_spec(ctx, io)
@@ -83,9 +84,10 @@ def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
     ) as built:
         session = _start(ctx, target, toolchain, workdir, job, float(options.get("start_timeout_s", 3600)))
     try:
-        runner = QuantisedRunner(session, order, bool(options.get("gate_batch", True)))
+        runner = QuantisedRunner(session, order, bool(options.get("gate_batch", True)), gate_model)
         verification = ctx.verify("int8", runner, spec)
-        ctx.log.info(f"[{target.name}] the gate ran MCT's quantised model {runner.note}")
+        gated = "the exported ONNX in ONNX Runtime" if runner.request["model"] == "export" else "MCT's quantised model"
+        ctx.log.info(f"[{target.name}] the gate ran {gated} {runner.note}")
         with ctx.log.step(f"[{target.name}] imxconv-pt: packerOut.zip and the memory report") as conv:
             converted, _ = session.request({"op": "convert"})
     finally:
@@ -98,8 +100,8 @@ def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
     facts = {"toolchain": session.ready.get("versions", {}), "tpc": session.ready.get("tpc"),
              "calibration_images": count, "quantized_onnx": Path(job["export"]).name, "memory": memory,
              "memory_report": REPORT, "log": "imx500.log", "ptq_seconds": session.ready.get("ptq_s"),
-             "convert_seconds": converted.get("convert_s"), "gate_run": runner.note, "on_device": list(ON_DEVICE),
-             "not_proven": NOT_PROVEN}
+             "convert_seconds": converted.get("convert_s"), "gate_model": runner.request["model"],
+             "gate_run": runner.note, "on_device": list(ON_DEVICE), "not_proven": NOT_PROVEN}
     seconds = round(step["seconds"] + built["seconds"] + conv["seconds"], 2)
     model = _model(ctx, out_dir, spec, (io, names, order, runner.shapes), verification, facts, seconds)
     return BuilderOutput((model,), "int8")
@@ -175,8 +177,8 @@ class QuantisedRunner:
     CHECK = 4
     """Images of the first batch run alone as well: batch-mixing shows from the second on."""
 
-    def __init__(self, session: ChildSession, order: list[int], batched: bool = True):
-        self.session, self.order = session, order
+    def __init__(self, session: ChildSession, order: list[int], batched: bool = True, model: str = "module"):
+        self.session, self.order, self.request = session, order, {"op": "infer", "model": model}
         self.shapes: list[list[int]] = []
         self.batched: bool | None = None if batched else False
         self.note = "one image a request (gate_batch = false)"
@@ -199,7 +201,7 @@ class QuantisedRunner:
     def _batch(self, x: np.ndarray) -> list[np.ndarray] | None:
         """The batch in one request; None when the child refuses it (its error is in the log)."""
         try:
-            _, outs = self.session.request({"op": "infer"}, [x])
+            _, outs = self.session.request(self.request, [x])
         except ModelError as exc:
             self.batched, self.note = False, f"one image a request (the module refused a batch: {exc})"[:300]
             return None
@@ -209,7 +211,7 @@ class QuantisedRunner:
     def _one_by_one(self, x: np.ndarray) -> list[np.ndarray]:
         rows = []
         for t in x:
-            _, outs = self.session.request({"op": "infer"}, [t[None]])
+            _, outs = self.session.request(self.request, [t[None]])
             rows.append([o[0] if o.ndim and o.shape[0] == 1 else o for o in map(np.asarray, outs)])
         return [np.stack([r[i] for r in rows]).astype(np.float32) for i in range(len(rows[0]))]
 
@@ -225,6 +227,14 @@ class QuantisedRunner:
         self.note = (f"{len(x)} images a request (their outputs {how} on {n} images)" if agrees
                      else f"one image a request (a batch's outputs {how})")
         return agrees
+
+
+def gate_model_option(name: Any) -> str:
+    """The target option ``gate_model``: ``module`` (MCT's quantised torch module) or ``export`` (its
+    exported ONNX in ONNX Runtime, what imxconv-pt converts); ModelError for anything else."""
+    if name not in ("module", "export"):
+        raise ModelError(f"gate_model {name!r} is not module or export", 'set gate_model = "module" in the target file')
+    return str(name)
 
 
 def batch_agrees(alone: list[np.ndarray], batched: list[np.ndarray], share: float = 1e-3) -> tuple[bool, str]:

@@ -171,3 +171,11 @@ def test_a_batch_agrees_when_equal_or_one_quantisation_step_off_on_a_few_values(
     assert not ok and how == "differ from one-at-a-time ones by up to 1"
     floats = [rng.random((4, 11)).astype(np.float32)]  # a float output: no grid, float rounding only
     assert batch_agrees(floats, [floats[0] + 1e-7])[0] and not batch_agrees(floats, [floats[0] + 1e-3])[0]
+
+
+def test_gate_model_names_the_module_or_the_export_else_one_line_error():
+    from edgekit.builders.imx500 import gate_model_option
+
+    assert gate_model_option("module") == "module" and gate_model_option("export") == "export"
+    with pytest.raises(ModelError, match="gate_model 'onnx' is not module or export"):
+        gate_model_option("onnx")

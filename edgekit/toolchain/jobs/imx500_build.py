@@ -21,6 +21,9 @@ the stack's versions), then one answer per request until ``{"op": "close"}``:
   the batch axis its reshapes were given, though the exported ONNX fixes batch 1): MCT's
   quantised model on the CPU (the host simulation of the int8 network: fake-quantised weights
   and activations), its outputs back;
+* ``{"op": "infer", "model": "export"}``: the same through the exported ONNX in ONNX Runtime
+  (MCT's quantiser ops registered): what ``imxconv-pt`` converts, for a gate on it
+  (``gate_model = "export"``);
 * ``{"op": "convert"}``: ``imxconv-pt -i EXPORT -o CONVERT_DIR`` (Java; its output to the log),
   the memory report (``*_MemoryReport.json``) in the answer's ``report``.
 
@@ -200,6 +203,21 @@ def infer(model, tensor: np.ndarray) -> list[np.ndarray]:
     return [o.detach().cpu().numpy().astype(np.float32) for o in outs]
 
 
+def export_session(job: dict):
+    """ONNX Runtime on the exported quantised ONNX (what imxconv-pt converts), with MCT's quantiser ops."""
+    import mct_quantizers
+    import onnxruntime as ort
+
+    options = mct_quantizers.get_ort_session_options()
+    return ort.InferenceSession(job["export"], options, providers=["CPUExecutionProvider"])
+
+
+def infer_export(session, tensor: np.ndarray) -> list[np.ndarray]:
+    """One NCHW tensor (an image or a batch: the export keeps a batch axis) through the exported ONNX."""
+    feed = {session.get_inputs()[0].name: np.ascontiguousarray(tensor, dtype=np.float32)}
+    return [np.asarray(o, dtype=np.float32) for o in session.run(None, feed)]
+
+
 def convert_model(job: dict) -> dict:
     """``imxconv-pt`` on the exported model; the memory report and the files it wrote."""
     bindir = Path(sys.executable).parent
@@ -244,7 +262,7 @@ def serve(workdir: Path) -> int:
     """Quantise and export, answer ``ready``, then requests; the exit code."""
     requests, answers = jobwire.claim_stdout()  # vendor prints go to the log, never the pipe
     job, _ = jobwire.read_job(workdir)
-    progress = {"stage": "start"}
+    progress, exported = {"stage": "start"}, None
     try:
         stand_in_torchvision()
         calib = np.load(job["calib"], allow_pickle=False)["calib"]
@@ -274,6 +292,9 @@ def serve(workdir: Path) -> int:
         try:
             if header.get("op") == "convert":
                 jobwire.send(answers, {"ok": True, **convert_model(job)})
+            elif header.get("model") == "export":
+                exported = exported or export_session(job)
+                jobwire.send(answers, {"ok": True}, infer_export(exported, arrays[0]))
             else:
                 jobwire.send(answers, {"ok": True}, infer(model, arrays[0]))
         except Exception as exc:  # one bad request is one error answer, not a dead session
