@@ -76,6 +76,7 @@ def build(ctx: BuildContext, target: Target, out_dir: Path) -> BuilderOutput:
         "onnx": str(ctx.workdir / f"{ctx.name}_imx500.onnx"),
         "calib": str(ctx.workdir / CALIB_FILE),
         "export": str(out_dir / f"{ctx.name}_int8.onnx"),
+        "quantization": mct_settings(options.get("mct_quantization", {})),
         "convert_dir": str(workdir / "converted"),
     }
     with ctx.log.step(
@@ -227,6 +228,16 @@ class QuantisedRunner:
         self.note = (f"{len(x)} images a request (their outputs {how} on {n} images)" if agrees
                      else f"one image a request (a batch's outputs {how})")
         return agrees
+
+
+def mct_settings(table: Any) -> dict[str, Any]:
+    """The target file's ``mct_quantization`` table (MCT ``QuantizationConfig`` fields: names to numbers,
+    booleans or error-method names); ModelError when it is not one."""
+    if not isinstance(table, dict) or not all(
+            isinstance(k, str) and isinstance(v, (bool, int, float, str)) for k, v in table.items()):
+        raise ModelError(f"mct_quantization {table!r} is not a table of settings",
+                         "give e.g. mct_quantization = { relu_bound_to_power_of_2 = true } in the target file")
+    return dict(table)
 
 
 def gate_model_option(name: Any) -> str:

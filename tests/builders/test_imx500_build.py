@@ -179,3 +179,26 @@ def test_gate_model_names_the_module_or_the_export_else_one_line_error():
     assert gate_model_option("module") == "module" and gate_model_option("export") == "export"
     with pytest.raises(ModelError, match="gate_model 'onnx' is not module or export"):
         gate_model_option("onnx")
+
+
+def test_mct_quantization_settings_reach_mct_and_a_bad_one_is_one_line(toolchains, data, monkeypatch):  # noqa: F811
+    from edgekit.builders.imx500 import mct_settings
+    from edgekit.target import load_target
+
+    custom = load_target("imx500").build_options({})  # the shipped file leaves MCT's defaults
+    assert "mct_quantization" not in custom and mct_settings({}) == {}
+    with pytest.raises(ModelError, match="mct_quantization 'x' is not a table of settings"):
+        mct_settings("x")
+    toml = (Path(__file__).resolve().parents[2] / "edgekit" / "targets" / "imx500.toml").read_text()
+    target = data / "imx500_custom.toml"
+    setting = 'mct_quantization = { activation_error_method = "noclipping" }'
+    target.write_text(toml.replace("[build]\n", f"[build]\n{setting}\n"))
+    (result,) = build(mean_model(data / "tiny.onnx"), str(target), [data / "calib"], out=data / "dist",
+                      eval_dir=data / "eval", quiet=True, preprocess={"colour": "gray", "mean": [0.0], "std": [255.0]})
+    ptq = [json.loads(line.split("FAKE IMX CALL ", 1)[1]) for line in (result.bundle / "imx500.log").read_text()
+           .splitlines() if "pytorch_post_training_quantization" in line]
+    assert ptq[0][-1] == {"activation_error_method": "NOCLIPPING"}
+    target.write_text(toml.replace("[build]\n", "[build]\nmct_quantization = { no_such_setting = 1 }\n"))
+    with pytest.raises(ModelError, match="post-training quantisation: .*unexpected keyword argument 'no_such_setting'"):
+        build(mean_model(data / "tiny.onnx"), str(target), [data / "calib"], out=data / "dist2",
+              eval_dir=data / "eval", quiet=True, preprocess={"colour": "gray", "mean": [0.0], "std": [255.0]})

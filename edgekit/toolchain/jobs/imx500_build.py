@@ -11,6 +11,8 @@ The job says:
   the representative data set of Model Compression Toolkit's PyTorch post-training quantisation
   for the IMX500's target platform capabilities (``imx500``, ``v1``), one tensor a batch (the
   ONNX has batch 1 built into its reshapes);
+* ``quantization``: settings of MCT's ``QuantizationConfig`` over its defaults (the target
+  file's ``mct_quantization`` table; empty: MCT's defaults);
 * ``export``: where MCT's exporter writes the quantised ONNX (fake-quant ops imxconv-pt reads);
 * ``convert_dir``: where ``imxconv-pt`` writes ``packerOut.zip`` and the memory report.
 
@@ -181,7 +183,9 @@ def quantise(job: dict, calib: np.ndarray, progress: dict):
 
     progress["stage"] = "post-training quantisation"
     tpc = mct.get_target_platform_capabilities(TPC[0], TPC[1], target_platform_version=TPC[2])
-    quantised, _ = mct.ptq.pytorch_post_training_quantization(model, representative, target_platform_capabilities=tpc)
+    core = mct.core.CoreConfig(quantization_config=quantization_config(mct, job.get("quantization") or {}))
+    quantised, _ = mct.ptq.pytorch_post_training_quantization(model, representative, core_config=core,
+                                                              target_platform_capabilities=tpc)
     progress["stage"] = "export"
     export = torch.onnx.export
     # torch >= 2.9 exports through dynamo by default, which does not know MCT's quantiser ops
@@ -191,6 +195,15 @@ def quantise(job: dict, calib: np.ndarray, progress: dict):
     finally:
         torch.onnx.export = export
     return quantised.eval()
+
+
+def quantization_config(mct, settings: dict):
+    """MCT's ``QuantizationConfig`` with the target file's ``mct_quantization`` settings over its defaults
+    (an ``*_error_method`` by its name, e.g. ``"NOCLIPPING"``); an unknown name fails PTQ in one line."""
+    settings = dict(settings)
+    for key in [k for k in settings if k.endswith("_error_method")]:
+        settings[key] = mct.core.QuantizationErrorMethod[str(settings[key]).upper()]
+    return mct.core.QuantizationConfig(**settings)
 
 
 def infer(model, tensor: np.ndarray) -> list[np.ndarray]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import functools
 import os
 import types
@@ -30,10 +31,27 @@ class Quantised:
         return torch.Tensor(array)
 
 
-def _ptq(in_module, representative_data_gen, target_platform_capabilities=None):
+class QuantizationConfig:
+    def __init__(self, **settings):
+        unknown = set(settings) - {"relu_bound_to_power_of_2", "activation_error_method", "z_threshold"}
+        if unknown:
+            raise TypeError(f"QuantizationConfig.__init__() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+        self.settings = settings
+
+
+class CoreConfig:
+    def __init__(self, quantization_config=None):
+        self.quantization_config = quantization_config or QuantizationConfig()
+
+
+QuantizationErrorMethod = enum.Enum("QuantizationErrorMethod", "MSE NOCLIPPING MAE")
+
+
+def _ptq(in_module, representative_data_gen, core_config=None, target_platform_capabilities=None):
     batches = [b for b in representative_data_gen()]
     assert all(len(b) == 1 and b[0].array.shape[0] == 1 for b in batches)
-    torch.record("pytorch_post_training_quantization", len(batches), target_platform_capabilities)
+    settings = {k: getattr(v, "name", v) for k, v in core_config.quantization_config.settings.items()}
+    torch.record("pytorch_post_training_quantization", len(batches), target_platform_capabilities, settings)
     return Quantised(in_module), None
 
 
@@ -45,5 +63,7 @@ def _export(model, save_model_path, repr_dataset=None):
         f.write(b"fake quantised onnx")
 
 
+core = types.SimpleNamespace(CoreConfig=CoreConfig, QuantizationConfig=QuantizationConfig,
+                             QuantizationErrorMethod=QuantizationErrorMethod)
 ptq = types.SimpleNamespace(pytorch_post_training_quantization=_ptq)
 exporter = types.SimpleNamespace(pytorch_export_model=_export)
