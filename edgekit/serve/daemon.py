@@ -147,7 +147,11 @@ class Daemon(DaemonStatus):
             self._fleet.prepare()
         preflight(cfg, **self._preflight)
         self._model.open()
-        check_opened(cfg, self._model.runtime)  # a fleet's bundle, or a caller's runtime, is known only now
+        try:
+            check_opened(cfg, self._model.runtime)  # a fleet's bundle, or a caller's runtime, is known only now
+        except UsageError:
+            self._model.close()  # the imx500 backend's camera is let go even by a caller that never closes
+            raise
         for camera in cfg.camera_list:
             check_reduced_decode(camera.options, self._model.pipeline.preprocess.spec.crop)
         if cfg.events.enabled and (getattr(self._model, "_task", None) or ("classify",))[0] == "detect":

@@ -112,14 +112,14 @@ def test_serve_publishes_each_frames_own_outputs_from_the_sensors_frames(
 
             # from now on the backend may only read the outputs a frame carries, never the sensor's newest
             monkeypatch.setattr(fake.Picamera2, "capture_metadata", own_frame)
-            results = wait_until(lambda: len(_results(sub)) >= 12 and _results(sub), 20, what="12 results")
+            results = wait_until(lambda: len({r["top"][0]["label"] for r in _results(sub)}) == 10 and _results(sub),
+                                 30, what="results naming every class (frames skipped when the model is busy)")
             stats = daemon.stats()
     finally:
         sub.close()
     assert all(_own_outputs(r) for r in results), [(r["frame"], r["top"][0]["index"]) for r in results]
     frames = [r["frame"] for r in results]
-    assert frames == sorted(set(frames)) and frames[-1] - frames[0] >= 11
-    assert {r["top"][0]["label"] for r in results} == set(LABELS)  # every class seen
+    assert frames == sorted(set(frames)) and frames[-1] - frames[0] >= 9
     assert stats["runtime"]["backend"] == "imx500" and stats["camera"]["kind"] == "imx500"
     assert stats["errors"]["inference"] == 0 and stats["errors"]["camera"] == 0
     assert len(fake.INSTANCES) == 1 and fake.INSTANCES[0].closed  # one Picamera2, closed at the stop
@@ -198,6 +198,44 @@ def test_a_model_reopened_after_inference_errors_is_read_again_without_a_third_b
     assert [c[0] for c in fake.CALLS].count("IMX500") == 2 and fake.OPEN_AT_CREATION == [0, 0]
     assert stats["reconnects"]["model"] == 1 and stats["errors"]["inference"] == 2
     assert all(_own_outputs(r) for r in _results(sub))
+
+
+def test_a_reload_is_refused_before_a_second_network_opens_and_the_camera_goes_on(tmp_path, broker, fake, bundle):  # noqa: F811
+    sub = Subscriber(broker.port)
+    try:
+        daemon = Daemon(_config(tmp_path, bundle, broker.port))
+        with running(daemon):
+            wait_until(lambda: len(_results(sub)) >= 3, 20, what="results")
+            manifest = json.loads((bundle / "edgekit.json").read_text())
+            (bundle / "edgekit.json").write_text(json.dumps({**manifest, "name": "demo2"}))  # a new bundle
+            daemon.request_reload("SIGHUP")
+            wait_until(lambda: daemon.swaps.get("refused") == 1, 20, what="the reload refused")
+            before = len(_results(sub))
+            wait_until(lambda: len(_results(sub)) >= before + 3, 20, what="results after the refusal")
+            stats = daemon.stats()
+    finally:
+        sub.close()
+    assert len(fake.INSTANCES) == 1 and len(fake.NETWORKS) == 1  # no network, no camera opened beside
+    assert "cannot be opened beside the running one" in stats["swaps"]["last"]
+    assert all(_own_outputs(r) for r in _results(sub))
+
+
+def test_a_model_known_only_once_open_is_paired_then(tmp_path, fake, bundle):
+    """A caller's runtime (or a fleet's bundle) is checked once it opened, and closed when refused."""
+    from edgekit.errors import UsageError
+    from edgekit.runtime.imx500 import Imx500Runtime
+    from tests.serve.test_daemon_services import real_runtime
+
+    def sensor():
+        return Imx500Runtime(bundle / "packerOut.zip", input_spec=SPEC)
+
+    cases = [(make_config(tmp_path, None), sensor, "its one camera must be uri = \"imx500\""),
+             (_config(tmp_path, bundle, None), real_runtime, "the AI Camera's outputs come from a network")]
+    for config, factory, said in cases:
+        daemon = Daemon(config, runtime_factory=factory, labels=LABELS[:3] if factory is real_runtime else LABELS)
+        with pytest.raises(UsageError, match=said):
+            daemon.start()
+    assert len(fake.INSTANCES) == 1 and fake.INSTANCES[0].closed  # the refused backend let the camera go
 
 
 def test_the_documented_ai_camera_config_loads(tmp_path, capsys, fake, bundle):
