@@ -238,6 +238,14 @@ def test_a_model_known_only_once_open_is_paired_then(tmp_path, fake, bundle):
     assert len(fake.INSTANCES) == 1 and fake.INSTANCES[0].closed  # the refused backend let the camera go
 
 
+def test_the_command_line_serves_the_ai_camera(capsys, fake, bundle):
+    outcome = edgekit(capsys, "serve", bundle, "--camera", "imx500", "--max-frames", "5", "--http", "off")
+    assert outcome.code == 0, outcome.text
+    lines = [json.loads(line) for line in outcome.out.splitlines()]
+    assert len(lines) == 5 and all(_own_outputs(r) and r["source"] == "imx500" for r in lines)
+    assert len(fake.INSTANCES) == 1 and fake.INSTANCES[0].closed
+
+
 def test_the_documented_ai_camera_config_loads(tmp_path, capsys, fake, bundle):
     text = (Path(__file__).resolve().parents[2] / "docs" / "serve.md").read_text()
     toml = text.split("### Raspberry Pi AI Camera (IMX500)", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
