@@ -1,5 +1,6 @@
 """The int8 variant of a float TFLite graph: rewritten for int8 accelerators, its score and box
-outputs clamped where a detector needs it, then quantised by TensorFlow's post-training quantiser
+outputs clamped where a detector needs it, an output sigmoid's input clamped to +-16
+(builders/int8/sigmoid_clamp.py), then quantised by TensorFlow's post-training quantiser
 (builders/int8/quantize.py). Build-side only."""
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def int8_model(ctx: BuildContext, target: Target, saved: Path | None, representa
     """
     from edgekit.builders.graph.rewrite import box_clamp, rewrite_checked, score_clamp
     from edgekit.builders.int8 import quantize
+    from edgekit.builders.int8.sigmoid_clamp import sigmoid_clamped
 
     graphs = float_graphs(ctx)
     if saved is None:
@@ -64,6 +66,8 @@ def int8_model(ctx: BuildContext, target: Target, saved: Path | None, representa
             done = [*done, rewrite]
             ctx.log.info(f"[{target.name}] int8: {rewrite.op} into {rewrite.into} before quantising (one int8 "
                          "scale for values spanning hundreds leaves a coarse step where the detections are)")
+    rewritten, sigmoid = sigmoid_clamped(rewritten, representative, ctx.log, target.name)
+    done = [*done, sigmoid] if sigmoid is not None else done
     graphs.for_int8, graphs.rewrites = rewritten, tuple(done)
     graphs.unrewritten = float_model if done else None
     return quantize.quantize_int8(rewritten, representative, io_dtype), done
