@@ -300,12 +300,12 @@ class LatestFrameSource(SourceBase):
         reads a live camera through this one grabber thread and one mailbox, without a second
         thread copying frames. Do not iterate the source afterwards; :meth:`problem` says when it
         stalled or its grabber failed, as ``next()`` would have raised it."""
-        with self._handover:
+        with self._handover:  # the grabber puts under this lock: no newer frame can land first
             old, self._mailbox, self._direct = self._mailbox, mailbox, True
-        frame = old.take(0)
-        if frame is not None:  # captured before the hand-over and not taken yet
-            self._counters.add(delivered=1)
-            mailbox.put(frame)
+            frame = old.take(0)
+            if frame is not None:  # captured before the hand-over and not taken yet
+                self._counters.add(delivered=1)
+                mailbox.put(frame)
         if old.closed:  # the grabber had already ended: the new mailbox hears it too
             mailbox.close()
 
