@@ -169,7 +169,8 @@ def format_imx500(path: Path, built: dict[str, Any]) -> str:
              f"{imx.get('calibration_images')} calibration images",
              f"memory report: {mem.get('usage')} of {mem.get('available')} ({mem.get('utilisation')}), "
              f"{'fits the chip' if mem.get('fits') else 'does NOT fit the chip'}",
-             _gate_line(gate, "MCT's quantised model on the host")]
+             _gate_line(gate, "the exported ONNX on the host" if imx.get("gate_model") == "export"
+                        else "MCT's quantised model on the host")]
     lines += [f"still to do on the Pi: {step}" for step in imx.get("on_device") or []]
     if imx.get("not_proven"):
         lines.append(f"not proven here: {imx['not_proven']}")

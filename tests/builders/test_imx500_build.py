@@ -202,3 +202,12 @@ def test_mct_quantization_settings_reach_mct_and_a_bad_one_is_one_line(toolchain
     with pytest.raises(ModelError, match="post-training quantisation: .*unexpected keyword argument 'no_such_setting'"):
         build(mean_model(data / "tiny.onnx"), str(target), [data / "calib"], out=data / "dist2",
               eval_dir=data / "eval", quiet=True, preprocess={"colour": "gray", "mean": [0.0], "std": [255.0]})
+
+
+def test_inspect_names_the_exported_onnx_when_the_gate_ran_on_it():
+    from edgekit.commands.inspect import format_imx500
+
+    gate = {"metric": "map", "n": 100, "original": 0.3838, "converted": 0.3725, "ratio": 0.9706, "passed": True}
+    text = format_imx500(Path("detector-imx500"), {"imx500": {"gate_model": "export"}, "gate": gate})
+    assert "gate at build, the exported ONNX on the host" in text
+    assert "MCT's quantised model" in format_imx500(Path("b"), {"imx500": {}, "gate": gate})
