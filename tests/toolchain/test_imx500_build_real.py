@@ -14,7 +14,7 @@ import pytest
 
 from edgekit.builders.build import build
 from edgekit.toolchain.store import has_toolchain
-from tests.conftest import CALIB, DEMO_MODEL, EVAL, FRAMES
+from tests.conftest import CALIB, DEMO_MODEL, EVAL, FRAMES, ROOT
 
 INSTALLED, WHY = has_toolchain("imx500")
 pytestmark = [pytest.mark.toolchain, pytest.mark.slow,
@@ -32,6 +32,20 @@ def test_the_demo_classifier_builds_for_imx500_passes_its_gate_and_fits_the_chip
     assert (result.bundle / "packerOut.zip").stat().st_size > 50_000
     report = json.loads((result.bundle / "imx500_memory_report.json").read_text())
     assert report["Memory Report"]["Fit In Chip"] is True
+
+
+def test_the_demo_detector_quantises_converts_and_is_gated_on_map(tmp_path):
+    """Its Resize and Split are made traceable for MCT; the gate batches (15 images a request) and the
+    mAP ratio is what MCT's 8-bit power-of-two activations leave (measured 0.9710: under the default
+    0.99, so the build is given 0.97; mAP@.5 keeps 0.6027 of 0.6017)."""
+    (result,) = build(ROOT / "models" / "detector.keras", "imx500", [ROOT / "calib" / "detect"], out=tmp_path,
+                      eval_dir=ROOT / "eval" / "detect", task="detect", quiet=True, min_map_ratio=0.97)
+    assert result.passed, result.error
+    ver = result.manifest["verification"]
+    assert ver["metric"] == "map" and 0.97 <= ver["ratio"] < 0.99
+    facts = result.manifest["models"][0]["imx500"]
+    assert facts["gate_run"].startswith("15 images a request") and facts["memory"]["fits"] is True
+    assert result.manifest["models"][0]["outputs"][0]["shape"] == [1, 8, 500]  # YOLO [1, 4 + 4 classes, anchors]
 
 
 TRACE_CHECK = """
