@@ -172,7 +172,8 @@ class QuantisedRunner:
     small model). The first batch is also run ``CHECK`` images one at a time and the answers
     compared; a module that refuses a batch, or answers a batch differently, is run one image at
     a time for the rest of the gate (:attr:`note` says which, for the log), so the gate's figures
-    are those of the one-image model either way.
+    are those of one image a request, but for a value on a quantiser's rounding edge
+    (:func:`batch_agrees`). A chunk of one image is one image a request either way.
     """
 
     CHECK = 4
@@ -182,16 +183,16 @@ class QuantisedRunner:
         self.session, self.order, self.request = session, order, {"op": "infer", "model": model}
         self.shapes: list[list[int]] = []
         self.batched: bool | None = None if batched else False
-        self.note = "one image a request (gate_batch = false)"
+        self.note = "one image a request (gate_batch = false)" if not batched else "one image a request (chunks of one)"
 
     def __call__(self, batch: np.ndarray) -> list[np.ndarray]:
         x = np.ascontiguousarray(batch, dtype=np.float32)
         outs = None
         if self.batched is not False:
             outs = self._batch(x)
-            if self.batched is None:
+            if self.batched is None and len(x) > 1:  # a batch of one shows nothing
                 self.batched = self._same(x, outs)
-        if not self.batched or outs is None:
+        if self.batched is False or outs is None:
             outs = self._one_by_one(x)
         if not self.shapes:
             self.shapes = [[1, *o.shape[1:]] for o in outs]

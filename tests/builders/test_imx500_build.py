@@ -211,3 +211,38 @@ def test_inspect_names_the_exported_onnx_when_the_gate_ran_on_it():
     text = format_imx500(Path("detector-imx500"), {"imx500": {"gate_model": "export"}, "gate": gate})
     assert "gate at build, the exported ONNX on the host" in text
     assert "MCT's quantised model" in format_imx500(Path("b"), {"imx500": {}, "gate": gate})
+
+
+class StubSession:
+    """Answers ``infer`` as a module would: each image's mean, plus ``skew`` on the rows after the first."""
+
+    def __init__(self, skew: float = 0.0):
+        self.skew, self.sizes = skew, []
+
+    def request(self, header, arrays):
+        (x,) = arrays
+        self.sizes.append(len(x))
+        out = x.reshape(len(x), -1).mean(axis=1, keepdims=True).astype(np.float32)
+        if len(x) > 1:
+            out[1:] += self.skew
+        return {"ok": True}, [out]
+
+
+def test_the_runner_decides_on_the_first_chunk_of_more_than_one_image():
+    from edgekit.builders.imx500 import QuantisedRunner
+
+    x = np.random.default_rng(2).random((6, 1, 4, 4)).astype(np.float32)
+    session = StubSession()
+    runner = QuantisedRunner(session, [0])
+    runner(x[:1])  # a chunk of one decides nothing
+    assert runner.batched is None and session.sizes == [1]
+    (out,) = runner(x)
+    np.testing.assert_allclose(out[:, 0], x.reshape(6, -1).mean(axis=1), rtol=1e-6)
+    assert runner.batched is True and session.sizes == [1, 6, 1, 1, 1, 1] and runner.shapes == [[1, 1]]
+    runner(x)
+    assert session.sizes[-1] == 6 and runner.note.startswith("6 images a request")
+    skewed = StubSession(skew=0.5)
+    runner = QuantisedRunner(skewed, [0])
+    (out,) = runner(x)  # the batch's answer is dropped: the figures are the images' alone
+    np.testing.assert_allclose(out[:, 0], x.reshape(6, -1).mean(axis=1), rtol=1e-6)
+    assert runner.batched is False and skewed.sizes == [6, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]
