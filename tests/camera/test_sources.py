@@ -312,11 +312,15 @@ def test_paced_file_runs_at_the_file_rate(clip):
         stats = cam.stats()
     elapsed = time.perf_counter() - t0
     assert elapsed >= 9 / FPS - 0.005  # never ahead of the clock
-    assert [f.index for f in frames] == list(range(10))  # a fast consumer misses nothing
+    # a fast consumer misses nothing on a quiet machine; on one running two suites the test's own thread
+    # was once held past a frame's due time, and a paced source then rightly gives the newest due frame
+    indices = [f.index for f in frames]
+    missed = indices[-1] - (len(indices) - 1)
+    assert indices[0] == 0 and np.all(np.diff(indices) >= 1) and missed <= 3, indices
     gaps = np.diff([f.t_capture_ns for f in frames])
-    assert np.all(np.abs(gaps - 1e9 / FPS) <= 1)  # capture time = each frame's due time
+    assert np.all(np.abs(gaps - np.diff(indices) * 1e9 / FPS) <= 1)  # capture time = each frame's due time
     assert stats["capture_fps"] == pytest.approx(FPS, rel=1e-6)
-    assert stats["paced"] is True and stats["skipped"] == 0
+    assert stats["paced"] is True and stats["skipped"] == missed
 
 
 @pytest.mark.slow  # asserts on wall-clock time

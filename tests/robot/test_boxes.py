@@ -43,7 +43,9 @@ def test_boxes_are_drawn_on_the_face_and_each_new_label_is_said_once(bundle):
     from robot.boxes import run_boxes
 
     frames = [scene(left, right, seed=i) for i, (left, right) in enumerate(SEQUENCE)]
-    with open_model(bundle) as model, FakeVector(frames, fps=20, loop=False) as fake, \
+    # a live camera drops what a busy consumer cannot take (the newest frame wins): each scene is held
+    # for 1.2 s, so a consumer slowed to 5 fps by a loaded machine still sees it --agree times
+    with open_model(bundle) as model, FakeVector(frames, fps=20, hold=3, loop=False) as fake, \
             VectorSource(fake.serial, config_home=fake.home, connect_timeout_s=2,
                          prepare=model.runtime.input_spec) as cam:
         report = run_boxes(
@@ -56,7 +58,7 @@ def test_boxes_are_drawn_on_the_face_and_each_new_label_is_said_once(bundle):
         said, shown = list(fake.said), list(fake.shown)
     assert report.said == ["cat", "dog"] and said == ["cat", "dog"]  # quiet while nothing is seen
     assert report.errors == [] and report.failure is None
-    assert len(shown) == report.metrics["face_shown"] >= len(SEQUENCE) // 2
+    assert len(shown) == report.metrics["face_shown"] >= 6  # at least a few frames of each scene
     assert all(image.shape == (96, 184, 3) for image in shown)
     # a cat box on the left half of the screen, a dog box on the right, and frames with no box
     assert any(_has_colour(image, colour_for(0), slice(0, 92)) for image in shown)
@@ -73,7 +75,8 @@ def test_cli_task_detect_with_a_real_bundle(bundle, tmp_path):
     for i, (left, right) in enumerate(SEQUENCE[::4]):
         cv2.imwrite(str(folder / f"{i:03d}.png"), scene(left, right, seed=i))
     out = io.StringIO()
-    rc = main(["--task", "detect", "--bundle", str(bundle), "--fake", str(folder), "--fps", "25", "--hold", "4",
+    # each scene 1.2 s (12 frames at 10 fps): a consumer slowed by a loaded machine still sees it --agree times
+    rc = main(["--task", "detect", "--bundle", str(bundle), "--fake", str(folder), "--fps", "10", "--hold", "6",
                "--agree", "2", "--min-confidence", "0.4", "--no-speech", "--json", str(tmp_path / "report.json")],
               out=out)
     text = out.getvalue()
