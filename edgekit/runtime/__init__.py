@@ -123,7 +123,15 @@ def _open_bundle_model(bundle: Bundle, model: str | None, backend: str | None, o
     from_bundle = check_options(cls, from_bundle, BundleError, f"{bundle.path}/{MANIFEST}: ",
                                 "fix the runtime options in edgekit.json, or rebuild the bundle")
     options = check_options(cls, options, UsageError)
-    return cls(bundle.path / entry.file, input_spec=entry.input, **{**defaults, **from_bundle, **options})
+    runtime = cls(bundle.path / entry.file, input_spec=entry.input, **{**defaults, **from_bundle, **options})
+    conform = getattr(runtime, "conform_outputs", None)
+    if callable(conform):  # a sensor's outputs (the IMX500) are held to the shapes the bundle recorded
+        try:
+            conform([o.get("shape") if isinstance(o, dict) else None for o in entry.outputs])
+        except BaseException:
+            runtime.close()
+            raise
+    return runtime
 
 
 def describe_runtime(info: dict) -> str:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -102,6 +102,7 @@ class Imx500Runtime:
         self.input_spec, self.timeout_s = input_spec, float(timeout_s)
         self._source: Any = None  # the camera source reading this camera (attach)
         self._warned = False
+        self._axes: dict[int, tuple[int, ...]] = {}  # conform_outputs: output -> the reorder back to the bundle's
         try:
             from picamera2 import Picamera2
             from picamera2.devices import IMX500
@@ -227,7 +228,29 @@ class Imx500Runtime:
         outputs = self._imx500.get_outputs(metadata, add_batch=True)
         if outputs is None:
             return None
-        return [np.array(o, dtype=np.float32, copy=True) for o in outputs]
+        return [np.array(np.transpose(o, self._axes[i]) if i in self._axes else o, dtype=np.float32, copy=True)
+                for i, o in enumerate(outputs)]
+
+    def conform_outputs(self, expected: Sequence[Sequence[int] | None]) -> None:
+        """Hold the sensor's outputs to the shapes the bundle recorded (batch axis first), so a network
+        and bundle that do not belong together, or a sensor that lays a tensor out otherwise, stop here
+        instead of decoding as nonsense. An output whose non-batch axes come reversed (a C-ordered
+        tensor read through picamera2's Fortran-order reshape) is transposed back; any other mismatch is
+        a ModelError naming both shapes. ``None`` for an output (or no record at all): whatever the sensor gives."""
+        if not expected:
+            return  # a bundle that records no outputs: nothing to hold them to
+        if len(expected) != len(self._outputs):
+            raise ModelError(f"IMX500: {self.rpk.name} gives {len(self._outputs)} outputs; the bundle records "
+                             f"{len(expected)}", PACKAGE_FIX)
+        for i, (got, want) in enumerate(zip(self._outputs, expected)):
+            if want is None or list(got) == list(want):
+                continue
+            if [got[0], *got[:0:-1]] == list(want):
+                self._axes[i], self._outputs[i] = (0, *range(len(got) - 1, 0, -1)), list(want)
+                log.info("IMX500: output %d comes as %s; reordered to the bundle's %s", i, got, list(want))
+                continue
+            raise ModelError(f"IMX500: output {i} of {self.rpk.name} is {got}, the bundle's is {list(want)}: "
+                             "the network is not this bundle's", PACKAGE_FIX)
 
     def output_details(self) -> list[dict[str, Any]]:
         """Each output's ``name`` and ``shape`` (batch axis first), as the first frame gave them."""

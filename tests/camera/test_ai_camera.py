@@ -20,6 +20,7 @@ from edgekit.bundle import FORMAT_VERSION, sha256_file
 from edgekit.camera import open_camera
 from edgekit.errors import CameraError, CameraUnavailable
 from edgekit.imaging.image import InputSpec
+from edgekit.model import open_model
 from edgekit.pipeline import Pipeline
 from edgekit.runtime.imx500 import Imx500Runtime
 from tests.helpers.faults import assert_refused, edgekit
@@ -174,3 +175,20 @@ def test_an_imx500_bundle_on_another_camera_keeps_the_sensors_outputs_and_says_s
     result = edgekit(capsys, "run", bundle, "--camera", "synthetic:64x48", "--max-frames", "4", "--json")
     assert result.code == 0, result.text
     assert result.err.count("not from the frames this run reads; use --camera imx500") == 1
+
+
+def test_a_network_that_is_not_the_bundles_is_refused_on_open_and_the_camera_let_go(fake, bundle):
+    """The bundle records its network's outputs; the sensor's ([1, 10] here) must match them, else opening the
+    model is one ModelError and the camera is closed again for the next try (runtime/__init__.py)."""
+    from edgekit.errors import ModelError
+
+    manifest = json.loads((bundle / "edgekit.json").read_text())
+    manifest["models"][0]["outputs"] = [{"name": "output0", "shape": [1, 11], "dtype": "float32"}]
+    (bundle / "edgekit.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelError, match=r"output 0 of network.rpk is \[1, 10\], the bundle's is \[1, 11\]"):
+        open_model(bundle)
+    assert fake.INSTANCES and all(cam.closed for cam in fake.INSTANCES)
+    manifest["models"][0]["outputs"][0]["shape"] = [1, 10]
+    (bundle / "edgekit.json").write_text(json.dumps(manifest))
+    with open_model(bundle) as model:
+        assert [d["shape"] for d in model.runtime.output_details()] == [[1, 10]]

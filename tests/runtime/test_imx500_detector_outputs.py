@@ -66,3 +66,24 @@ def test_the_sensors_detector_output_decodes_as_the_hosts_does(fake_picamera2, t
     np.testing.assert_allclose([d.box for d in found.detections], [d.box for d in want.detections], atol=1e-4)
     transposed = head([host.T[None]], frame)  # a sensor that lays it out [1, 500, 8] decodes alike
     assert [d.label for d in transposed.detections] == ["triangle", "star"]
+
+
+def test_the_sensors_outputs_are_held_to_the_bundles_shapes(fake_picamera2, tmp_path):
+    """A sensor tensor whose non-batch axes come reversed (C order read through picamera2's Fortran reshape)
+    is transposed back to the bundle's shape; a network that is not the bundle's is one ModelError."""
+    from edgekit.errors import ModelError
+
+    (tmp_path / "packerOut.zip").write_bytes(b"PK fake")
+    (tmp_path / "network.rpk").write_bytes(b"rpk fake")
+    host = yolo_output()
+    fake_picamera2.IMX500_OUTPUTS = [host.T.copy()]  # the sensor hands [500, 8]
+    with Imx500Runtime(tmp_path / "packerOut.zip", input_spec=SPEC) as rt:
+        assert [d["shape"] for d in rt.output_details()] == [[1, 500, 8]]
+        rt.conform_outputs([[1, 8, 500]])
+        assert [d["shape"] for d in rt.output_details()] == [[1, 8, 500]]
+        np.testing.assert_array_equal(rt.infer(np.zeros(SPEC.shape, np.float32))[0], host[None])
+        rt.conform_outputs([None])  # nothing recorded: taken as it comes
+        with pytest.raises(ModelError, match=r"is \[1, 8, 500\], the bundle.s is \[1, 4, 500\]"):
+            rt.conform_outputs([[1, 4, 500]])
+        with pytest.raises(ModelError, match="gives 1 outputs; the bundle records 2"):
+            rt.conform_outputs([[1, 8, 500], [1, 10]])
