@@ -80,7 +80,7 @@ ROWS: list[tuple[str, str, str, str, str | None, list[str]]] = [
     ("selfie_landscape", "selfie_segmentation_landscape.tflite", "cpu", "people", "people", ["--task", "segment"]),
     ("selfie", "selfie_segmentation.tflite", "cpu", "people", "people", ["--task", "segment"]),
     ("pose_landmark_full", "pose_landmark_full.tflite", "cpu", "bodies_c", "bodies_e",
-     ["--task", "segment", "-T", "output=2"]),
+     ["--task", "segment", "-T", "output=2", "-T", "activation=sigmoid"]),
 ]
 LABELS = {"face": "face", "palm": "palm", "person": "person"}
 
