@@ -47,7 +47,7 @@ class ScriptedSource:
 
 
 def use_source(monkeypatch, source):
-    monkeypatch.setattr(camera, "open_camera", lambda uri, **kw: source)
+    monkeypatch.setattr(camera, "open_camera", lambda uri, runtime=None, /, **kw: source)
     return source
 
 
@@ -293,14 +293,15 @@ def test_real_process_exits_and_sigint_is_clean(bundle):
 def test_camera_options_reach_open_camera(bundle, capsys, monkeypatch):
     seen = {}
 
-    def open_camera(uri, **options):
-        seen.update(uri=uri, options=options)
+    def open_camera(uri, runtime=None, /, **options):
+        seen.update(uri=uri, runtime=runtime, options=options)
         return ScriptedSource(3)
 
     monkeypatch.setattr(camera, "open_camera", open_camera)
     argv = ["run", str(bundle), "--camera", "v4l2:0", "-O", "fps=30", "--camera-option", "fourcc=MJPG", "--json"]
     assert cli([*argv, "-O", "size=640x480", "-O", "fps=15"]) == 0
     # Strings: the source coerces them to the types it declares; the last of a repeated key wins.
+    assert seen.pop("runtime") is not None  # the model's runtime: a camera that shares it (imx500) reads it
     assert seen == {"uri": "v4l2:0", "options": {"fps": "15", "fourcc": "MJPG", "size": "640x480"}}
     capsys.readouterr()
     assert cli(["run", str(bundle), "--camera", "v4l2:0"]) == 0
