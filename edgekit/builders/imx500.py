@@ -47,10 +47,10 @@ CALIB_FILE = "imx500_calib.npz"
 PACKER = "packerOut.zip"
 REPORT = "imx500_memory_report.json"
 ON_DEVICE = (
-    "on the Pi: sudo apt install imx500-all imx500-tools python3-picamera2",
+    "sudo apt install imx500-all imx500-tools python3-picamera2",
     "imx500-package -i packerOut.zip -o . (in the bundle: writes network.rpk)",
-    "edgekit run BUNDLE (backend imx500: picamera2's IMX500 loads network.rpk; the outputs "
-    "come in each frame's metadata)",
+    "edgekit run BUNDLE --camera imx500 (picamera2's IMX500 loads network.rpk; each frame comes with "
+    "the outputs the sensor gave it), or serve with [camera] uri = \"imx500\"",
 )
 NOT_PROVEN = (
     "the sensor's outputs against the host simulation, imx500-package, the network's speed "
