@@ -147,3 +147,11 @@ def test_the_default_keeps_the_promise_near_the_margin_on_a_loaded_machine(seed,
     assert costs[chosen] <= PROMISE * min(costs.values())
     if int8_speedup > PROMISE:
         assert chosen == "int8"
+
+
+def test_the_reason_names_the_statistic_when_the_configured_default_is_fastest():
+    """A build log prints p50s beside the decision; the floor the rule decides on can rank otherwise (iris
+    landmark: fp16 0.89x fp32 by p50, fp32 the fastest by each round's fastest run), so the reason says which."""
+    rounds = {"fp32": [[1.0, 1.5, 1.6]], "fp16": [[1.1, 1.2, 1.2]]}  # p50: fp16 faster; floor: fp32
+    choice = choose("fp32", ["fp32", "fp16"], rounds)
+    assert choice.variant == "fp32" and choice.reason == "fp32 is the fastest that passed by each round's fastest run"
