@@ -22,7 +22,6 @@ from edgekit.builders.gate.detect import as_reference, detect_result
 from edgekit.builders.gate.landmarks import log_text as landmark_text
 from edgekit.builders.gate.openset import background_of, fit_variant
 from edgekit.builders.gate.segment import log_text as mask_text
-from edgekit.builders.gate.verdict import Verdict
 from edgekit.builders.gate.verify import Comparison, weak_original_warning
 from edgekit.builders.host.resources import chunk_size
 from edgekit.builders.log import BuildLog
@@ -219,8 +218,7 @@ class BuildContext:
                     if dataset == "eval" or self.evalset is None:  # the set the gate judges; else reported
                         res.update(head.judge(res))
                 elif self.task == "raw":
-                    res.update(Verdict(res["cosine"] is not None
-                                       and res["cosine"] >= self.request.min_cosine).fields())
+                    res.update(Comparison.raw_gate(res, self.request.min_cosine))
                 out[dataset] = res
                 self.log.info(f"  {variant} on {res['n']} {dataset} images: " + _summary(res))
         return out

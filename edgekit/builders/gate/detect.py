@@ -250,8 +250,10 @@ def detect_result(gate: DetectGate, dataset: str, found: list[Detections], min_r
     # the eval set with its annotations is what the gate judges; without one, the held-back images
     # (their fidelity to the original's detections: there is no mAP ratio to hold)
     if res["metric"] == "map" or (dataset == "holdout" and gate.evaluation is None):
+        # one place decides, the mAP ratio among the other figures (failures names each one missed);
+        # an eval set whose mAP ratio could not be taken (an original that scores 0) fails too
         lines = failures(res["fidelity"], res, FidelityGate.of(request), min_ratio)
-        res.update(Verdict.of(res).merged(Verdict.judged(lines)).fields())
+        res.update(Verdict.judged(lines, also=res["metric"] != "map" or res.get("ratio") is not None).fields())
     return res
 
 
@@ -273,8 +275,7 @@ def _map_result(gate: DetectGate, dataset: str, found: list[Detections], min_rat
     res = {"metric": "map", "original": o.get("map"), "converted": c.get("map"), "ratio": ratio,
            "map50": {"original": o.get("map50"), "converted": c.get("map50"),
                      "ratio": _ratio(c.get("map50"), o.get("map50"))},
-           "per_class": per_class, "images": c.get("images"), "objects": c.get("objects"),
-           **Verdict(ratio is not None and ratio >= min_ratio).fields()}
+           "per_class": per_class, "images": c.get("images"), "objects": c.get("objects")}
     if o.get("map") is not None and o["map"] < WEAK_MAP:
         res["original_weak"] = True  # the log says why (DetectGate.weak_original_warning)
     if ratio is not None and ratio > 1 + GAIN_MARGIN:

@@ -205,6 +205,11 @@ class Comparison:
         """:func:`classify_gate` of a result (reached through the class the build's verify step holds)."""
         return classify_gate(res, min_ratio, min_agreement)
 
+    @staticmethod
+    def raw_gate(res: dict, min_cosine: float) -> dict:
+        """``passed`` of a ``raw`` task's result: its worst output's cosine at or above ``min_cosine``."""
+        return Verdict(res["cosine"] is not None and res["cosine"] >= min_cosine).fields()
+
 
 def compare(reference: np.ndarray | list[np.ndarray], converted: np.ndarray | list[np.ndarray],
             labels: np.ndarray | None = None, class_names: list[str] | None = None, *,
