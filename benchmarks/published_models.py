@@ -21,7 +21,7 @@ figure of fp16 and int8 in the task's own units, the default variant and the rea
 it, int8's p50 against fp32's as the build timed them, and the Edge TPU op share where the target
 was built::
 
-    python benchmarks/published_models.py --models ~/mp --data ~/sets --out /tmp/pm --only iris_landmark
+    python benchmarks/published_models.py --models MODELS_DIR --data DATA_DIR --out out/published --only iris_landmark
 """
 
 from __future__ import annotations
