@@ -45,19 +45,25 @@ def _state_outside_home(tmp_path_factory):
         yield
 
 
-@pytest.fixture(autouse=True)
-def _edgekit_logger_restored():
-    """Each case starts with the ``edgekit`` logger as the previous one found it. An in-process
-    ``main([...])`` sets it up as the command line does (its level from -q/-v, a stderr handler,
-    propagate off), and that outlived the case: a later caplog test saw no record (a -q call left
-    the level at ERROR) or a later stderr check saw another case's lines, depending on which
-    cases ran before it in the same process (the order differs between runs with -n 2)."""
+def _edgekit_logger_as_a_fresh_process_has_it() -> None:
     logger = logging.getLogger("edgekit")
-    saved = logger.level, list(logger.handlers), logger.propagate, logger.disabled
+    logger.setLevel(logging.NOTSET)
+    logger.handlers.clear()
+    logger.propagate, logger.disabled = True, False
+
+
+@pytest.fixture(autouse=True)
+def _edgekit_logger_reset():
+    """Each case starts, and leaves, the ``edgekit`` logger as a fresh process has it. An in-process
+    ``main([...])`` sets it up as the command line does (its level from -q/-v, a stderr handler,
+    propagate off). Saving and restoring it around each case was not enough: a module-scoped fixture
+    that calls ``main`` (tests/builders/test_build_errors.py, tests/builders/gate/test_segment.py)
+    runs before a function fixture saves anything, so its state was saved as the one to restore, and
+    every later case on that worker lost its caplog records (CI of stop 44: six cases on one worker,
+    which cases depended on how -n 2 dealt the files)."""
+    _edgekit_logger_as_a_fresh_process_has_it()
     yield
-    logger.setLevel(saved[0])
-    logger.handlers[:] = saved[1]
-    logger.propagate, logger.disabled = saved[2], saved[3]
+    _edgekit_logger_as_a_fresh_process_has_it()
 
 
 @pytest.fixture(scope="session")
