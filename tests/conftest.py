@@ -1,9 +1,10 @@
-"""Shared fixtures: the repository's demo model and data, and a session-wide demo build."""
+"""Shared fixtures: the repository's demo model and data, a session-wide demo build, and the fake picamera2."""
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -19,6 +20,7 @@ DEMO_MODEL = ROOT / "models" / "demo.keras"
 CALIB = ROOT / "calib" / "fashion"
 FRAMES = ROOT / "calib" / "frames"
 EVAL = ROOT / "eval" / "fashion"
+FAKES = ROOT / "tests" / "fakes"
 
 
 REAL_MODELS_ENV = "EDGEKIT_REAL_MODELS"
@@ -64,6 +66,45 @@ def _edgekit_logger_reset():
     _edgekit_logger_as_a_fresh_process_has_it()
     yield
     _edgekit_logger_as_a_fresh_process_has_it()
+
+
+def pytest_configure(config):
+    """Registers the ``fake_picamera2`` marker (the suite runs with --strict-markers) beside the fixture it
+    configures, so the two are read and changed together."""
+    config.addinivalue_line("markers", "fake_picamera2(numbered=False): options of the fake_picamera2 fixture")
+
+
+def _picamera2_options(numbered: bool = False) -> bool:
+    # the marker's options, by a signature: a misspelt one fails the case instead of going unused
+    return numbered
+
+
+@pytest.fixture
+def fake_picamera2(request, monkeypatch):
+    """The fake ``picamera2`` (tests/fakes/picamera2) imported afresh with its knobs at their defaults,
+    and dropped from ``sys.modules`` after the case: its knobs, call log and cameras are module state,
+    so a fresh import and a reset on both sides keep one case's from reaching the next.
+
+    A module or case marked ``@pytest.mark.fake_picamera2(numbered=True)`` gets the fake with each frame
+    numbered: ``STAMP`` writes the frame's number into its top-left pixel and frame ``n``'s outputs make
+    class ``n % 10`` win, so a test can tell which frame an image and an output belong to."""
+    import numpy as np
+
+    marker = request.node.get_closest_marker("fake_picamera2")
+    numbered = _picamera2_options(*marker.args, **marker.kwargs) if marker else False
+    monkeypatch.syspath_prepend(str(FAKES))
+    for name in ("picamera2", "picamera2.devices"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    import picamera2
+
+    picamera2.reset()
+    if numbered:
+        picamera2.STAMP = True
+        picamera2.IMX500_OUTPUTS = lambda n: [np.eye(10, dtype=np.float32)[n % 10]]  # class n % 10 wins
+    yield picamera2
+    picamera2.reset()
+    for name in ("picamera2", "picamera2.devices"):
+        sys.modules.pop(name, None)
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
-from pathlib import Path
 
 import cv2
 import numpy as np
@@ -25,25 +23,19 @@ from edgekit.pipeline import Pipeline
 from edgekit.runtime.imx500 import Imx500Runtime
 from tests.helpers.faults import assert_refused, edgekit
 
-FAKES = Path(__file__).resolve().parents[1] / "fakes"
 SPEC = InputSpec(shape=(1, 28, 28, 1), layout="NHWC", colour="gray")
 LABELS = [f"c{i}" for i in range(10)]
 
 
-@pytest.fixture
-def fake(monkeypatch):
-    monkeypatch.syspath_prepend(str(FAKES))
-    for name in ("picamera2", "picamera2.devices"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    import picamera2
+# every frame numbered (stamped, its outputs naming it; tests/conftest.py's fake_picamera2): these tests tell
+# which frame an image and an output belong to
+pytestmark = pytest.mark.fake_picamera2(numbered=True)
 
-    picamera2.reset()
-    picamera2.STAMP = True
-    picamera2.IMX500_OUTPUTS = lambda n: [np.eye(10, dtype=np.float32)[n % 10]]  # class n % 10 wins
-    yield picamera2
-    picamera2.reset()
-    for name in ("picamera2", "picamera2.devices"):
-        sys.modules.pop(name, None)
+
+@pytest.fixture
+def fake(fake_picamera2):
+    """The fake picamera2 by the short name these tests read it through."""
+    return fake_picamera2
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,22 +16,7 @@ from edgekit.imaging.image import InputSpec
 from edgekit.runtime import BACKENDS, check_options, open_runtime
 from edgekit.runtime.imx500 import Imx500Runtime, find_rpk
 
-FAKES = Path(__file__).resolve().parents[1] / "fakes"
 SPEC = InputSpec(shape=(1, 28, 28, 1), layout="NHWC", colour="gray")
-
-
-@pytest.fixture
-def fake_picamera2(monkeypatch):
-    monkeypatch.syspath_prepend(str(FAKES))
-    for name in ("picamera2", "picamera2.devices"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    import picamera2
-
-    picamera2.reset()
-    yield picamera2
-    picamera2.reset()
-    for name in ("picamera2", "picamera2.devices"):
-        sys.modules.pop(name, None)
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ into the detect head: the same detections as the head gives on the host's output
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,23 +13,8 @@ from edgekit.detect.head import detector
 from edgekit.imaging.image import InputSpec
 from edgekit.runtime.imx500 import Imx500Runtime
 
-FAKES = Path(__file__).resolve().parents[1] / "fakes"
 LABELS = ["circle", "triangle", "square", "star"]
 SPEC = InputSpec(shape=(1, 3, 160, 160), layout="NCHW", colour="rgb", resize="letterbox")
-
-
-@pytest.fixture
-def fake_picamera2(monkeypatch):
-    monkeypatch.syspath_prepend(str(FAKES))
-    for name in ("picamera2", "picamera2.devices"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    import picamera2
-
-    picamera2.reset()
-    yield picamera2
-    picamera2.reset()
-    for name in ("picamera2", "picamera2.devices"):
-        sys.modules.pop(name, None)
 
 
 def yolo_output() -> np.ndarray:

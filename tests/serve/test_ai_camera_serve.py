@@ -11,11 +11,9 @@ Results go through a real mosquitto.
 from __future__ import annotations
 
 import json
-import sys
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from edgekit.bundle import FORMAT_VERSION, sha256_file
@@ -28,23 +26,20 @@ from tests.serve.test_daemon_services import Subscriber, broker, make_config, ru
 
 pytest.importorskip("prometheus_client", reason="pip install 'edgekit-vision[serve]'")
 
-FAKES = Path(__file__).resolve().parents[1] / "fakes"
 SPEC = InputSpec(shape=(1, 28, 28, 1), layout="NHWC", colour="gray")
 LABELS = [f"c{i}" for i in range(10)]
 FIRST = 4  # the source's frame 0 is request 4 of its Picamera2 (the backend's first wait took 1-3)
 
 
-@pytest.fixture
-def fake(monkeypatch):
-    """The fake picamera2, each request's outputs naming its number, every Picamera2 counted as it opens."""
-    monkeypatch.syspath_prepend(str(FAKES))
-    for name in ("picamera2", "picamera2.devices"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    import picamera2
+# every request's outputs name its number (tests/conftest.py's fake_picamera2): a published result says
+# which request's outputs it carries
+pytestmark = pytest.mark.fake_picamera2(numbered=True)
 
-    picamera2.reset()
-    picamera2.STAMP = True
-    picamera2.IMX500_OUTPUTS = lambda n: [np.eye(10, dtype=np.float32)[n % 10]]  # class n % 10 wins
+
+@pytest.fixture
+def fake(fake_picamera2, monkeypatch):
+    """The fake picamera2, each request's outputs naming its number, every Picamera2 counted as it opens."""
+    picamera2 = fake_picamera2
     picamera2.OPEN_AT_CREATION = []  # how many Picamera2 were open as each one was created
     create = picamera2.Picamera2.__init__
 
@@ -53,10 +48,7 @@ def fake(monkeypatch):
         create(self, camera_num)
 
     monkeypatch.setattr(picamera2.Picamera2, "__init__", counted)
-    yield picamera2
-    picamera2.reset()
-    for name in ("picamera2", "picamera2.devices"):
-        sys.modules.pop(name, None)
+    return picamera2
 
 
 def _bundle(folder: Path, target: str = "imx500") -> Path:
