@@ -18,9 +18,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev,serve,vector]'
 	touch $(STAMP)
 
-$(O2T): $(STAMP)
+$(O2T): $(STAMP) Makefile
 	$(BIN)/python -m pip install -q --no-deps onnx2tf==1.29.24 onnx-graphsurgeon==0.6.1 sng4onnx==2.0.1 \
-		'psutil>=5' 'tf-keras~=2.21.0'
+		'psutil>=5' 'tf-keras~=2.21.0' onnxsim==0.4.36
 	touch $(O2T)
 
 install: $(STAMP) $(O2T)

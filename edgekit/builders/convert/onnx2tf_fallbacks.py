@@ -62,8 +62,15 @@ _STRICT = ("correction_process_for_accuracy_errors", "acquisition_of_validation_
 _SHAPES = ("Dimensions must be equal", "Incompatible shapes", "are incompatible", "annot reshape",
            "could not broadcast", "Shape must be rank")
 
+#: not an onnx2tf keyword: the job simplifies the graph with onnxsim before onnx2tf reads it. onnx2tf
+#: runs the onnxsim command itself unless -nuo, but through PATH, on the input file in place, and
+#: goes on unsimplified when it fails; edgekit passes -nuo and folds only when a conversion failed
+#: on a run-time shape (PP-OCRv4's recogniser: a Shape-Slice-Concat-Reshape flatten before each
+#: LayerNorm, read by onnx2tf as [1, 1, 4800] against the [120] scale)
+FOLD_SHAPES = "fold_shapes_with_onnxsim"
+
 #: tried in this order, each at most once, the options of earlier tries kept. Not here: -b/-ois
-#: (edgekit already gives the input a static shape), -nuo (onnxsim is not installed: always on)
+#: (edgekit already gives the input a static shape), -nuo (always on: see FOLD_SHAPES)
 FALLBACKS = (
     Fallback("-dsm", "the error came from its strict-mode accuracy correction, which -dsm skips",
              lambda f, g: any(k in f.log for k in _STRICT), lambda f, g: {"disable_strict_mode": True}),
@@ -73,6 +80,10 @@ FALLBACKS = (
     Fallback("-rtpo", "it stopped at an op it can replace by a pseudo-op",
              lambda f, g: f.op_type in PSEUDO_OPS,
              lambda f, g: {"replace_to_pseudo_operators": [PSEUDO_OPS[f.op_type]]}),
+    Fallback("onnxsim", "the graph computes shapes at run time (Shape ops); onnxsim folds them into constants, "
+             "as onnx2tf does by default",
+             lambda f, g: "Shape" in g.op_of.values() and any(k in f.error for k in _SHAPES),
+             lambda f, g: {FOLD_SHAPES: True}),
     Fallback("-dgc", "a grouped convolution; -dgc writes it as separable convolutions for a SavedModel",
              lambda f, g: f.node in g.grouped or (f.stage == "export" and bool(g.grouped)),
              lambda f, g: {"disable_group_convolution": True}),

@@ -56,21 +56,45 @@ def block_network() -> None:
     sys.addaudithook(hook)
 
 
+FOLDED = "model-folded.onnx"
+
+
 def _convert(job: dict):
+    flags = dict(job.get("flags", {}))  # the parent's fallbacks (onnx2tf_fallbacks.FALLBACKS)
+    # before onnx2tf brings TensorFlow in: onnxsim's native simplifier crashed the process (SIGSEGV)
+    # when TensorFlow was already loaded, and ran cleanly with TensorFlow imported after it
+    onnx_file = fold_shapes(job["onnx"], FOLDED) if flags.pop("fold_shapes_with_onnxsim", False) else job["onnx"]
     import onnx2tf
 
     kwargs = {
-        "input_onnx_file_path": job["onnx"],
+        "input_onnx_file_path": onnx_file,
         "output_folder_path": "saved_model",
         "disable_model_save": True,
-        "not_use_onnxsim": True,  # onnxsim is not installed (and would rewrite the graph we checked)
+        "not_use_onnxsim": True,  # folded here when needed (onnx2tf_fallbacks.FOLD_SHAPES says why)
         "verbosity": "info",
     }
     if job["layout"] == "NHWC":
         # onnx2tf assumes a 4-D input is NCHW; an NHWC export must keep its layout
         kwargs["keep_nwc_or_nhwc_or_ndhwc_input_names"] = [job["input"]]
-    kwargs.update(job.get("flags", {}))  # the parent's fallbacks (onnx2tf_fallbacks.FALLBACKS)
+    kwargs.update(flags)
     return onnx2tf.convert(**kwargs)
+
+
+def fold_shapes(source: str, out: str) -> str:
+    """Write ``source`` simplified by onnxsim (run-time shape computations folded into constants:
+    the input already has a static shape) to ``out``; onnxsim checks the result against ONNX
+    Runtime on random inputs and says whether it matches."""
+    try:
+        import onnx
+        import onnxsim
+    except ImportError as exc:
+        raise RuntimeError("onnxsim is not installed: pip install onnxsim==0.4.36 (make install does this)") from exc
+    model, matches = onnxsim.simplify(onnx.load(source))
+    if not matches:
+        raise RuntimeError("onnxsim's simplified graph does not give the original's outputs")
+    onnx.save(model, out)
+    print(f"edgekit: onnxsim folded the graph's run-time shapes ({len(model.graph.node)} nodes)", flush=True)
+    return out
 
 
 def _export(model, keys: list[str], out: str, nchw: bool = False) -> list[dict]:

@@ -2,8 +2,8 @@
 
 Route: onnx2tf is the ecosystem's ONNX -> TensorFlow converter
 (Ultralytics' Edge TPU export uses it). It hard-pins an older stack (TF 2.19, numpy 1.26),
-so it is installed ``--no-deps`` beside TF 2.21 with onnx-graphsurgeon, sng4onnx, psutil and
-tf-keras (``make install`` does this), and run in a child process of this interpreter
+so it is installed ``--no-deps`` beside TF 2.21 with onnx-graphsurgeon, sng4onnx, psutil,
+tf-keras and onnxsim (``make install`` does this), and run in a child process of this interpreter
 (:mod:`edgekit.builders.convert.onnx2tf_job`: it calls ``sys.exit`` on errors and prints hundreds
 of lines). onnx2tf turns NCHW into NHWC, so the bundle's input is what a camera frame gives.
 edgekit then makes fp32/fp16/int8 from the SavedModel with TensorFlow's converter and its
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 MIN_OPSET = 11
 MAX_OPSET = 24  # the newest opset of onnx 1.19, the onnx onnx2tf 1.29 is pinned to
 INSTALL_HINT = ("pip install --no-deps onnx2tf==1.29.24 onnx-graphsurgeon sng4onnx psutil 'tf-keras~=2.21.0' "
-                "(make install does this)")
+                "onnxsim==0.4.36 (make install does this)")
 TIMEOUT_S = 1800  # for all attempts together
 MAX_FALLBACKS = 4
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -134,6 +134,8 @@ def _with_fallbacks(source: SourceModel, job: dict, job_dir: Path, log: BuildLog
     t0 = time.monotonic()
     for attempt in range(1, MAX_FALLBACKS + 2):
         (job_dir / "job.json").write_text(json.dumps({**job, "flags": flags}))
+        # a job that dies before writing its own (a native crash) must not be read as the last one's
+        (job_dir / "result.json").unlink(missing_ok=True)
         proc = _run_job(job_dir, source, TIMEOUT_S - (time.monotonic() - t0))
         text = _ANSI.sub("", proc.stdout + proc.stderr)
         log.record(text, prefix="onnx2tf| ")

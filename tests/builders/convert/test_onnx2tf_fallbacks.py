@@ -20,6 +20,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from edgekit.builders.convert.onnx2tf_fallbacks import (
+    FOLD_SHAPES,
     Failure,
     GraphFacts,
     last_error,
@@ -67,6 +68,12 @@ def test_each_error_class_gets_the_option_onnx2tf_documents_for_it():
     for failure, label, options in cases:
         got_label, why, got_options = next_fallback(failure, plain, [])
         assert (got_label, got_options) == (label, options) and why
+    # a shape error in a graph that computes shapes at run time: fold them first, then onnx2tf's -kat
+    shaped = GraphFacts("x", {**plain.op_of, "shape": "Shape"}, plain.grouped)
+    mismatch = _failure("ValueError: Dimensions must be equal, but are 4800 and 120", facts=shaped)
+    assert next_fallback(mismatch, shaped, [])[::2] == ("onnxsim", {FOLD_SHAPES: True})
+    assert next_fallback(mismatch, shaped, ["onnxsim"])[0] == "-kat x"
+    assert next_fallback(_failure("RuntimeError: boom", facts=shaped), shaped, []) is None
     # onnx2tf's -onwdt advice is printed after every error; it is followed only for a model with NMS
     assert next_fallback(_failure(), FACTS, [])[0] == "-onwdt"
     assert next_fallback(_failure(), plain, []) is None
@@ -125,6 +132,38 @@ def hardswish_block(path: Path) -> Path:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)])
     model.ir_version = 7
     onnx.save(onnx.shape_inference.infer_shapes(model), str(path))
+    return path
+
+
+def flatten_layernorm_block(path: Path, channels: int = 12, width: int = 40) -> Path:
+    """PP-OCRv4 rec's neck in small: a Conv to [1, C, 1, W], flattened by a Reshape whose target is
+    computed at run time (Shape, Slice, Concat with -1), transposed to [1, W, C] and layer-normalised
+    with ops written out. onnx2tf reads the flatten as [1, 1, C*W] and fails at the LayerNorm's scale."""
+    rng = np.random.default_rng(0)
+
+    def init(name, value, dtype=np.float32):
+        return numpy_helper.from_array(np.asarray(value, dtype), name)
+
+    inits = [init("w0", rng.normal(0, .3, (channels, 3, 8, 1))), init("g", rng.normal(1, .1, (channels,))),
+             init("beta", rng.normal(0, .1, (channels,))), init("s0", [0], np.int64), init("s2", [2], np.int64),
+             init("minus1", [-1], np.int64), init("two", 2.0), init("eps", 1e-5)]
+    node = helper.make_node
+    nodes = [node("Conv", ["x", "w0"], ["f"], name="conv"), node("Shape", ["f"], ["shape"], name="shape"),
+             node("Slice", ["shape", "s0", "s2"], ["nc"], name="slice"),
+             node("Concat", ["nc", "minus1"], ["target"], name="concat", axis=0),
+             node("Reshape", ["f", "target"], ["flat"], name="flatten"),
+             node("Transpose", ["flat"], ["t"], name="transpose", perm=[0, 2, 1]),
+             node("ReduceMean", ["t"], ["mean"], name="mean", axes=[-1]), node("Sub", ["t", "mean"], ["d"], name="sub"),
+             node("Pow", ["d", "two"], ["d2"], name="pow"), node("ReduceMean", ["d2"], ["var"], name="var", axes=[-1]),
+             node("Add", ["var", "eps"], ["ve"], name="add_eps"), node("Sqrt", ["ve"], ["sd"], name="sqrt"),
+             node("Div", ["d", "sd"], ["norm"], name="div"), node("Mul", ["norm", "g"], ["scaled"], name="ln_scale"),
+             node("Add", ["scaled", "beta"], ["y"], name="ln_shift")]
+    graph = helper.make_graph(nodes, "flatten_layernorm",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, width, channels])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.save(model, str(path))
     return path
 
 
@@ -190,8 +229,8 @@ def test_an_error_no_fallback_answers_says_so(tmp_path, monkeypatch):
     with pytest.raises(ModelError) as info:
         onnx_to_tf.onnx_to_saved_model(source, _samples(), tmp_path / "work", BuildLog(quiet=True), None)
     assert info.value.message == ("onnx2tf could not convert block.onnx: KeyError: 'thing' (at node 'conv0', Conv); "
-                                  "none of onnx2tf's fallbacks answers this error (-dsm, -onwdt, -rtpo, -dgc, -ebu, "
-                                  "-eru, -kat)")
+                                  "none of onnx2tf's fallbacks answers this error (-dsm, -onwdt, -rtpo, onnxsim, -dgc, "
+                                  "-ebu, -eru, -kat)")
     assert info.value.hint == "or build this model for jetson"
 
 
@@ -226,6 +265,54 @@ def test_ppocr_hardswish_block_converts_with_dsm_and_matches_onnx_runtime(tmp_pa
     np.testing.assert_allclose(got.numpy(), want.transpose(0, 2, 3, 1), atol=1e-5)
 
 
+def test_a_job_that_dies_without_a_result_is_a_crash_not_the_last_attempts_error(tmp_path, monkeypatch):
+    """onnxsim's native simplifier killed the job (SIGSEGV) before it wrote result.json; the previous
+    attempt's file was read instead and its error shown twice, as if the fallback had run."""
+    from edgekit.builders.convert import onnx_to_tf
+    from edgekit.builders.sources.onnx import load_onnx
+
+    def fake_job(job_dir, source, timeout):
+        if not json.loads((job_dir / "job.json").read_text())["flags"]:
+            (job_dir / "result.json").write_text(json.dumps(
+                {"ok": False, "error": "ValueError: Dimensions must be equal, but are 480 and 12"}))
+            return subprocess.CompletedProcess([], 3, stdout="", stderr="")
+        return subprocess.CompletedProcess([], -11, stdout="", stderr="")
+
+    monkeypatch.setattr(onnx_to_tf, "_run_job", fake_job)
+    source = load_onnx(flatten_layernorm_block(tmp_path / "neck.onnx"))
+    with pytest.raises(ModelError) as info:
+        onnx_to_tf.onnx_to_saved_model(source, _samples(size=8)[:, :, :1].repeat(40, 2), tmp_path / "work",
+                                       BuildLog(quiet=True), None)
+    assert "the converter crashed (exit -11)" in info.value.message
+    assert "tried onnx2tf's fallbacks onnxsim" in info.value.message
+
+
+@pytest.mark.slow
+def test_a_run_time_flatten_converts_once_onnxsim_folds_it_and_matches_onnx_runtime(tmp_path):
+    """Real onnx2tf and onnxsim: the block fails on its LayerNorm's scale ("Dimensions must be equal,
+    but are 480 and 12"), converts once onnxsim has folded the Shape-Slice-Concat target into a
+    constant, and the SavedModel computes what ONNX Runtime does on the original graph."""
+    import onnxruntime as ort
+    import tensorflow as tf
+
+    from edgekit.builders.convert.onnx_to_tf import onnx_to_saved_model
+    from edgekit.builders.sources.onnx import load_onnx
+
+    path = flatten_layernorm_block(tmp_path / "neck.onnx")
+    samples = np.random.default_rng(1).random((4, 8, 40, 3), dtype=np.float32)
+    log = BuildLog(quiet=True)
+    saved, result = onnx_to_saved_model(load_onnx(path), samples, tmp_path / "work", log, None)
+    lines = "\n".join(log.lines)
+    assert "Dimensions must be equal" in lines and "trying again with its onnxsim option" in lines
+    assert "onnx2tf converted neck.onnx with its onnxsim option(s)" in lines
+    assert result["input_shape"] == [1, 8, 40, 3]
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = session.run(None, {"x": samples[:1].transpose(0, 3, 1, 2)})[0]
+    got = next(iter(tf.saved_model.load(str(saved)).signatures["serving_default"](image=tf.constant(samples[:1]))
+                    .values()))
+    np.testing.assert_allclose(got.numpy(), want, atol=1e-4)
+
+
 REAL_PPOCR_DET_WHY = "the real PP-OCRv4 det is not under $EDGEKIT_REAL_MODELS (unpack rapidocr-onnxruntime 1.4.4 there)"
 REAL_PPOCR_DET = real_model_file("ch_PP-OCRv4_det_infer.onnx")  # set EDGEKIT_REAL_MODELS (tests/conftest.py)
 
@@ -240,3 +327,19 @@ def test_real_ppocr_v4_det_converts_through_the_dsm_fallback(tmp_path):
     _, result = onnx_to_saved_model(load_onnx(REAL_PPOCR_DET, (640, 640)), _samples(2, 640), tmp_path, log, None)
     assert result["input_shape"] == [1, 640, 640, 3]
     assert any("converted ch_PP-OCRv4_det_infer.onnx with its -dsm option(s)" in line for line in log.lines)
+
+
+REAL_PPOCR_REC = real_model_file("ch_PP-OCRv4_rec_infer.onnx")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(REAL_PPOCR_REC is None, reason=REAL_PPOCR_DET_WHY.replace(" det ", " rec "))
+def test_real_ppocr_v4_rec_converts_through_the_onnxsim_fallback(tmp_path):
+    from edgekit.builders.convert.onnx_to_tf import onnx_to_saved_model
+    from edgekit.builders.sources.onnx import load_onnx
+
+    log = BuildLog(quiet=True)
+    samples = np.random.default_rng(1).random((2, 48, 320, 3), dtype=np.float32)
+    _, result = onnx_to_saved_model(load_onnx(REAL_PPOCR_REC, (48, 320)), samples, tmp_path, log, None)
+    assert result["input_shape"] == [1, 48, 320, 3]
+    assert any("converted ch_PP-OCRv4_rec_infer.onnx with its onnxsim option(s)" in line for line in log.lines)
