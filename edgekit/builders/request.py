@@ -160,6 +160,9 @@ SETTINGS: tuple[Setting, ...] = (
        "the gate (kept in <bundle>.rejected); without it such a build exits 3"),
     _s("recover", "bool", True, "build int8 once: no retries (worst layers in float on cpu/rpi, all calibration "
        "images) when it misses the gate", "--no-recover"),
+    _s("recovery_budget", "float", None, "int8 recovery: seconds its attempts may take together (default three "
+       "times the first int8's, at least 30); an attempt starts only while time is left", gt=0, le=86400,
+       metavar="S", hint="give seconds, e.g. 600"),
     _s("recover_16x8", "bool", False, "int8 recovery: try int16 activations (16x8) on XNNPACK targets (cpu, rpi) "
        "too; skipped by default, as no XNNPACK kernel runs it (18-73x slower than fp32 measured)"),
     _s("memory_check", "bool", True, "build even when the estimated memory or temporary disk exceeds what is "

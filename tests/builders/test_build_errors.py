@@ -153,6 +153,7 @@ def test_targets_lists_all_with_capabilities(capsys):
     (("--colour", "rgb"), "does not fit a 1-channel"),
     (("--min-accuracy-ratio", "-1"), "makes no sense"),
     (("--calib-count", "0"), "--calib-count 0 makes no sense"),
+    (("--recovery-budget", "0"), "--recovery-budget 0"),
     (("--labels", "/nonexistent/labels.txt"), "cannot read labels file"),
 ])
 def test_bad_options_are_refused_before_any_work(tmp_path, capsys, extra, message):

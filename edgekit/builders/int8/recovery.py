@@ -24,7 +24,8 @@ worst output's cosine; a landmark model's: the least mean pixel error; builders/
 so the ``.rejected`` evidence is the closest miss.
 Every attempt is a row of ``verification.recovery`` and a log line, which name each figure the
 attempt missed with its value and limit (a classifier's top-1 agreement beside its ratio).
-Recovery stops once it has spent three times the first attempt's time (at least 30 s).
+Recovery starts no attempt once it has spent three times the first attempt's time (at least 30 s),
+or ``--recovery-budget`` seconds; the log names the attempt it stopped before.
 """
 
 from __future__ import annotations
@@ -36,11 +37,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edgekit.builders.gate.figures import Figure, figures, judged, missed
+from edgekit.builders.gate.figures import figures, judged, missed
 from edgekit.builders.gate.landmarks import judged_px
 from edgekit.builders.gate.verdict import failed
 from edgekit.builders.int8.float_outputs import outputs_kept_float
 from edgekit.builders.int8.recipe import float_graphs
+from edgekit.builders.int8.recovery_table import missed_text, table_lines
 from edgekit.errors import ModelError
 
 if TYPE_CHECKING:
@@ -89,7 +91,7 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
         ctx.log.info(f"[{target.name}] int8 recovery: not tried ({first_figure} is too far from the gate for float "
                      "layers or more calibration to close; check the calibration images)")
         return replace(first[0], verification=dict(first[0].verification, recovery=rows)), first[1]
-    budget = max(3 * first_seconds, 30.0)
+    budget = time_budget(ctx, first_seconds)
     started = time.monotonic()
     best, best_blob, kept = first, path.read_bytes(), 0
     graphs = float_graphs(ctx)
@@ -98,7 +100,8 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
     for attempt in _attempts(ctx, target, float_model, first[0]):
         label = attempt.label
         if time.monotonic() - started > budget:
-            ctx.log.info(f"[{target.name}] int8 recovery: time budget ({budget:.0f} s) spent; stopping")
+            ctx.log.info(f"[{target.name}] int8 recovery: time budget ({budget:.0f} s) spent; stopping before "
+                         f"'{label}' (--recovery-budget S gives the attempts longer)")
             break
         if _over_cap(ctx, target, label):  # an attempt converts again: it peaks as high as the first did
             continue
@@ -113,7 +116,7 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
             continue
         rows.append(_row(label, candidate[0], _cost(ctx, target, path, candidate[0]), ctx.task, ctx.request))
         ctx.log.info(f"[{target.name}] int8 recovery: {label}: {rows[-1]['figure_name']} {rows[-1]['figure']}, "
-                     + ("passed" if rows[-1]["passed"] else _missed_text(rows[-1])))
+                     + ("passed" if rows[-1]["passed"] else missed_text(rows[-1])))
         if rows[-1]["passed"] or _figure(candidate[0], ctx.task) > _figure(best[0], ctx.task):
             best, best_blob, kept = candidate, blob, len(rows) - 1
         if rows[-1]["passed"]:
@@ -132,6 +135,15 @@ def recover(ctx: BuildContext, target: Target, path: Path, first: tuple[BuiltMod
     if "calibration_stability" in first[0].verification:  # builders/int8/stability.py: of the first attempt
         verification["calibration_stability"] = dict(first[0].verification["calibration_stability"], of="as built")
     return replace(best[0], precision=precision, verification=verification), best[1]
+
+
+def time_budget(ctx: BuildContext, first_seconds: float) -> float:
+    """Seconds recovery's attempts may take: ``--recovery-budget``, else three times the first int8's
+    build (at least 30 s). Recalibrating on more images costs more than the first attempt: on
+    MediaPipe's full-range BlazeFace it and the wider ranges spent the 70 s, and the float-layer
+    attempts were never reached."""
+    asked = getattr(ctx.request, "recovery_budget", None)
+    return float(asked) if asked else max(3 * first_seconds, 30.0)
 
 
 def _attempts(ctx: BuildContext, target: Target, float_model: bytes, first: BuiltModel):
@@ -337,40 +349,6 @@ def _cost(ctx: BuildContext, target: Target, path: Path, model: BuiltModel) -> d
         report = check_model(path)
         cost["tpu_ops"] = f"{report.tpu_ops}/{report.total_ops}"
     return cost
-
-
-def table_lines(target: str, rows: list[dict[str, Any]]) -> list[str]:
-    """The recovery table for the build log: one line per attempt (what changed, the figure attempts
-    are compared by, each figure an attempt missed with its limit, p50 here, ops predicted on the
-    TPU, kept). A figure some attempt missed gets a column of its own, named in the header."""
-    width = max(len(r["label"]) for r in rows)
-    judged_name = rows[0]["figure_name"]
-    names = list(dict.fromkeys(m["figure"] for r in rows for m in r.get("missed") or [] if m["figure"] != judged_name))
-    cells = [[_cell(r, judged_name, r["figure"]), *(_cell(r, n, (r.get("figures") or {}).get(n)) for n in names)]
-             for r in rows]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate([judged_name, *names])]
-    head = "  ".join(h.rjust(w) for h, w in zip([judged_name, *names], widths))
-    lines = [f"[{target}] int8 recovery: {'attempt'.ljust(width)}  {head}  p50 ms  TPU ops  kept"]
-    for r, row_cells in zip(rows, cells):
-        p50 = f"{r['p50_ms']:.3g}" if r.get("p50_ms") is not None else "-"
-        figures = "  ".join(c.rjust(w) for c, w in zip(row_cells, widths))
-        lines.append(f"[{target}] int8 recovery: {r['label'].ljust(width)}  {figures}  {p50:>6}  "
-                     f"{r.get('tpu_ops') or '-':>7}  {'yes' if r.get('kept') else ''}")
-    return lines
-
-
-def _cell(row: dict[str, Any], name: str, value: float | None) -> str:
-    """One figure of one row: its value, and the limit when the row missed it (``0.94 < 0.97``)."""
-    miss = next((m for m in row.get("missed") or [] if m["figure"] == name), None)
-    if miss is not None:
-        return Figure.from_dict(miss).value_text()
-    return f"{value:.6g}" if isinstance(value, (int, float)) else "-"
-
-
-def _missed_text(row: dict[str, Any]) -> str:
-    """``missed (top-1 agreement 0.94 < 0.97)``: what an attempt's log line says it failed on."""
-    misses = [Figure.from_dict(m).text() for m in row.get("missed") or []]
-    return f"missed ({'; '.join(misses)})" if misses else "missed"
 
 
 def _row(label: str, model: BuiltModel, cost: dict[str, Any] | None = None, task: str | None = None,

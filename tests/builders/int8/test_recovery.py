@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from edgekit.builders.int8 import recovery
+from edgekit.builders.int8 import recovery, recovery_table
 from edgekit.builders.int8.stability import Gate, skip_reason, unstable_line
 from edgekit.builders.sources.images import ImageSet
 from edgekit.target import load_target
@@ -125,7 +125,7 @@ def test_the_recovery_table_has_a_line_per_attempt_with_its_cost():
              "kept": False},
             {"label": "calibration on all 150 images", "figure_name": "ratio", "figure": 0.9432, "p50_ms": None,
              "tpu_ops": None, "kept": True}]
-    lines = recovery.table_lines("edgetpu", rows)
+    lines = recovery_table.table_lines("edgetpu", rows)
     assert len(lines) == 3 and all(line.startswith("[edgetpu] int8 recovery: ") for line in lines)
     assert lines[0].split(": ", 1)[1].split() == ["attempt", "ratio", "p50", "ms", "TPU", "ops", "kept"]
     assert "0.9527" in lines[1] and "4.34" in lines[1] and "227/263" in lines[1] and not lines[1].endswith("yes")
@@ -162,9 +162,9 @@ def test_a_classifier_row_names_the_top1_agreement_it_missed():
     assert first["missed"] == [{"figure": "top-1 agreement", "value": 0.94, "limit": 0.97,
                                 "flag": "--min-top1-agreement", "higher": True}]
     assert first["figures"] == {"top-1 ratio": 1.016, "top-1 agreement": 0.94}
-    assert recovery._missed_text(first) == "missed (top-1 agreement 0.94 < 0.97)"
+    assert recovery_table.missed_text(first) == "missed (top-1 agreement 0.94 < 0.97)"
     rows[2]["kept"] = True
-    header, *lines = recovery.table_lines("cpu", rows)
+    header, *lines = recovery_table.table_lines("cpu", rows)
     assert "top-1 ratio  top-1 agreement  p50 ms" in header  # the header names the agreement
     assert "0.94 < 0.97" in lines[0] and "0.346" in lines[0] and "0.9512 <" in lines[1] and "0.98" in lines[2]
     assert lines[2].endswith("yes") and "<" not in lines[2]
@@ -189,29 +189,36 @@ def test_a_detector_without_eval_is_tabled_by_its_agreement():
     assert (first["figure_name"], first["figure"]) == ("detection agreement", 0.8989)  # not the worst cosine
     assert recovery._figure(_attempt(holdout=holdout(0.95, 0.97)), "detect") == 0.95
     assert [m["figure"] for m in better["missed"]] == ["score levels"] and better["missed"][0]["limit"] == 20
-    header, *lines = recovery.table_lines("cpu", [first, better])
+    header, *lines = recovery_table.table_lines("cpu", [first, better])
     assert "detection agreement  score levels" in header
     assert "0.8989 < 0.9" in lines[0] and "40" in lines[0] and "0.95" in lines[1] and "12 < 20" in lines[1]
 
 
 def test_other_gates_name_their_figures():
     gain = {"ratio": 1.07, "passed": False, "gate_failures": {"--max-map-gain": "..."}}
-    assert recovery._missed_text(recovery._row("a", _attempt(eval=gain), None, "detect", REQUEST)) == \
+    assert recovery_table.missed_text(recovery._row("a", _attempt(eval=gain), None, "detect", REQUEST)) == \
         "missed (mAP gain 1.07 > 1.05)"
     raw = recovery._row("a", _attempt(holdout={"cosine": 0.97, "passed": False}), None, "raw", REQUEST)
     assert (raw["figure_name"], raw["missed"][0]["figure"], raw["missed"][0]["limit"]) == ("worst cosine",
                                                                                           "worst cosine", 0.98)
-    assert "0.97 < 0.98" in recovery.table_lines("cpu", [raw])[1]
+    assert "0.97 < 0.98" in recovery_table.table_lines("cpu", [raw])[1]
     px = {"landmark_error_px": {"mean": 1.3, "p95": 2.0}, "passed": False,
           "landmark_gate": {"max_mean_px": 0.96, "max_p95_px": 2.4, "min_presence_agreement": 0.97},
           "gate_failures": {"--max-landmark-error": "landmark error 1.3 px mean > 0.96 px"}}
-    assert recovery._missed_text(recovery._row("a", _attempt(eval=px), None, "landmarks", REQUEST)) == \
+    assert recovery_table.missed_text(recovery._row("a", _attempt(eval=px), None, "landmarks", REQUEST)) == \
         "missed (px mean 1.3 > 0.96)"
     iou = {"mask_iou": {"mean": 0.8, "p5": 0.75}, "passed": False,
            "mask_gate": {"min_mean_iou": 0.9, "min_p5_iou": 0.7},
            "gate_failures": {"--min-mask-iou": "mask IoU 0.800 mean < 0.9"}}
     row = recovery._row("a", _attempt(eval=iou), None, "segment", REQUEST)
-    assert (row["figure_name"], recovery._missed_text(row)) == ("IoU mean", "missed (IoU mean 0.8 < 0.9)")
+    assert (row["figure_name"], recovery_table.missed_text(row)) == ("IoU mean", "missed (IoU mean 0.8 < 0.9)")
     other = {"depth_error": 0.8, "passed": False, "gate_failures": {"--max-depth-error": "depth error 0.8 > 0.5"}}
     row = recovery._row("a", _attempt(eval=other, holdout={"cosine": 0.99}), None, "depth", REQUEST)
-    assert recovery._missed_text(row) == "missed (depth error 0.8 > 0.5)"  # a gate this module does not know: its line
+    assert recovery_table.missed_text(row) == "missed (depth error 0.8 > 0.5)"  # an unknown gate: its line
+
+
+def test_the_time_budget_is_three_first_attempts_at_least_30_s_unless_one_is_asked_for():
+    ctx = _ctx()
+    assert (recovery.time_budget(ctx, 5.0), recovery.time_budget(ctx, 40.0)) == (30.0, 120.0)
+    ctx.request.recovery_budget = 600
+    assert recovery.time_budget(ctx, 40.0) == 600.0
