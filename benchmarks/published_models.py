@@ -76,7 +76,7 @@ ROWS: list[tuple[str, str, str, str, str | None, list[str]]] = [
     ("ocr_det", "ch_PP-OCRv4_det_infer.onnx", "cpu,edgetpu", "text", "text_eval",
      ["--task", "segment", "--input-size", "320x320", "-T", "threshold=0.3"]),
     ("ocr_rec", "ch_PP-OCRv4_rec_infer.onnx", "cpu,edgetpu", "text", "text_eval",
-     ["--task", "raw", "--input-size", "48x320"]),
+     ["--task", "raw", "--input-size", "48x320", "--mean", "127.5", "--std", "127.5"]),  # PaddleOCR's (x/255-0.5)/0.5
     ("selfie_landscape", "selfie_segmentation_landscape.tflite", "cpu", "people", "people", ["--task", "segment"]),
     ("selfie", "selfie_segmentation.tflite", "cpu", "people", "people", ["--task", "segment"]),
     ("pose_landmark_full", "pose_landmark_full.tflite", "cpu", "bodies_c", "bodies_e",
