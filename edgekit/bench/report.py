@@ -116,8 +116,11 @@ class BenchReport:
 
     def table(self) -> str:
         """The side-by-side table (inference latency, end-to-end p50, FPS, ratios)."""
+        # as wide as the longest name: a cut name lost its variant (two rows of a long bundle name both
+        # read "ch_PP-OCRv4_rec_infer-c")
+        width = max([23, *(len(v.name) for v in self.variants)]) + 3
         head = (
-            f"{'variant':<26}{'runtime':<34}{'runs x n':>11}{'p50':>9}{'p90':>9}{'p99':>9}{'mean':>9}"
+            f"{'variant':<{width}}{'runtime':<34}{'runs x n':>11}{'p50':>9}{'p90':>9}{'p99':>9}{'mean':>9}"
             f"{'cv':>6}{'e2e p50':>9}{'fps':>9}{'p50 x':>8}{'p90 x':>8}  valid"
         )
         lines = [head, "-" * len(head)]
@@ -127,9 +130,9 @@ class BenchReport:
                 lines.append(f"model {v.model or v.name}:")
             s = v.pooled()
             n = f"{len(v.runs)} x {round(s.count / max(1, len(v.runs)))}"
-            name = v.name[:23] + " *" if v.default else v.name[:25]
+            name = v.name + " *" if v.default else v.name
             lines.append(
-                f"{name:<26}{short_runtime(v.runtime)[:33]:<34}{n:>11}{s.p50_ms:>9.3f}{s.p90_ms:>9.3f}"
+                f"{name:<{width}}{short_runtime(v.runtime)[:33]:<34}{n:>11}{s.p50_ms:>9.3f}{s.p90_ms:>9.3f}"
                 f"{s.p99_ms:>9.3f}{s.mean_ms:>9.3f}{s.cv:>6.2f}{v.pooled('end_to_end').p50_ms:>9.3f}"
                 f"{v.fps():>9.1f}{self.ratio(v):>7.2f}x{self.ratio(v, 'p90_ms'):>7.2f}x  {'yes' if v.valid else 'NO'}"
             )
