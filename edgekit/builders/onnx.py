@@ -37,7 +37,9 @@ def to_onnx(ctx: BuildContext, dest: Path, opset: int) -> list[str]:
         from edgekit.builders.convert.tflite_to_onnx import tflite_to_onnx
 
         return tflite_to_onnx(ctx, dest, opset)
-    import tensorflow as tf
+    from edgekit.builders.tf import import_tf
+
+    tf = import_tf()  # before tf2onnx, which imports it: quietly (builders/tf.py)
     import tf2onnx
 
     loaded = tf.saved_model.load(str(ctx.saved_model()))

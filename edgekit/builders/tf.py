@@ -6,16 +6,26 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 NATIVE_LOG = logging.getLogger("edgekit.builders.native")
 """TensorFlow's converter and quantiser write to fd 2 from C++; their lines go here (DEBUG: -vv)."""
 
 
 def import_tf():
-    """TensorFlow, imported on first use (BackendUnavailable with the install hint when missing)."""
+    """TensorFlow, imported on first use (BackendUnavailable with the install hint when missing).
+
+    The import's native lines go to :data:`NATIVE_LOG`: absl writes what comes before its
+    ``InitializeLog`` straight to fd 2 whatever ``TF_CPP_MIN_LOG_LEVEL`` says, so each build showed
+    two "I0000 ... port.cc:153] oneDNN custom operations are on" lines."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if "tensorflow" in sys.modules:
+        return sys.modules["tensorflow"]
+    from edgekit.util.quiet import converter_level, native_stderr_to_log
+
     try:
-        import tensorflow as tf
+        with native_stderr_to_log(NATIVE_LOG, converter_level):
+            import tensorflow as tf
     except ImportError as exc:
         from edgekit.errors import BackendUnavailable
 

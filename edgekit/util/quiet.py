@@ -144,3 +144,13 @@ def _stderr_handlers() -> list[logging.Handler]:
             if to_fd2:
                 found[id(handler)] = handler
     return [found[k] for k in sorted(found)]
+
+
+def litert_interpreter(**kwargs: Any) -> Any:
+    """``ai_edge_litert``'s Interpreter made with LiteRT's native lines logged (INFO at DEBUG), not
+    printed: the build makes many, and each printed "INFO: Created TensorFlow Lite XNNPACK delegate
+    for CPU." mid-build."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    with native_stderr_to_log(logging.getLogger("edgekit.builders.native")):
+        return Interpreter(**kwargs)

@@ -14,7 +14,7 @@ import numpy as np
 from edgekit.builders.log import progress
 from edgekit.builders.tf import NATIVE_LOG, converter_error
 from edgekit.errors import ModelError
-from edgekit.util.quiet import converter_level, native_stderr_to_log
+from edgekit.util.quiet import converter_level, litert_interpreter, native_stderr_to_log
 
 
 def convert(saved_model: Path, variant: str, representative: Iterable[np.ndarray] | None = None,
@@ -72,9 +72,7 @@ def output_order(path: Path, keys: list[str]) -> list[int]:
     tensor, so outputs are mapped by name, never by position. Raises ModelError when a key
     is missing (an output renamed or dropped in conversion).
     """
-    from ai_edge_litert.interpreter import Interpreter
-
-    interp = Interpreter(model_path=str(path))
+    interp = litert_interpreter(model_path=str(path))
     positions = {d["index"]: i for i, d in enumerate(interp.get_output_details())}
     try:
         by_key = interp.get_signature_runner("serving_default").get_output_details()
@@ -90,9 +88,7 @@ def output_order(path: Path, keys: list[str]) -> list[int]:
 def same_outputs(path: Path, count: int) -> list[int]:
     """The output order of a variant made on a .tflite source's own graph: the source's, as the
     graph edits and TensorFlow's quantiser keep the subgraph's output list (checked by count)."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    found = len(Interpreter(model_path=str(path)).get_output_details())
+    found = len(litert_interpreter(model_path=str(path)).get_output_details())
     if found != count:
         raise ModelError(f"{path.name} has {found} outputs after conversion, the original {count}",
                          "report it with build.log")

@@ -205,9 +205,9 @@ def accelerator_rewrites(original: bytes, blob: bytes, images: list[np.ndarray]
 
 def float_outputs(blob: bytes, images: list[np.ndarray]) -> list[list[np.ndarray]]:
     """Per image, the float outputs of a float model."""
-    from ai_edge_litert.interpreter import Interpreter
+    from edgekit.util.quiet import litert_interpreter
 
-    interp = Interpreter(model_content=blob)
+    interp = litert_interpreter(model_content=blob)
     interp.allocate_tensors()
     index = interp.get_input_details()[0]["index"]
     outs = []

@@ -75,8 +75,10 @@ def layer_errors(conv: Any, representative: Iterable[np.ndarray], debug_images: 
     ``outputs``, ``clamped``: see :func:`worst_layers` (each clamp's range gets its own metric,
     :func:`clipped_metrics`, computed beside the debugger's).
     """
-    import tensorflow as tf
+    from edgekit.builders.tf import NATIVE_LOG, import_tf
+    from edgekit.util.quiet import native_stderr_to_log
 
+    tf = import_tf()
     seen = [0]
 
     def debug_dataset():
@@ -92,9 +94,11 @@ def layer_errors(conv: Any, representative: Iterable[np.ndarray], debug_images: 
     with warnings.catch_warnings():  # tf.lite.Interpreter's deprecation notice: the debugger's own use
         warnings.simplefilter("ignore", UserWarning)
         model = {"quant_debug_model_content": conv} if isinstance(conv, bytes) else {"converter": conv}
-        debugger = tf.lite.experimental.QuantizationDebugger(**model, debug_dataset=debug_dataset,
-                                                             debug_options=options)
-        debugger.run()
+        # the debugger's interpreters print LiteRT's "INFO: Created TensorFlow Lite XNNPACK delegate" to fd 2
+        with native_stderr_to_log(NATIVE_LOG):
+            debugger = tf.lite.experimental.QuantizationDebugger(**model, debug_dataset=debug_dataset,
+                                                                 debug_options=options)
+            debugger.run()
     dump = io.StringIO()
     debugger.layer_statistics_dump(dump)
     dump.seek(0)

@@ -16,6 +16,7 @@ import numpy as np
 from edgekit.builders.sources.model import SourceModel, make_outputs
 from edgekit.builders.sources.onnx import INPUT_SIZE_HINT, Precheck
 from edgekit.errors import ModelError, first_line
+from edgekit.util.quiet import litert_interpreter
 
 MAX_BYTES = 2 << 30  # a flatbuffer cannot address more; a bigger file is not one model
 CUSTOM_OP_HINT = ("export the model without custom ops (MediaPipe's Convolution2DTransposeBias is a TRANSPOSE_CONV "
@@ -27,10 +28,8 @@ class TFLiteReference:
     file's order as float32 arrays the caller owns."""
 
     def __init__(self, path: Path, blob: bytes, input_shape: list[int]):
-        from ai_edge_litert.interpreter import Interpreter
-
         self.blob = blob
-        self.interp = Interpreter(model_content=blob)
+        self.interp = litert_interpreter(model_content=blob)
         detail = self.interp.get_input_details()[0]
         if list(detail["shape"]) != list(input_shape):
             self.interp.resize_tensor_input(detail["index"], input_shape, strict=True)
@@ -57,14 +56,14 @@ def load_tflite(path: Path, input_size: tuple[int, int] | None = None, precheck:
     (unknown for an open height/width) before LiteRT allocates and runs the model once on zeros.
     """
     try:
-        from ai_edge_litert.interpreter import Interpreter
+        import ai_edge_litert.interpreter  # noqa: F401
     except ImportError as exc:
         from edgekit.errors import BackendUnavailable
 
         raise BackendUnavailable("a .tflite source needs LiteRT", "pip install 'edgekit-vision[build]'") from exc
     blob = _read(path)
     try:  # tensors are allocated once the input shape is known (an open height/width needs --input-size)
-        interp = Interpreter(model_content=blob)
+        interp = litert_interpreter(model_content=blob)
     except (ValueError, RuntimeError) as exc:
         raise _open_error(path, str(exc)) from exc
     inputs = interp.get_input_details()
