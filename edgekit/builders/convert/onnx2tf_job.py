@@ -35,6 +35,8 @@ import sys
 import traceback
 from pathlib import Path
 
+from edgekit.builders.convert.onnx2tf_fallbacks import FOLD_SHAPES
+
 SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
 
 
@@ -63,7 +65,7 @@ def _convert(job: dict):
     flags = dict(job.get("flags", {}))  # the parent's fallbacks (onnx2tf_fallbacks.FALLBACKS)
     # before onnx2tf brings TensorFlow in: onnxsim's native simplifier crashed the process (SIGSEGV)
     # when TensorFlow was already loaded, and ran cleanly with TensorFlow imported after it
-    onnx_file = fold_shapes(job["onnx"], FOLDED) if flags.pop("fold_shapes_with_onnxsim", False) else job["onnx"]
+    onnx_file = fold_shapes(job["onnx"], FOLDED) if flags.pop(FOLD_SHAPES, False) else job["onnx"]
     import onnx2tf
 
     kwargs = {
